@@ -1,0 +1,131 @@
+// Child-process control for integration tests; see process.h.
+#include "process.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace trainscope::testing {
+
+std::string BinPath(const std::string& name) {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) throw std::runtime_error("readlink /proc/self/exe failed");
+  std::string self(buf, n);
+  return self.substr(0, self.rfind('/')) + "/" + name;
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    throw std::runtime_error("bind to port 0 failed");
+  }
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+Process::Process(std::string binary, std::vector<std::string> args,
+                 std::map<std::string, std::string> env) {
+  char tmpl[] = "/tmp/trainscope-test-XXXXXX";
+  int log_fd = mkstemp(tmpl);
+  if (log_fd < 0) throw std::runtime_error("mkstemp failed");
+  log_path_ = tmpl;
+  pid_ = fork();
+  if (pid_ < 0) throw std::runtime_error("fork failed");
+  if (pid_ == 0) {
+    dup2(log_fd, 1);
+    dup2(log_fd, 2);
+    close(log_fd);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> argv;
+    argv.push_back(binary.data());
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  close(log_fd);
+}
+
+Process::~Process() {
+  if (Running()) {
+    kill(pid_, SIGKILL);
+    Wait(std::chrono::seconds(5));
+  }
+  if (std::getenv("TRAINSCOPE_KEEP_TEST_LOGS") == nullptr) unlink(log_path_.c_str());
+}
+
+std::string Process::Output() const {
+  std::ifstream in(log_path_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool Process::WaitForOutput(const std::string& needle, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (Output().find(needle) != std::string::npos) return true;
+    if (!Running()) return Output().find(needle) != std::string::npos;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+std::optional<int> Process::Wait(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!exit_code_) {
+    int status = 0;
+    pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return exit_code_;
+}
+
+bool Process::Running() { return !Wait(std::chrono::milliseconds(0)).has_value(); }
+
+void Process::Signal(int sig) {
+  if (Running()) kill(pid_, sig);
+}
+
+std::string TfConfig(const std::map<std::string, std::vector<std::string>>& cluster,
+                     const std::string& role, int index) {
+  std::string out = "{\"cluster\": {";
+  bool first_job = true;
+  for (const auto& [job, addrs] : cluster) {
+    if (!first_job) out += ", ";
+    first_job = false;
+    out += "\"" + job + "\": [";
+    for (size_t i = 0; i < addrs.size(); ++i) {
+      if (i) out += ", ";
+      out += "\"" + addrs[i] + "\"";
+    }
+    out += "]";
+  }
+  out += "}, \"task\": {\"type\": \"" + role + "\", \"index\": " + std::to_string(index) + "}}";
+  return out;
+}
+
+}  // namespace trainscope::testing
