@@ -1,0 +1,155 @@
+// The linear-regression example; see linear_regression.h.
+#include "linear_regression.h"
+
+#include <Eigen/Core>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+#include "trainscope/runtime/cluster_spec.h"
+#include "trainscope/runtime/parameter_client.h"
+#include "trainscope/runtime/status_macros.h"
+#include "trainscope/runtime/task.h"
+#include "trainscope/runtime/task_status.h"
+
+namespace trainscope::examples {
+namespace {
+
+using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Vector = Eigen::VectorXf;
+
+// Synthetic data: y = x . w_true + b_true + noise, x ~ N(0, 1).
+class Data {
+ public:
+  Data(int features, uint64_t model_seed, uint64_t stream_seed)
+      : rng_(stream_seed), w_true_(features) {
+    std::mt19937_64 model_rng(model_seed);
+    std::normal_distribution<float> normal;
+    for (int i = 0; i < features; ++i) w_true_[i] = normal(model_rng);
+  }
+  void Batch(int size, Matrix* x, Vector* y) {
+    std::normal_distribution<float> normal;
+    x->resize(size, w_true_.size());
+    for (Eigen::Index i = 0; i < x->size(); ++i) x->data()[i] = normal(rng_);
+    *y = (*x) * w_true_;
+    for (int i = 0; i < size; ++i) (*y)[i] += kBiasTrue + 0.01f * normal(rng_);
+  }
+
+ private:
+  static constexpr float kBiasTrue = 0.5f;
+  std::mt19937_64 rng_;
+  Vector w_true_;
+};
+
+std::string ZeroBytes(int64_t n) { return std::string(static_cast<size_t>(n) * sizeof(float), '\0'); }
+
+// The model's variables: the weight vector in one shard per ps, and the bias.
+std::vector<VariableDef> ModelVariables(int features, int num_ps) {
+  std::vector<VariableDef> vars;
+  const int shards = std::max(1, std::min(num_ps, features));
+  for (int s = 0; s < shards; ++s) {
+    int64_t n = features / shards + (s < features % shards ? 1 : 0);
+    vars.push_back({absl::StrCat("linear/w/part_", s), {DType::kFloat, {n}}, ZeroBytes(n)});
+  }
+  vars.push_back({"linear/b", {DType::kFloat, {1}}, ZeroBytes(1)});
+  return vars;
+}
+
+float Loss(const Matrix& x, const Vector& y, const Vector& w, float b) {
+  return ((x * w).array() + b - y.array()).square().mean();
+}
+
+absl::Status Train(Task& task, const LinearRegressionOptions& options) {
+  TS_ASSIGN_OR_RETURN(ParameterClient * client, task.CreateSession());
+  const int features = options.features;
+  TS_RETURN_IF_ERROR(
+      client->CreateVariables(ModelVariables(features, task.cluster().NumTasks("ps"))));
+  const size_t num_vars = client->variables().size();
+  spdlog::info("training: {} features in {} variables over {} ps tasks, {} steps", features,
+               num_vars, task.cluster().NumTasks("ps"), options.steps);
+
+  Data data(features, options.seed, options.seed * 7919 + 1 + task.self().index * 104729ull);
+  Data held_out(features, options.seed, options.seed + 999);
+  Matrix x_eval;
+  Vector y_eval;
+  held_out.Batch(1024, &x_eval, &y_eval);
+
+  std::vector<std::string> values;
+  Vector w(features);
+  float b = 0;
+  auto pull = [&]() -> absl::Status {
+    TS_RETURN_IF_ERROR(client->PullAll(&values));
+    Eigen::Index offset = 0;
+    for (size_t v = 0; v + 1 < num_vars; ++v) {
+      const Eigen::Index n = static_cast<Eigen::Index>(values[v].size() / sizeof(float));
+      w.segment(offset, n) = Eigen::Map<const Vector>(
+          reinterpret_cast<const float*>(values[v].data()), n);
+      offset += n;
+    }
+    b = *reinterpret_cast<const float*>(values[num_vars - 1].data());
+    return absl::OkStatus();
+  };
+
+  TS_RETURN_IF_ERROR(pull());
+  const float initial_loss = Loss(x_eval, y_eval, w, b);
+  spdlog::info("initial loss {:.6f}", initial_loss);
+  const auto start = std::chrono::steady_clock::now();
+  Matrix x;
+  Vector y;
+  for (int64_t step = 1; step <= options.steps; ++step) {
+    if (task.stopping()) {
+      return absl::CancelledError(absl::StrCat(task.self().ShortName(),
+                                               " stopped by a signal at step ", step));
+    }
+    const auto step_start = std::chrono::steady_clock::now();
+    if (step > 1) TS_RETURN_IF_ERROR(pull());
+    data.Batch(options.batch_size, &x, &y);
+    const Vector err = ((x * w).array() + b).matrix() - y;
+    const Vector grad_w = (2.0f / options.batch_size) * (x.transpose() * err);
+    const float grad_b = 2.0f * err.mean();
+    Eigen::Index offset = 0;
+    for (size_t v = 0; v + 1 < num_vars; ++v) {
+      const Eigen::Index n = client->variables()[v].spec.shape[0];
+      std::string gradient(reinterpret_cast<const char*>(grad_w.data() + offset),
+                           n * sizeof(float));
+      offset += n;
+      TS_RETURN_IF_ERROR(client->Push(v, std::move(gradient), options.learning_rate));
+    }
+    TS_RETURN_IF_ERROR(client->Push(
+        num_vars - 1, std::string(reinterpret_cast<const char*>(&grad_b), sizeof(float)),
+        options.learning_rate));
+    if (options.step_delay_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(options.step_delay_ms));
+    }
+    task.status().RecordStep(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
+    if (options.log_every > 0 && (step % options.log_every == 0 || step == options.steps)) {
+      spdlog::info("step {}/{} loss {:.6f}", step, options.steps, err.squaredNorm() / err.size());
+    }
+  }
+  TS_RETURN_IF_ERROR(pull());
+  const float final_loss = Loss(x_eval, y_eval, w, b);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("final loss {:.6f} (initial {:.6f}, {:.0f}x lower) after {} steps in {:.1f} s",
+               final_loss, initial_loss, initial_loss / std::max(final_loss, 1e-12f),
+               options.steps, seconds);
+  return task.FinishTraining();
+}
+
+}  // namespace
+
+absl::Status RunLinearRegression(const LinearRegressionOptions& options) {
+  if (options.features < 1 || options.batch_size < 1 || options.steps < 0) {
+    return absl::InvalidArgumentError("--features and --batch_size must be >= 1, --steps >= 0");
+  }
+  TS_ASSIGN_OR_RETURN(TfConfig config, ParseTfConfig(options.tf_config, /*require_task=*/true));
+  InitLogging(config.task->ShortName(), options.log_format);
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<Task> task, Task::Start(options.runtime, config));
+  if (task->IsParameterServer()) return task->ServeUntilDone();
+  return Train(*task, options);
+}
+
+}  // namespace trainscope::examples

@@ -1,0 +1,68 @@
+// linear_regression: flags -> options -> RunLinearRegression -> exit code.
+#include <cstdlib>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "linear_regression.h"
+
+int main(int argc, char** argv) {
+  trainscope::examples::LinearRegressionOptions o;
+  CLI::App app{"Linear regression with asynchronous SGD on a trainscope cluster. "
+               "TF_CONFIG says which task this process is."};
+  app.add_option("--steps", o.steps, "Training steps per worker")->capture_default_str();
+  app.add_option("--features", o.features, "Number of input features")->capture_default_str();
+  app.add_option("--batch_size", o.batch_size, "Examples per step")->capture_default_str();
+  app.add_option("--learning_rate", o.learning_rate, "SGD learning rate")->capture_default_str();
+  app.add_option("--seed", o.seed, "Seed of the synthetic data (same on every task)")
+      ->capture_default_str();
+  app.add_option("--log_every", o.log_every, "Log the loss every N steps")->capture_default_str();
+  app.add_option("--step_delay_ms", o.step_delay_ms, "Sleep per step (demos)")
+      ->capture_default_str();
+  app.add_option("--log_format", o.log_format, "text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  auto& r = o.runtime;
+  app.add_option("--cluster_name", r.cluster_name, "Name of this training run")
+      ->envname("TRAINSCOPE_CLUSTER")
+      ->capture_default_str();
+  app.add_option("--session_timeout_s", r.session_timeout_s,
+                 "Give up CreateSession after this long (0 = wait forever)")
+      ->capture_default_str();
+  app.add_option("--session_log_interval_s", r.session_log_interval_s,
+                 "Log who CreateSession waits for this often")
+      ->capture_default_str();
+  app.add_option("--rpc_deadline_ms", r.rpc_deadline_ms, "Deadline of every ps call")
+      ->capture_default_str();
+  app.add_option("--max_attempts", r.max_attempts, "Attempts of a ps call that is UNAVAILABLE")
+      ->capture_default_str();
+  app.add_option("--ps_memory_limit_bytes", r.ps_memory_limit_bytes,
+                 "A ps refuses variables past this many bytes (0 = no budget)")
+      ->capture_default_str();
+  app.add_option("--listen_address", r.listen_address,
+                 "Bind this address instead of the task's address in the spec (e.g. 0.0.0.0:2222)");
+  app.add_flag("--enable_fault_injection", r.enable_fault_injection,
+               "Accept TaskService.InjectFault (tests and drills)");
+  app.add_option("--testing_ps_delay_ms", r.testing_parameter_delay_ms,
+                 "Test hook: delay every ps call by this much")
+      ->group("Testing");
+  app.add_option("--testing_protocol_version", r.testing_protocol_version,
+                 "Test hook: announce this protocol version")
+      ->group("Testing");
+  CLI11_PARSE(app, argc, argv);
+
+  const char* tf_config = std::getenv("TF_CONFIG");
+  if (tf_config == nullptr || *tf_config == '\0') {
+    std::cerr << "error: TF_CONFIG is not set: export TF_CONFIG='{\"cluster\": {\"ps\": "
+                 "[\"host:2222\"], \"worker\": [\"host:2223\"]}, \"task\": {\"type\": \"ps\", "
+                 "\"index\": 0}}'\n";
+    return 2;
+  }
+  o.tf_config = tf_config;
+  absl::Status status = trainscope::examples::RunLinearRegression(o);
+  if (!status.ok()) {
+    std::cerr << "error: " << absl::StatusCodeToString(status.code()) << ": " << status.message()
+              << "\n";
+    return 1;
+  }
+  return 0;
+}

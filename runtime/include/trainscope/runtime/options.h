@@ -1,0 +1,31 @@
+#pragma once
+// Options of a task, as a training program's flags set them. Plain struct; see task.h.
+
+#include <cstdint>
+#include <string>
+
+namespace trainscope {
+
+struct RuntimeOptions {
+  // A name for the training run, shown in every label and heartbeat.
+  std::string cluster_name = "default";
+  // CreateSession gives up after this long; 0 = wait forever (as TensorFlow does).
+  int session_timeout_s = 0;
+  // How often CreateSession logs who it still waits for.
+  int session_log_interval_s = 10;
+  // Deadline of every Pull/Push/CreateVariable call.
+  int rpc_deadline_ms = 5000;
+  // Attempts of a parameter call that fails with UNAVAILABLE, with backoff between them.
+  int max_attempts = 5;
+  // A ps refuses variables past this many bytes; 0 = no budget.
+  int64_t ps_memory_limit_bytes = 0;
+  // Address the task server binds; empty = the task's address in the cluster spec.
+  std::string listen_address;
+  // Answer TaskService.InjectFault (tests and drills only).
+  bool enable_fault_injection = false;
+  // Test hooks: a delay on every ParameterService call, and a protocol version other than ours.
+  int64_t testing_parameter_delay_ms = 0;
+  int testing_protocol_version = 0;
+};
+
+}  // namespace trainscope

@@ -1,0 +1,63 @@
+#pragma once
+// The worker side of the parameter service: places variables across the ps tasks (balanced by
+// size), creates them, and pulls and pushes with a deadline on every call and retries on
+// UNAVAILABLE only. Errors name the method, the ps task, its address and the cause.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trainscope/runtime/cluster_spec.h"
+#include "trainscope/runtime/tensor.h"
+
+namespace trainscope {
+
+class TaskStatus;
+class Session;
+
+// A variable a model declares.
+struct VariableDef {
+  std::string name;
+  TensorSpec spec;
+  std::string initial;  // ByteSize() bytes.
+};
+
+// Where each variable lives: variable name -> ps task index. Deterministic: every worker that
+// declares the same variables computes the same placement.
+std::map<std::string, int> PlaceVariables(const std::vector<VariableDef>& variables, int num_ps);
+
+// Thread-compatible: one training thread drives it.
+class ParameterClient {
+ public:
+  ParameterClient(Session* session, const TaskRef& self, int rpc_deadline_ms, int max_attempts);
+  ~ParameterClient();
+
+  // Places and creates the variables (idempotent across workers).
+  absl::Status CreateVariables(const std::vector<VariableDef>& variables);
+
+  // Pulls every created variable; values come back in creation order, one string of raw bytes
+  // each, moved out of the response without a copy.
+  absl::Status PullAll(std::vector<std::string>* values);
+
+  // Pushes a gradient for variable `index` (creation order): the ps applies value -= lr * g.
+  absl::Status Push(size_t index, std::string gradient, float learning_rate);
+
+  const std::vector<VariableDef>& variables() const { return variables_; }
+  // The ps task index of variable `index`.
+  int PlacementOf(size_t index) const { return placement_[index]; }
+
+ private:
+  struct PsStub;
+  Session* session_;
+  TaskRef self_;
+  int rpc_deadline_ms_;
+  int max_attempts_;
+  std::vector<VariableDef> variables_;  // Specs only; initial values are dropped once created.
+  std::vector<int> placement_;
+  std::vector<std::unique_ptr<PsStub>> ps_;  // By ps index.
+};
+
+}  // namespace trainscope

@@ -1,0 +1,53 @@
+// The one place where absl::Status and grpc::Status convert; and proto conversions.
+#include <grpcpp/grpcpp.h>
+
+#include "internal.h"
+#include "trainscope/runtime/status_macros.h"
+
+namespace trainscope {
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  // Keep one connection per peer even when several channels point at it.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+TensorSpec SpecFromProto(const v1::Tensor& tensor) {
+  TensorSpec spec;
+  int dtype = tensor.dtype();
+  spec.dtype = dtype >= 1 && dtype <= 4 ? static_cast<DType>(dtype) : DType::kInvalid;
+  spec.shape.assign(tensor.shape().begin(), tensor.shape().end());
+  return spec;
+}
+
+void SpecToProto(const TensorSpec& spec, v1::Tensor* tensor) {
+  tensor->set_dtype(static_cast<v1::DataType>(spec.dtype));
+  tensor->mutable_shape()->Assign(spec.shape.begin(), spec.shape.end());
+}
+
+v1::TaskId TaskIdToProto(const TaskRef& ref) {
+  v1::TaskId id;
+  id.set_role(ref.role);
+  id.set_index(ref.index);
+  return id;
+}
+
+TaskRef TaskIdFromProto(const v1::TaskId& id) { return TaskRef{id.role(), id.index()}; }
+
+}  // namespace trainscope

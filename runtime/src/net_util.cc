@@ -1,0 +1,210 @@
+// Bind checks, listener lookup, gRPC error summaries and /proc readings; see net_util.h.
+#include "trainscope/runtime/net_util.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netdb.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace trainscope {
+namespace {
+
+std::optional<std::string> SocketInodeListeningOn(const std::string& table, int port) {
+  std::ifstream in(table);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state, queues, timer, retr, uid, timeout, inode;
+    fields >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >>
+        inode;
+    if (state != "0A") continue;  // TCP_LISTEN
+    size_t colon = local.rfind(':');
+    if (colon == std::string::npos) continue;
+    if (std::stoi(local.substr(colon + 1), nullptr, 16) == port) return inode;
+  }
+  return std::nullopt;
+}
+
+std::string ReadFirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+}  // namespace
+
+std::optional<std::pair<int64_t, std::string>> FindListener(int port) {
+  std::optional<std::string> inode = SocketInodeListeningOn("/proc/net/tcp", port);
+  if (!inode) inode = SocketInodeListeningOn("/proc/net/tcp6", port);
+  if (!inode || *inode == "0") return std::nullopt;
+  const std::string target = absl::StrCat("socket:[", *inode, "]");
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return std::nullopt;
+  std::optional<std::pair<int64_t, std::string>> found;
+  while (dirent* entry = readdir(proc)) {
+    int64_t pid = 0;
+    if (!absl::SimpleAtoi(entry->d_name, &pid)) continue;
+    std::string fd_dir = absl::StrCat("/proc/", pid, "/fd");
+    DIR* fds = opendir(fd_dir.c_str());
+    if (fds == nullptr) continue;
+    while (dirent* fd = readdir(fds)) {
+      char link[128];
+      std::string path = absl::StrCat(fd_dir, "/", fd->d_name);
+      ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
+      if (n > 0 && absl::string_view(link, n) == target) {
+        found = {pid, ReadFirstLine(absl::StrCat("/proc/", pid, "/comm"))};
+        break;
+      }
+    }
+    closedir(fds);
+    if (found) break;
+  }
+  closedir(proc);
+  return found;
+}
+
+absl::Status CheckCanListen(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* result = nullptr;
+  const std::string port_text = std::to_string(port);
+  int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port_text.c_str(), &hints, &result);
+  if (rc != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resolve host '", host, "': ", gai_strerror(rc)));
+  }
+  int error = 0;
+  for (addrinfo* ai = result; ai != nullptr; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) {
+      error = errno;
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    error = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno;
+    close(fd);
+    if (error == 0) break;
+  }
+  freeaddrinfo(result);
+  if (error == 0) return absl::OkStatus();
+  if (error == EADDRINUSE) {
+    std::string holder;
+    if (auto listener = FindListener(port)) {
+      holder = absl::StrCat(" (held by pid ", listener->first, ", ", listener->second, ")");
+    }
+    return absl::AlreadyExistsError(absl::StrCat("address already in use", holder));
+  }
+  if (error == EADDRNOTAVAIL) {
+    return absl::InvalidArgumentError(
+        "address not available on this machine: is this the host the cluster spec names for "
+        "this task?");
+  }
+  if (error == EACCES) {
+    return absl::PermissionDeniedError("permission denied (ports below 1024 need privileges)");
+  }
+  return absl::UnknownError(strerror(error));
+}
+
+std::string SummarizeRpcError(int code, const std::string& message, int64_t deadline_ms) {
+  struct Pattern {
+    const char* needle;
+    const char* summary;
+  };
+  static const Pattern kPatterns[] = {
+      {"Connection refused", "connection refused"},
+      {"No route to host", "no route to host"},
+      {"Network is unreachable", "network is unreachable"},
+      {"Connection timed out", "connection timed out"},
+      {"Connection reset", "connection reset by peer"},
+      {"Socket closed", "connection closed by peer"},
+      {"DNS resolution failed", "cannot resolve host"},
+      {"Name or service not known", "cannot resolve host"},
+      {"Broken pipe", "connection closed by peer"},
+  };
+  for (const Pattern& p : kPatterns) {
+    if (absl::StrContains(message, p.needle)) return p.summary;
+  }
+  if (code == 4 /* DEADLINE_EXCEEDED */) {
+    return absl::StrCat("no answer within ", deadline_ms, " ms");
+  }
+  static const char* kCodeNames[] = {"OK",
+                                     "CANCELLED",
+                                     "UNKNOWN",
+                                     "INVALID_ARGUMENT",
+                                     "DEADLINE_EXCEEDED",
+                                     "NOT_FOUND",
+                                     "ALREADY_EXISTS",
+                                     "PERMISSION_DENIED",
+                                     "RESOURCE_EXHAUSTED",
+                                     "FAILED_PRECONDITION",
+                                     "ABORTED",
+                                     "OUT_OF_RANGE",
+                                     "UNIMPLEMENTED",
+                                     "INTERNAL",
+                                     "UNAVAILABLE",
+                                     "DATA_LOSS",
+                                     "UNAUTHENTICATED"};
+  std::string name = code >= 0 && code <= 16 ? kCodeNames[code] : absl::StrCat("code ", code);
+  std::string text = message.substr(0, 200);
+  return text.empty() ? name : absl::StrCat(name, ": ", text);
+}
+
+ResourceUsage ReadResourceUsage() {
+  ResourceUsage usage;
+  static const double kTicks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  static const int64_t kPage = sysconf(_SC_PAGESIZE);
+  std::string stat = ReadFirstLine("/proc/self/stat");
+  // Fields after the command name, which is in parentheses and may hold spaces.
+  size_t close = stat.rfind(')');
+  if (close != std::string::npos) {
+    std::vector<std::string> f = absl::StrSplit(stat.substr(close + 2), ' ');
+    // f[0] is field 3 (state); utime=14, stime=15, num_threads=20, starttime=22, vsize=23,
+    // rss=24, each at index field-3.
+    if (f.size() > 21) {
+      usage.cpu_seconds = (std::stod(f[11]) + std::stod(f[12])) / kTicks;
+      usage.threads = std::stoi(f[17]);
+      usage.virtual_bytes = std::stoll(f[20]);
+      usage.resident_bytes = std::stoll(f[21]) * kPage;
+      double boot = 0;
+      std::ifstream proc_stat("/proc/stat");
+      std::string key;
+      while (proc_stat >> key) {
+        if (key == "btime") {
+          proc_stat >> boot;
+          break;
+        }
+      }
+      usage.start_time_unix = boot + std::stod(f[19]) / kTicks;
+    }
+  }
+  if (DIR* fds = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(fds)) {
+      if (e->d_name[0] != '.') ++usage.open_fds;
+    }
+    closedir(fds);
+    --usage.open_fds;  // the directory handle itself
+  }
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0) usage.max_fds = static_cast<int64_t>(limit.rlim_cur);
+  return usage;
+}
+
+}  // namespace trainscope

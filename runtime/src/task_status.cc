@@ -1,0 +1,98 @@
+// Task and peer bookkeeping for heartbeats; see task_status.h.
+#include "trainscope/runtime/task_status.h"
+
+#include <chrono>
+
+namespace trainscope {
+
+double MonotonicSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+double UnixSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void PeerHealth::RecordSuccess() {
+  consecutive_failures_.store(0, std::memory_order_relaxed);
+  last_success_.store(MonotonicSeconds(), std::memory_order_relaxed);
+}
+
+void PeerHealth::RecordFailure(std::string error) {
+  consecutive_failures_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lock(mu_);
+  last_error_ = std::move(error);
+}
+
+void PeerHealth::SetIdentity(uint64_t incarnation, std::string listen_address) {
+  std::lock_guard lock(mu_);
+  peer_incarnation_ = incarnation;
+  peer_listen_address_ = std::move(listen_address);
+}
+
+PeerHealth::Snapshot PeerHealth::Read() const {
+  Snapshot s;
+  s.peer = peer_;
+  s.address = address_;
+  s.consecutive_failures = consecutive_failures_.load(std::memory_order_relaxed);
+  double last = last_success_.load(std::memory_order_relaxed);
+  s.seconds_since_success = last < 0 ? -1 : MonotonicSeconds() - last;
+  s.connected = last >= 0 && s.consecutive_failures == 0;
+  std::lock_guard lock(mu_);
+  s.last_error = last_error_;
+  s.peer_incarnation = peer_incarnation_;
+  s.peer_listen_address = peer_listen_address_;
+  return s;
+}
+
+PeerHealth* TaskStatus::Peer(const TaskRef& peer, const std::string& address) {
+  std::lock_guard lock(mu_);
+  auto& slot = peers_[peer];
+  if (!slot) slot = std::make_unique<PeerHealth>(peer, address);
+  return slot.get();
+}
+
+void TaskStatus::StartWaiting(std::string what, std::vector<TaskRef> peers) {
+  std::lock_guard lock(mu_);
+  waiting_ = true;
+  waiting_what_ = std::move(what);
+  waiting_since_unix_ = UnixSeconds();
+  waiting_on_ = std::move(peers);
+}
+
+void TaskStatus::UpdateWaiting(std::vector<TaskRef> peers) {
+  std::lock_guard lock(mu_);
+  waiting_on_ = std::move(peers);
+}
+
+void TaskStatus::StopWaiting() {
+  std::lock_guard lock(mu_);
+  waiting_ = false;
+  waiting_on_.clear();
+}
+
+void TaskStatus::RecordStep(double seconds) {
+  steps_.fetch_add(1, std::memory_order_relaxed);
+  last_step_seconds_.store(seconds, std::memory_order_relaxed);
+}
+
+TaskStatus::Snapshot TaskStatus::Read() const {
+  Snapshot s;
+  s.phase = phase_.load();
+  s.steps = steps_.load();
+  s.last_step_seconds = last_step_seconds_.load();
+  s.expects_progress = expects_progress_.load();
+  std::lock_guard lock(mu_);
+  s.waiting = waiting_;
+  s.waiting_what = waiting_what_;
+  s.waiting_since_unix = waiting_since_unix_;
+  for (const TaskRef& ref : waiting_on_) {
+    if (auto it = peers_.find(ref); it != peers_.end()) s.waiting_on.push_back(it->second->Read());
+  }
+  for (const auto& [ref, health] : peers_) s.peers.push_back(health->Read());
+  return s;
+}
+
+}  // namespace trainscope

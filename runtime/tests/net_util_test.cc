@@ -1,0 +1,62 @@
+// Bind checks name the holder of a port; gRPC errors are summarized in a few words.
+#include "trainscope/runtime/net_util.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "process.h"
+
+namespace trainscope {
+namespace {
+
+TEST(NetUtilTest, PortInUseNamesTheHolder) {
+  int port = testing::FreePort();
+  ASSERT_TRUE(CheckCanListen("127.0.0.1", port).ok());
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  absl::Status st = CheckCanListen("127.0.0.1", port);
+  EXPECT_EQ(st.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(st.message().find("address already in use (held by pid " + std::to_string(getpid())),
+            std::string::npos)
+      << st.message();
+  auto listener = FindListener(port);
+  ASSERT_TRUE(listener.has_value());
+  EXPECT_EQ(listener->first, getpid());
+  close(fd);
+}
+
+TEST(NetUtilTest, ForeignAddressIsNotAvailable) {
+  absl::Status st = CheckCanListen("192.0.2.1", testing::FreePort());  // TEST-NET-1
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("not available on this machine"), std::string::npos);
+}
+
+TEST(NetUtilTest, SummarizesRpcErrors) {
+  EXPECT_EQ(SummarizeRpcError(14,
+                              "failed to connect to all addresses; last error: UNKNOWN: "
+                              "ipv4:127.0.0.1:1: Failed to connect to remote host: Connection "
+                              "refused",
+                              100),
+            "connection refused");
+  EXPECT_EQ(SummarizeRpcError(4, "Deadline Exceeded", 250), "no answer within 250 ms");
+  EXPECT_EQ(SummarizeRpcError(3, "bad shape", 1), "INVALID_ARGUMENT: bad shape");
+}
+
+TEST(NetUtilTest, ReadsOwnResourceUsage) {
+  ResourceUsage usage = ReadResourceUsage();
+  EXPECT_GT(usage.resident_bytes, 0);
+  EXPECT_GE(usage.threads, 1);
+  EXPECT_GE(usage.open_fds, 3);
+  EXPECT_GT(usage.start_time_unix, 1.0e9);
+}
+
+}  // namespace
+}  // namespace trainscope

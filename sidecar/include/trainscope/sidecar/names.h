@@ -1,0 +1,77 @@
+#pragma once
+// Every metric name, label name, state name and HTTP path the sidecar exports, in one place, so
+// that dashboards, alert rules and tests can be checked against them. Constants only.
+
+#include <string_view>
+
+namespace trainscope::sidecar::names {
+
+// Labels. Never `job` or `instance`: Prometheus owns those.
+inline constexpr std::string_view kLabelCluster = "cluster";
+inline constexpr std::string_view kLabelRole = "role";
+inline constexpr std::string_view kLabelTask = "task";
+inline constexpr std::string_view kLabelState = "state";
+inline constexpr std::string_view kLabelPeerRole = "peer_role";
+inline constexpr std::string_view kLabelPeerTask = "peer_task";
+
+// Per watched task (local tasks only: a sidecar exports what it has seen first-hand).
+// 1 when the task's state is `up`, else 0.
+inline constexpr std::string_view kTaskUp = "trainscope_task_up";
+// 1 for the task's current state, 0 for every other state (one series per state).
+inline constexpr std::string_view kTaskState = "trainscope_task_state";
+// Seconds a blocked task has been waiting on each peer (series exist only while waiting).
+inline constexpr std::string_view kTaskBlockedSeconds = "trainscope_task_blocked_seconds";
+// Seconds since the last valid heartbeat answer (since watching began when never).
+inline constexpr std::string_view kTaskHeartbeatAge = "trainscope_task_heartbeat_age_seconds";
+// Restarts seen (incarnation changes).
+inline constexpr std::string_view kTaskRestarts = "trainscope_task_restarts_total";
+// Entries into each state (one series per state); a soak counts false alarms with it.
+inline constexpr std::string_view kTaskTransitions = "trainscope_task_state_transitions_total";
+// The failure detector's suspicion level (phi; 0 while answers come on time).
+inline constexpr std::string_view kTaskSuspicion = "trainscope_task_heartbeat_suspicion";
+// Heartbeat round-trip latency (histogram) and the latest one (gauge).
+inline constexpr std::string_view kTaskHeartbeatLatency = "trainscope_task_heartbeat_latency_seconds";
+inline constexpr std::string_view kTaskHeartbeatLastLatency =
+    "trainscope_task_heartbeat_last_latency_seconds";
+// Progress counter reported by the task (steps or updates applied).
+inline constexpr std::string_view kTaskSteps = "trainscope_task_steps_total";
+// Duration of the task's last step.
+inline constexpr std::string_view kTaskLastStepSeconds = "trainscope_task_last_step_seconds";
+// Resource usage the task reports about itself.
+inline constexpr std::string_view kTaskCpuSeconds = "trainscope_task_cpu_seconds_total";
+inline constexpr std::string_view kTaskResidentBytes = "trainscope_task_resident_memory_bytes";
+inline constexpr std::string_view kTaskThreads = "trainscope_task_threads";
+inline constexpr std::string_view kTaskOpenFds = "trainscope_task_open_fds";
+
+// The sidecar itself.
+inline constexpr std::string_view kSidecarWatchedTasks = "trainscope_sidecar_watched_tasks";
+inline constexpr std::string_view kSidecarPauses = "trainscope_sidecar_pauses_total";
+inline constexpr std::string_view kSidecarPeerErrors = "trainscope_sidecar_peer_errors_total";
+inline constexpr std::string_view kSidecarPeers = "trainscope_sidecar_peers";
+// Standard process metrics of the sidecar process.
+inline constexpr std::string_view kProcessCpuSeconds = "process_cpu_seconds_total";
+inline constexpr std::string_view kProcessResidentBytes = "process_resident_memory_bytes";
+inline constexpr std::string_view kProcessVirtualBytes = "process_virtual_memory_bytes";
+inline constexpr std::string_view kProcessOpenFds = "process_open_fds";
+inline constexpr std::string_view kProcessMaxFds = "process_max_fds";
+inline constexpr std::string_view kProcessStartTime = "process_start_time_seconds";
+inline constexpr std::string_view kProcessThreads = "process_threads";
+
+// Task states, as they appear in the API and in the `state` label.
+inline constexpr std::string_view kStateMissing = "missing";
+inline constexpr std::string_view kStateUp = "up";
+inline constexpr std::string_view kStateSlow = "slow";
+inline constexpr std::string_view kStateBlocked = "blocked";
+inline constexpr std::string_view kStateStalled = "stalled";
+inline constexpr std::string_view kStateHung = "hung";
+inline constexpr std::string_view kStateUnreachable = "unreachable";
+inline constexpr std::string_view kStateDead = "dead";
+
+// HTTP paths on --http_port.
+inline constexpr std::string_view kPathMetrics = "/metrics";
+inline constexpr std::string_view kPathTasks = "/api/v1/tasks";  // ?local=1: own tasks only
+inline constexpr std::string_view kPathSd = "/api/v1/sd";
+inline constexpr std::string_view kPathHealthz = "/healthz";
+inline constexpr std::string_view kPathStatusPage = "/";
+
+}  // namespace trainscope::sidecar::names

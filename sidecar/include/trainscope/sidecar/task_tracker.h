@@ -1,0 +1,172 @@
+#pragma once
+// The state decision for one watched task: it takes the results of heartbeat polls (plain
+// structs, no protobuf) and first-hand facts about the local process (/proc), and says which
+// DESIGN.md state the task is in and why. Time is injected, so tests feed synthetic histories.
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "trainscope/sidecar/cluster_spec.h"
+#include "trainscope/sidecar/detector.h"
+#include "trainscope/sidecar/task_view.h"
+
+namespace trainscope::sidecar {
+
+// Thresholds of the state decision. Defaults suit --heartbeat_interval_ms=100.
+struct TrackerOptions {
+  double interval_s = 0.1;        // Poll interval.
+  double hung_after_s = 1.0;      // Silence before hung/unreachable (with phi >= phi_hung).
+  double phi_hung = 8;            // Suspicion needed for hung/unreachable.
+  double phi_late = 3;            // Suspicion from which an answer counts as late (slow).
+  double stall_after_s = 10;      // Steps frozen this long while expecting progress: stalled.
+  double blocked_after_s = 1;     // Waiting on peers this long: blocked.
+  double slow_latency_factor = 10;  // Latency this many times its usual ...
+  double slow_latency_min_s = 0.2;  // ... and at least this much above it: slow.
+  double slow_step_factor = 5;      // Step time this many times its usual (or peers'): slow.
+  double slow_step_min_s = 0.2;
+  double relearn_s = 1;           // After a sidecar pause, no dead/hung/unreachable this long.
+  double min_stddev_s = 0.05;     // Detector floor (see PhiAccrualOptions).
+};
+
+// A valid heartbeat answer, converted from HeartbeatResponse at the gRPC edge.
+struct HeartbeatInfo {
+  std::string cluster_name;
+  TaskRef task;
+  uint64_t incarnation = 0;
+  int64_t pid = 0;
+  std::string hostname;
+  std::string listen_address;
+  std::string runtime_version;
+  std::string phase;  // "training", "creating_session", ...
+  bool waiting = false;
+  std::string waiting_what;
+  double waiting_since_unix = 0;
+  std::vector<PeerInfo> waiting_on;
+  int64_t steps = 0;
+  std::vector<PeerInfo> peers;
+  double cpu_seconds = 0;
+  int64_t resident_bytes = 0;
+  int32_t threads = 0;
+  int32_t open_fds = 0;
+  double unix_seconds = 0;  // The task's clock.
+  std::string metrics_address;
+  double last_step_seconds = 0;
+  bool expects_progress = false;
+};
+
+enum class FailureKind {
+  kRefused,        // Nothing listens at the address.
+  kTimeout,        // No answer before the deadline.
+  kUnavailable,    // Connection failed or broke otherwise.
+  kBadAnswer,      // Something answered, but not a heartbeat (garbage, too large, ...).
+  kWrongIdentity,  // A heartbeat from another task or cluster.
+};
+
+// The result of one heartbeat poll.
+struct PollResult {
+  double sent_s = 0;      // Monotonic seconds.
+  double received_s = 0;  // Monotonic seconds.
+  bool ok = false;
+  HeartbeatInfo heartbeat;  // When ok.
+  FailureKind failure = FailureKind::kUnavailable;
+  std::string error;  // When !ok: short words, e.g. "connection refused".
+};
+
+// What /proc says about a pid.
+struct ProcInfo {
+  char state = '?';  // R, S, D, T, t, Z, X, ...
+  double cpu_seconds = 0;
+};
+// Reads /proc/<pid>; nullopt when there is no such process.
+using ProcReader = std::function<std::optional<ProcInfo>(int64_t pid)>;
+// The real reader.
+std::optional<ProcInfo> ReadProc(int64_t pid);
+
+// Per-task bookkeeping the metrics need besides the view.
+struct TaskCounters {
+  std::array<int64_t, kNumTaskStates> transitions{};  // Entries into each state.
+  // Heartbeat latency histogram (cumulative counts per bound of kLatencyBounds, then +Inf).
+  std::vector<uint64_t> latency_buckets;
+  uint64_t latency_count = 0;
+  double latency_sum = 0;
+};
+// Upper bounds of the latency histogram, seconds.
+const std::vector<double>& LatencyBounds();
+
+// The state machine of one task. Not thread-safe: owned by the poll loop; others read the
+// TaskView it returns.
+class TaskTracker {
+ public:
+  // `local`: the task's host is this machine, so /proc evidence applies (still checked against
+  // the hostname the task reports). `our_hostname` is this machine's name.
+  TaskTracker(std::string cluster, TaskRef task, std::string address, bool local,
+              std::string our_hostname, TrackerOptions options, double now_s, double now_unix);
+
+  // Feeds one poll result (results may arrive out of order; older ones are ignored for liveness).
+  void OnResult(const PollResult& result);
+  // The sidecar's own loop stalled: forget gap history and re-learn.
+  void OnSidecarPause(double now_s);
+  // Decides the state at `now_s` (monotonic) / `now_unix` (wall clock).
+  const TaskView& Evaluate(double now_s, double now_unix, const ProcReader& proc);
+
+  const TaskView& view() const { return view_; }
+  const TaskCounters& counters() const { return counters_; }
+  const TaskRef& task() const { return view_.task; }
+  const std::string& address() const { return view_.address; }
+  // Events worth logging since the last call (restarts, state changes).
+  std::vector<std::string> TakeEvents();
+
+ private:
+  struct Decision {
+    TaskState state;
+    std::string reason;
+  };
+  Decision Decide(double now_s, double now_unix, const ProcReader& proc);
+  Decision DecideSilent(double now_s, double silence, double phi, const ProcReader& proc);
+  Decision DecideAnswering(double now_s, double now_unix);
+  void ApplyHeartbeat(const HeartbeatInfo& hb, double received_s);
+  double UsualLatency() const;
+
+  TrackerOptions options_;
+  bool local_;
+  std::string our_hostname_;
+  double watch_start_s_;
+  double watch_start_unix_;
+  PhiAccrualDetector detector_;
+  TaskView view_;
+  TaskCounters counters_;
+  std::vector<std::string> events_;
+
+  bool answered_ = false;
+  HeartbeatInfo last_hb_;
+  double last_answer_s_ = 0;  // Monotonic time of the last valid answer.
+  double silence_origin_s_ = 0;  // Silence is counted from max(last answer, this).
+  std::optional<PollResult> last_failure_;  // Newer than the last answer, if any.
+  std::string last_error_;  // Last failure ever, for the missing reason.
+  FailureKind last_failure_kind_ = FailureKind::kUnavailable;
+  double relearn_until_s_ = 0;
+
+  // Latency: recent values and a slowly adapting usual value.
+  std::vector<double> recent_latency_;
+  double usual_latency_ = -1;
+  int latency_samples_ = 0;
+  // Steps.
+  int64_t last_steps_ = -1;
+  double last_progress_s_ = 0;
+  bool expecting_ = false;
+  double usual_step_ = -1;
+  // Late-answer CPU check: process CPU time when the answer first became late.
+  std::optional<double> late_cpu_;
+  double late_since_s_ = 0;
+};
+
+// Straggler check across tasks of one role: the median last step time of the others.
+// Returns a reason when `view` is a straggler, else "".
+std::string StragglerReason(const TaskView& view, const std::vector<TaskView>& all,
+                            const TrackerOptions& options);
+
+}  // namespace trainscope::sidecar

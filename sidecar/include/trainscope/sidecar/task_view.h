@@ -1,0 +1,96 @@
+#pragma once
+// What the sidecar knows and says about one task: its state, the reason in words, and the facts
+// behind them. The unit of /api/v1/tasks, of the cluster view exchanged between sidecars, of the
+// status page and of trainscopectl. Value types plus their JSON form.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trainscope/sidecar/cluster_spec.h"
+
+namespace trainscope::sidecar {
+
+// Task states, as DESIGN.md names them. Order = severity for sorting (worst last).
+enum class TaskState { kUp, kSlow, kStalled, kBlocked, kMissing, kUnreachable, kHung, kDead };
+inline constexpr int kNumTaskStates = 8;
+
+std::string_view StateName(TaskState state);
+// Parses a state name; false when unknown.
+bool ParseStateName(std::string_view name, TaskState* state);
+// How urgent a state is for a person (higher first on the page and in the table).
+int Severity(TaskState state);
+
+// One peer as a task sees it (a PeerView of its heartbeat).
+struct PeerInfo {
+  TaskRef peer;
+  std::string address;  // The address the task uses for the peer.
+  bool connected = false;
+  int64_t consecutive_failures = 0;
+  std::string last_error;
+  double seconds_since_success = -1;  // -1 when never.
+  uint64_t peer_incarnation = 0;
+  std::string peer_listen_address;
+};
+
+// A peer a blocked task waits on, with the sidecar's knowledge of that peer.
+struct BlockedPeer {
+  TaskRef peer;
+  std::string address;  // The address the waiter uses.
+  double seconds = 0;   // How long the task has been waiting.
+  std::string last_error;
+};
+
+struct TaskView {
+  std::string cluster;
+  TaskRef task;
+  std::string address;  // From the cluster spec.
+  TaskState state = TaskState::kMissing;
+  std::string reason;
+  double since = 0;  // Unix seconds when the current state began.
+  std::vector<BlockedPeer> blocked_on;  // Non-empty only when blocked.
+  std::string source;  // "" when watched by this sidecar; else the sidecar that reported it.
+
+  // Facts from the last valid heartbeat (zero/empty when none).
+  std::string phase;
+  int64_t pid = 0;
+  std::string hostname;
+  uint64_t incarnation = 0;
+  int64_t restarts = 0;
+  std::string listen_address;
+  std::string runtime_version;
+  std::string metrics_address;
+  int64_t steps = 0;
+  double last_step_seconds = 0;
+  bool expects_progress = false;
+  std::vector<PeerInfo> peers;
+  double cpu_seconds = 0;
+  int64_t resident_bytes = 0;
+  int32_t threads = 0;
+  int32_t open_fds = 0;
+
+  // Detector facts.
+  double heartbeat_age_seconds = -1;  // -1 when never answered.
+  double latency_seconds = 0;         // Last round trip.
+  double phi = 0;
+  double observed_at = 0;  // Unix seconds of this view.
+
+  // "waiting_on" in JSON: the names of blocked_on.
+  std::vector<std::string> WaitingOn() const;
+};
+
+// JSON for /api/v1/tasks: {"cluster":..., "tasks":[...]}. Never throws (bad UTF-8 is replaced).
+std::string TaskViewsToJson(const std::string& cluster, const std::vector<TaskView>& views);
+
+// Parses what another sidecar sent. Unknown fields are ignored; a task object with a missing or
+// mistyped required field (role, task, state) is skipped and counted in `skipped`; a body that
+// is not that shape at all is InvalidArgument. Never throws.
+absl::StatusOr<std::vector<TaskView>> ParseTaskViewsJson(std::string_view body,
+                                                         int* skipped = nullptr);
+
+// Problems first (by severity), then by role and index.
+void SortForPeople(std::vector<TaskView>& views);
+
+}  // namespace trainscope::sidecar

@@ -1,0 +1,385 @@
+// The per-task state decision; see task_tracker.h.
+#include "trainscope/sidecar/task_tracker.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace trainscope::sidecar {
+namespace {
+
+// "350 ms", "1.5 s", "42 s", "3 min 5 s".
+std::string Dur(double s) {
+  if (!std::isfinite(s) || s < 0) s = 0;
+  if (s < 1) return absl::StrFormat("%.0f ms", s * 1000);
+  if (s < 10) return absl::StrFormat("%.1f s", s);
+  if (s < 120) return absl::StrFormat("%.0f s", s);
+  if (s < 7200) {
+    return absl::StrFormat("%d min %d s", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  }
+  return absl::StrFormat("%.1f h", s / 3600);
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+bool IsFatal(TaskState s) {
+  return s == TaskState::kDead || s == TaskState::kHung || s == TaskState::kUnreachable;
+}
+
+}  // namespace
+
+const std::vector<double>& LatencyBounds() {
+  static const std::vector<double> kBounds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                              0.1,    0.25,  0.5,    1,     2.5,  5};
+  return kBounds;
+}
+
+std::optional<ProcInfo> ReadProc(int64_t pid) {
+  if (pid <= 0) return std::nullopt;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%lld/stat", static_cast<long long>(pid));
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return std::nullopt;
+  char buf[1024];
+  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  std::string_view s(buf, n);
+  size_t paren = s.rfind(')');
+  if (paren == std::string_view::npos || paren + 2 >= s.size()) return std::nullopt;
+  ProcInfo info;
+  info.state = s[paren + 2];
+  // Fields after the state: ppid(4) pgrp session tty_nr tpgid flags minflt cminflt majflt
+  // cmajflt utime(14) stime(15).
+  std::istringstream rest(std::string(s.substr(paren + 3)));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 4; i <= 15 && (rest >> field); ++i) {
+    if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
+    if (i == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
+  }
+  static const double kTicks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  info.cpu_seconds = static_cast<double>(utime + stime) / kTicks;
+  return info;
+}
+
+TaskTracker::TaskTracker(std::string cluster, TaskRef task, std::string address, bool local,
+                         std::string our_hostname, TrackerOptions options, double now_s,
+                         double now_unix)
+    : options_(options),
+      local_(local),
+      our_hostname_(std::move(our_hostname)),
+      watch_start_s_(now_s),
+      watch_start_unix_(now_unix),
+      detector_(PhiAccrualOptions{.window = 200,
+                                  .min_stddev_s = options.min_stddev_s,
+                                  .first_gap_s = options.interval_s}) {
+  view_.cluster = std::move(cluster);
+  view_.task = std::move(task);
+  view_.address = std::move(address);
+  view_.state = TaskState::kMissing;
+  view_.since = now_unix;
+  counters_.latency_buckets.assign(LatencyBounds().size(), 0);
+  counters_.transitions[static_cast<int>(TaskState::kMissing)] = 1;
+}
+
+std::vector<std::string> TaskTracker::TakeEvents() {
+  std::vector<std::string> out;
+  out.swap(events_);
+  return out;
+}
+
+void TaskTracker::OnResult(const PollResult& r) {
+  if (r.ok) {
+    if (answered_ && r.received_s < last_answer_s_) return;
+    const HeartbeatInfo& hb = r.heartbeat;
+    bool cluster_ok = hb.cluster_name.empty() || hb.cluster_name == view_.cluster;
+    if (!cluster_ok || hb.task != view_.task) {
+      PollResult wrong = r;
+      wrong.ok = false;
+      wrong.failure = FailureKind::kWrongIdentity;
+      wrong.error = absl::StrCat("answers as cluster \"", hb.cluster_name, "\" task ",
+                                 hb.task.Name(), " (pid ", hb.pid, " on ", hb.hostname,
+                                 "), not cluster \"", view_.cluster, "\" ", view_.task.Name());
+      OnResult(wrong);
+      return;
+    }
+    // Latency bookkeeping.
+    double latency = std::max(0.0, r.received_s - r.sent_s);
+    view_.latency_seconds = latency;
+    counters_.latency_count++;
+    counters_.latency_sum += latency;
+    const auto& bounds = LatencyBounds();
+    for (size_t i = 0; i < bounds.size(); ++i) {
+      if (latency <= bounds[i]) counters_.latency_buckets[i]++;
+    }
+    recent_latency_.push_back(latency);
+    if (recent_latency_.size() > 5) recent_latency_.erase(recent_latency_.begin());
+    ++latency_samples_;
+    if (usual_latency_ < 0) {
+      usual_latency_ = latency;
+    } else if (latency_samples_ < 10) {
+      usual_latency_ = 0.7 * usual_latency_ + 0.3 * latency;
+    } else if (latency <= std::max(usual_latency_ * options_.slow_latency_factor,
+                                   usual_latency_ + options_.slow_latency_min_s)) {
+      usual_latency_ = 0.95 * usual_latency_ + 0.05 * latency;
+    }
+    ApplyHeartbeat(hb, r.received_s);
+    return;
+  }
+  last_error_ = r.error;
+  last_failure_kind_ = r.failure;
+  if (!answered_ || r.received_s >= last_answer_s_) last_failure_ = r;
+}
+
+void TaskTracker::ApplyHeartbeat(const HeartbeatInfo& hb, double t) {
+  if (answered_ && hb.incarnation != last_hb_.incarnation) {
+    view_.restarts++;
+    events_.push_back(absl::StrCat(view_.task.Name(), " restarted: incarnation ",
+                                   last_hb_.incarnation, " -> ", hb.incarnation, ", pid ",
+                                   last_hb_.pid, " -> ", hb.pid));
+    last_steps_ = -1;
+    usual_step_ = -1;
+    expecting_ = false;
+  }
+  detector_.Heartbeat(t);
+  if (hb.steps != last_steps_) {
+    if (last_steps_ >= 0 && hb.last_step_seconds > 0) {
+      if (usual_step_ < 0) {
+        usual_step_ = hb.last_step_seconds;
+      } else if (hb.last_step_seconds <= std::max(usual_step_ * options_.slow_step_factor,
+                                                  usual_step_ + options_.slow_step_min_s)) {
+        usual_step_ = 0.9 * usual_step_ + 0.1 * hb.last_step_seconds;
+      }
+    }
+    last_steps_ = hb.steps;
+    last_progress_s_ = t;
+  }
+  if (hb.expects_progress && !expecting_) last_progress_s_ = t;
+  expecting_ = hb.expects_progress;
+  answered_ = true;
+  last_answer_s_ = t;
+  last_failure_.reset();
+  late_cpu_.reset();
+  last_hb_ = hb;
+
+  view_.phase = hb.phase;
+  view_.pid = hb.pid;
+  view_.hostname = hb.hostname;
+  view_.incarnation = hb.incarnation;
+  view_.listen_address = hb.listen_address;
+  view_.runtime_version = hb.runtime_version;
+  view_.metrics_address = hb.metrics_address;
+  view_.steps = hb.steps;
+  view_.last_step_seconds = hb.last_step_seconds;
+  view_.expects_progress = hb.expects_progress;
+  view_.peers = hb.peers;
+  view_.cpu_seconds = hb.cpu_seconds;
+  view_.resident_bytes = hb.resident_bytes;
+  view_.threads = hb.threads;
+  view_.open_fds = hb.open_fds;
+}
+
+void TaskTracker::OnSidecarPause(double now_s) {
+  detector_.Reset(now_s);
+  silence_origin_s_ = now_s;
+  relearn_until_s_ = now_s + options_.relearn_s;
+  late_cpu_.reset();
+  last_failure_.reset();
+}
+
+double TaskTracker::UsualLatency() const { return std::max(0.0, usual_latency_); }
+
+TaskTracker::Decision TaskTracker::DecideAnswering(double now_s, double now_unix) {
+  const HeartbeatInfo& hb = last_hb_;
+  double age = now_s - last_answer_s_;
+  if (hb.waiting && !hb.waiting_on.empty()) {
+    double waited = std::max(0.0, hb.unix_seconds - hb.waiting_since_unix) + age;
+    if (hb.waiting_since_unix <= 0) waited = 0;
+    if (waited >= options_.blocked_after_s) {
+      std::vector<std::string> parts;
+      for (const PeerInfo& p : hb.waiting_on) {
+        view_.blocked_on.push_back({p.peer, p.address, waited, p.last_error});
+        parts.push_back(absl::StrCat(p.peer.Name(), " at ", p.address,
+                                     p.last_error.empty() ? "" : " (" + p.last_error + ")"));
+      }
+      return {TaskState::kBlocked,
+              absl::StrCat("waiting ", Dur(waited), " in ",
+                           hb.waiting_what.empty() ? "CreateSession" : hb.waiting_what, " for ",
+                           absl::StrJoin(parts, ", "))};
+    }
+  }
+  if (expecting_ && now_s - last_progress_s_ >= options_.stall_after_s) {
+    return {TaskState::kStalled,
+            absl::StrCat("steps stuck at ", hb.steps, " for ", Dur(now_s - last_progress_s_),
+                         " while ", hb.phase.empty() ? "training" : hb.phase,
+                         " (answers heartbeats, makes no progress)")};
+  }
+  if (latency_samples_ >= 10 && !recent_latency_.empty()) {
+    double recent = Median(recent_latency_);
+    double usual = UsualLatency();
+    if (recent > std::max(usual * options_.slow_latency_factor,
+                          usual + options_.slow_latency_min_s)) {
+      return {TaskState::kSlow,
+              absl::StrCat("heartbeat latency ", Dur(recent), ", usually ", Dur(usual))};
+    }
+  }
+  if (usual_step_ > 0 && expecting_ && hb.last_step_seconds > 0 &&
+      hb.last_step_seconds > std::max(usual_step_ * options_.slow_step_factor,
+                                      usual_step_ + options_.slow_step_min_s)) {
+    return {TaskState::kSlow, absl::StrCat("last step took ", Dur(hb.last_step_seconds),
+                                           ", usually ", Dur(usual_step_))};
+  }
+  std::string what = hb.phase.empty() ? "answering" : hb.phase;
+  std::string reason = absl::StrCat(what, ", answers every ", Dur(detector_.MeanGap()),
+                                    " (latency ", Dur(view_.latency_seconds), ")");
+  if (hb.steps > 0) absl::StrAppend(&reason, ", step ", hb.steps);
+  if (view_.restarts > 0) absl::StrAppend(&reason, "; restarted ", view_.restarts, "x");
+  return {TaskState::kUp, reason};
+}
+
+TaskTracker::Decision TaskTracker::DecideSilent(double now_s, double silence, double phi,
+                                                const ProcReader& proc) {
+  bool late = phi >= options_.phi_late && silence > 2 * options_.interval_s;
+  bool long_silence = late && silence >= options_.hung_after_s && phi >= options_.phi_hung;
+  bool refused = last_failure_ && last_failure_->failure == FailureKind::kRefused;
+  std::string err = last_failure_ ? last_failure_->error : "";
+  std::string err_note = err.empty() ? "" : absl::StrCat(" (last error: ", err, ")");
+  int64_t pid = last_hb_.pid;
+  bool can_check = local_ && pid > 0 && proc &&
+                   (last_hb_.hostname.empty() || our_hostname_.empty() ||
+                    last_hb_.hostname == our_hostname_);
+  if (can_check) {
+    std::optional<ProcInfo> p = proc(pid);
+    if (!p) {
+      return {TaskState::kDead,
+              absl::StrCat("process ", pid, " is gone (no /proc/", pid, "); no answer at ",
+                           view_.address, " for ", Dur(silence), err_note)};
+    }
+    if (p->state == 'Z' || p->state == 'X') {
+      return {TaskState::kDead, absl::StrCat("process ", pid, " exited (zombie, not yet reaped)",
+                                             err_note)};
+    }
+    if (refused) {
+      return {TaskState::kDead,
+              absl::StrCat("connection refused at ", view_.address, " although process ", pid,
+                           " still exists (its server is down, or the pid was reused)")};
+    }
+    if ((p->state == 'T' || p->state == 't') && late) {
+      return {TaskState::kHung,
+              absl::StrCat("process ", pid, " is stopped (state ", std::string(1, p->state),
+                           ": SIGSTOP or a debugger); no answer for ", Dur(silence))};
+    }
+    if (late && !late_cpu_) {
+      late_cpu_ = p->cpu_seconds;
+      late_since_s_ = now_s;
+    }
+    if (long_silence) {
+      bool cpu_moving = late_cpu_ && p->cpu_seconds > *late_cpu_ + 0.02;
+      if (cpu_moving && silence < 4 * options_.hung_after_s) {
+        return {TaskState::kSlow,
+                absl::StrCat("no answer for ", Dur(silence), ", but process ", pid,
+                             " is using CPU (overloaded or starved)", err_note)};
+      }
+      return {TaskState::kHung,
+              absl::StrCat("process ", pid, " exists (state ", std::string(1, p->state),
+                           ") but has not answered for ", Dur(silence),
+                           absl::StrFormat(" (suspicion %.0f)", phi), err_note)};
+    }
+  } else {
+    if (refused) {
+      return {TaskState::kDead,
+              absl::StrCat("connection refused at ", view_.address, "; last answered ",
+                           Dur(silence), " ago as pid ", pid, " on ",
+                           last_hb_.hostname.empty() ? "?" : last_hb_.hostname)};
+    }
+    if (long_silence) {
+      return {TaskState::kUnreachable,
+              absl::StrCat("no answer at ", view_.address, " for ", Dur(silence), err_note,
+                           "; cannot check the process (pid ", pid, " on ",
+                           last_hb_.hostname.empty() ? "?" : last_hb_.hostname,
+                           ") from this host")};
+    }
+  }
+  if (late) {
+    return {TaskState::kSlow, absl::StrCat("heartbeat late: no answer for ", Dur(silence),
+                                           ", usually every ", Dur(detector_.MeanGap()),
+                                           err_note)};
+  }
+  return DecideAnswering(now_s, 0);
+}
+
+TaskTracker::Decision TaskTracker::Decide(double now_s, double now_unix, const ProcReader& proc) {
+  view_.blocked_on.clear();
+  if (!answered_) {
+    std::string reason = absl::StrCat("never answered at ", view_.address, " in ",
+                                      Dur(now_s - watch_start_s_), " of watching");
+    if (!last_error_.empty()) absl::StrAppend(&reason, " (", last_error_, ")");
+    if (last_failure_kind_ == FailureKind::kRefused && !last_error_.empty()) {
+      absl::StrAppend(&reason, ": not started, or listening on another port");
+    } else if (last_failure_kind_ == FailureKind::kWrongIdentity) {
+      absl::StrAppend(&reason, ": another task listens there; check the cluster spec");
+    }
+    return {TaskState::kMissing, reason};
+  }
+  double silence = now_s - std::max(last_answer_s_, silence_origin_s_);
+  double phi = detector_.Phi(now_s);
+  view_.phi = phi;
+  bool late = phi >= options_.phi_late && silence > 2 * options_.interval_s;
+  if (last_failure_ || late) return DecideSilent(now_s, silence, phi, proc);
+  return DecideAnswering(now_s, now_unix);
+}
+
+const TaskView& TaskTracker::Evaluate(double now_s, double now_unix, const ProcReader& proc) {
+  Decision d = Decide(now_s, now_unix, proc);
+  if (now_s < relearn_until_s_ && IsFatal(d.state) && !IsFatal(view_.state)) {
+    d = {view_.state, absl::StrCat("re-learning after the sidecar itself paused; ", view_.reason)};
+  }
+  if (d.state != TaskState::kBlocked) view_.blocked_on.clear();
+  if (d.state != view_.state) {
+    events_.push_back(absl::StrCat(view_.task.Name(), " ", StateName(view_.state), " -> ",
+                                   StateName(d.state), ": ", d.reason));
+    view_.state = d.state;
+    view_.since = now_unix;
+    counters_.transitions[static_cast<int>(d.state)]++;
+  }
+  view_.reason = std::move(d.reason);
+  view_.heartbeat_age_seconds = answered_ ? now_s - last_answer_s_ : -1;
+  if (!answered_) view_.phi = 0;
+  view_.observed_at = now_unix;
+  return view_;
+}
+
+std::string StragglerReason(const TaskView& view, const std::vector<TaskView>& all,
+                            const TrackerOptions& options) {
+  if (view.last_step_seconds <= 0 || !view.expects_progress) return "";
+  std::vector<double> others;
+  for (const TaskView& v : all) {
+    if (v.task == view.task || v.task.role != view.task.role || !v.expects_progress ||
+        v.last_step_seconds <= 0 || v.state == TaskState::kDead || v.state == TaskState::kMissing) {
+      continue;
+    }
+    others.push_back(v.last_step_seconds);
+  }
+  if (others.size() < 2) return "";
+  double m = Median(others);
+  if (view.last_step_seconds > std::max(m * options.slow_step_factor, m + options.slow_step_min_s)) {
+    return absl::StrCat("straggler: last step took ", Dur(view.last_step_seconds),
+                        ", its peers' median is ", Dur(m));
+  }
+  return "";
+}
+
+}  // namespace trainscope::sidecar
