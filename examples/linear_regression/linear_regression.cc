@@ -92,9 +92,10 @@ absl::Status Train(Task& task, const LinearRegressionOptions& options) {
     return absl::OkStatus();
   };
 
+  // The loss of the model as created (all zeros), whatever other workers did since.
+  const float initial_loss = Loss(x_eval, y_eval, Vector::Zero(features), 0.0f);
   TS_RETURN_IF_ERROR(pull());
-  const float initial_loss = Loss(x_eval, y_eval, w, b);
-  spdlog::info("initial loss {:.6f}", initial_loss);
+  spdlog::info("initial loss {:.6f}, loss now {:.6f}", initial_loss, Loss(x_eval, y_eval, w, b));
   const auto start = std::chrono::steady_clock::now();
   Matrix x;
   Vector y;
