@@ -99,10 +99,11 @@ absl::Status Train(Task& task, const LinearRegressionOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   Matrix x;
   Vector y;
+  int64_t steps_done = 0;
   for (int64_t step = 1; step <= options.steps; ++step) {
     if (task.stopping()) {
-      return absl::CancelledError(absl::StrCat(task.self().ShortName(),
-                                               " stopped by a signal at step ", step));
+      spdlog::warn("stopping at step {} of {}: finishing cleanly", steps_done, options.steps);
+      break;
     }
     const auto step_start = std::chrono::steady_clock::now();
     if (step > 1) TS_RETURN_IF_ERROR(pull());
@@ -126,6 +127,7 @@ absl::Status Train(Task& task, const LinearRegressionOptions& options) {
     }
     task.status().RecordStep(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
+    steps_done = step;
     if (options.log_every > 0 && (step % options.log_every == 0 || step == options.steps)) {
       spdlog::info("step {}/{} loss {:.6f}", step, options.steps, err.squaredNorm() / err.size());
     }
@@ -136,7 +138,7 @@ absl::Status Train(Task& task, const LinearRegressionOptions& options) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("final loss {:.6f} (initial {:.6f}, {:.0f}x lower) after {} steps in {:.1f} s",
                final_loss, initial_loss, initial_loss / std::max(final_loss, 1e-12f),
-               options.steps, seconds);
+               steps_done, seconds);
   return task.FinishTraining();
 }
 

@@ -228,14 +228,27 @@ TEST(RuntimeIntegration, SigtermShutsTasksDownGracefully) {
   auto ps = c.Start("ps", 0);
   auto w = c.Start("worker", 0, {"--steps", "100000", "--step_delay_ms", "5"});
   ASSERT_TRUE(w->WaitForOutput("training:", 20s)) << w->Output();
+  // A worker finishes its step, reports the loss, tells the ps it is done and exits 0...
   w->Signal(SIGTERM);
   auto wcode = w->Wait(10s);
   ASSERT_TRUE(wcode.has_value());
+  EXPECT_EQ(*wcode, 0) << w->Output();
   EXPECT_NE(w->Output().find("received SIGTERM: shutting down"), std::string::npos);
-  ps->Signal(SIGTERM);
+  EXPECT_NE(w->Output().find("final loss"), std::string::npos);
+  // ...so the ps, its only worker done, exits by itself.
   auto code = ps->Wait(10s);
   ASSERT_TRUE(code.has_value()) << ps->Output();
   EXPECT_EQ(*code, 0) << ps->Output();
+
+  // A ps stops on SIGTERM too, while its worker still trains.
+  Cluster c2(1, 1);
+  auto ps2 = c2.Start("ps", 0);
+  auto w2 = c2.Start("worker", 0, {"--steps", "100000", "--step_delay_ms", "5"});
+  ASSERT_TRUE(w2->WaitForOutput("training:", 20s)) << w2->Output();
+  ps2->Signal(SIGTERM);
+  auto code2 = ps2->Wait(10s);
+  ASSERT_TRUE(code2.has_value()) << ps2->Output();
+  EXPECT_EQ(*code2, 0) << ps2->Output();
 }
 
 TEST(RuntimeIntegration, BadTfConfigIsOneLineError) {
