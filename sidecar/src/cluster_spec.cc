@@ -36,7 +36,7 @@ std::string Snippet(std::string_view text, size_t pos) {
   return s;
 }
 
-absl::StatusOr<int> ParseInt(std::string_view s) {
+absl::StatusOr<int> ParseInt(const std::string& s) {
   int v = 0;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) {
@@ -48,7 +48,9 @@ absl::StatusOr<int> ParseInt(std::string_view s) {
 }  // namespace
 
 absl::StatusOr<TaskRef> ParseTaskRef(std::string_view text) {
-  std::string_view t = absl::StripAsciiWhitespace(text);
+  absl::string_view stripped =
+      absl::StripAsciiWhitespace(absl::string_view(text.data(), text.size()));
+  std::string t(stripped.data(), stripped.size());
   size_t colon = t.rfind(':');
   if (colon == std::string_view::npos || colon == 0) {
     return absl::InvalidArgumentError(
@@ -78,9 +80,10 @@ std::optional<std::string> ClusterSpec::Address(const TaskRef& t) const {
   return it->second[t.index];
 }
 
-absl::StatusOr<std::pair<std::string, int>> SplitHostPort(std::string_view address) {
-  std::string_view host;
-  std::string_view port;
+absl::StatusOr<std::pair<std::string, int>> SplitHostPort(std::string_view address_view) {
+  std::string address(address_view);
+  std::string host;
+  std::string port;
   if (!address.empty() && address.front() == '[') {
     size_t close = address.find(']');
     if (close == std::string_view::npos || close + 1 >= address.size() ||
@@ -110,7 +113,7 @@ absl::StatusOr<ClusterSpec> ParseClusterSpec(std::string_view text) {
     // Find where parsing fails, for the message.
     size_t pos = 0;
     try {
-      (void)json::parse(text);
+      json ignored = json::parse(text);
     } catch (const json::parse_error& e) {
       pos = e.byte > 0 ? e.byte - 1 : 0;
     } catch (...) {
@@ -153,8 +156,8 @@ absl::StatusOr<ClusterSpec> ParseClusterSpec(std::string_view text) {
       addresses.resize(it->size());
       for (auto e = it->begin(); e != it->end(); ++e) {
         auto idx = ParseInt(e.key());
-        if (!idx.ok() || *idx < 0 || *idx >= static_cast<int>(it->size()) ||
-            !e->is_string() || !SplitHostPort(e->get<std::string>()).ok()) {
+        if (!idx.ok() || *idx < 0 || *idx >= static_cast<int>(it->size()) || !e->is_string() ||
+            !SplitHostPort(e->get<std::string>()).ok()) {
           return absl::InvalidArgumentError(absl::StrCat("cluster spec: cluster.", job, ".",
                                                          e.key(), " = ", Quote(*e),
                                                          " is not a dense index -> host:port"));
@@ -194,8 +197,8 @@ absl::StatusOr<ClusterSpec> ParseClusterSpec(std::string_view text) {
       }
       TaskRef ref{type->get<std::string>(), i};
       if (!spec.Address(ref)) {
-        return absl::InvalidArgumentError(absl::StrCat("cluster spec: task ", Quote(*task),
-                                                       " is not in the cluster"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("cluster spec: task ", Quote(*task), " is not in the cluster"));
       }
       spec.task = ref;
     }
@@ -203,11 +206,11 @@ absl::StatusOr<ClusterSpec> ParseClusterSpec(std::string_view text) {
   return spec;
 }
 
-absl::StatusOr<std::vector<TaskRef>> ParseTaskList(std::string_view list,
-                                                   const ClusterSpec& spec) {
+absl::StatusOr<std::vector<TaskRef>> ParseTaskList(std::string_view list, const ClusterSpec& spec) {
   std::vector<TaskRef> out;
-  for (std::string_view part : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
-    auto ref = ParseTaskRef(part);
+  for (absl::string_view part :
+       absl::StrSplit(absl::string_view(list.data(), list.size()), ',', absl::SkipWhitespace())) {
+    auto ref = ParseTaskRef(std::string(part));
     if (!ref.ok()) return ref.status();
     if (!spec.Address(*ref)) {
       return absl::InvalidArgumentError(

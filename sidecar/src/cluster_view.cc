@@ -103,8 +103,8 @@ void AnnotateBlocked(std::vector<TaskView>& views, const ClusterSpec& spec) {
       }
       if (pv != nullptr && pv->state != TaskState::kUp && pv->state != TaskState::kSlow &&
           pv->state != TaskState::kBlocked && pv->state != TaskState::kStalled) {
-        notes.push_back(
-            absl::StrCat(name, " is ", StateName(pv->state), " (", Shorten(pv->reason, 120), ")"));
+        notes.push_back(absl::StrCat(name, " is ", std::string(StateName(pv->state)), " (",
+                                     Shorten(pv->reason, 120), ")"));
       } else if (pv != nullptr && pv->state == TaskState::kBlocked) {
         notes.push_back(absl::StrCat(name, " is itself blocked"));
       }

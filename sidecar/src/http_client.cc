@@ -83,8 +83,8 @@ absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::st
     return absl::UnavailableError(absl::StrCat("cannot connect to ", host_port, ": ", last_error));
   }
   Fd guard(fd);
-  std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", host_port,
-                                     "\r\nConnection: close\r\n\r\n");
+  std::string request =
+      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", host_port, "\r\nConnection: close\r\n\r\n");
   size_t sent = 0;
   while (sent < request.size()) {
     pollfd p{fd, POLLOUT, 0};

@@ -83,9 +83,8 @@ TaskTracker::TaskTracker(std::string cluster, TaskRef task, std::string address,
       our_hostname_(std::move(our_hostname)),
       watch_start_s_(now_s),
       watch_start_unix_(now_unix),
-      detector_(PhiAccrualOptions{.window = 200,
-                                  .min_stddev_s = options.min_stddev_s,
-                                  .first_gap_s = options.interval_s}) {
+      detector_(PhiAccrualOptions{
+          .window = 200, .min_stddev_s = options.min_stddev_s, .first_gap_s = options.interval_s}) {
   view_.cluster = std::move(cluster);
   view_.task = std::move(task);
   view_.address = std::move(address);
@@ -230,8 +229,8 @@ TaskTracker::Decision TaskTracker::DecideAnswering(double now_s, double now_unix
   if (latency_samples_ >= 10 && !recent_latency_.empty()) {
     double recent = Median(recent_latency_);
     double usual = UsualLatency();
-    if (recent > std::max(usual * options_.slow_latency_factor,
-                          usual + options_.slow_latency_min_s)) {
+    if (recent >
+        std::max(usual * options_.slow_latency_factor, usual + options_.slow_latency_min_s)) {
       return {TaskState::kSlow,
               absl::StrCat("heartbeat latency ", Dur(recent), ", usually ", Dur(usual))};
     }
@@ -258,9 +257,9 @@ TaskTracker::Decision TaskTracker::DecideSilent(double now_s, double silence, do
   std::string err = last_failure_ ? last_failure_->error : "";
   std::string err_note = err.empty() ? "" : absl::StrCat(" (last error: ", err, ")");
   int64_t pid = last_hb_.pid;
-  bool can_check = local_ && pid > 0 && proc &&
-                   (last_hb_.hostname.empty() || our_hostname_.empty() ||
-                    last_hb_.hostname == our_hostname_);
+  bool can_check =
+      local_ && pid > 0 && proc &&
+      (last_hb_.hostname.empty() || our_hostname_.empty() || last_hb_.hostname == our_hostname_);
   if (can_check) {
     std::optional<ProcInfo> p = proc(pid);
     if (!p) {
@@ -269,8 +268,8 @@ TaskTracker::Decision TaskTracker::DecideSilent(double now_s, double silence, do
                            view_.address, " for ", Dur(silence), err_note)};
     }
     if (p->state == 'Z' || p->state == 'X') {
-      return {TaskState::kDead, absl::StrCat("process ", pid, " exited (zombie, not yet reaped)",
-                                             err_note)};
+      return {TaskState::kDead,
+              absl::StrCat("process ", pid, " exited (zombie, not yet reaped)", err_note)};
     }
     if (refused) {
       return {TaskState::kDead,
@@ -306,17 +305,16 @@ TaskTracker::Decision TaskTracker::DecideSilent(double now_s, double silence, do
                            last_hb_.hostname.empty() ? "?" : last_hb_.hostname)};
     }
     if (long_silence) {
-      return {TaskState::kUnreachable,
-              absl::StrCat("no answer at ", view_.address, " for ", Dur(silence), err_note,
-                           "; cannot check the process (pid ", pid, " on ",
-                           last_hb_.hostname.empty() ? "?" : last_hb_.hostname,
-                           ") from this host")};
+      return {
+          TaskState::kUnreachable,
+          absl::StrCat("no answer at ", view_.address, " for ", Dur(silence), err_note,
+                       "; cannot check the process (pid ", pid, " on ",
+                       last_hb_.hostname.empty() ? "?" : last_hb_.hostname, ") from this host")};
     }
   }
   if (late) {
     return {TaskState::kSlow, absl::StrCat("heartbeat late: no answer for ", Dur(silence),
-                                           ", usually every ", Dur(detector_.MeanGap()),
-                                           err_note)};
+                                           ", usually every ", Dur(detector_.MeanGap()), err_note)};
   }
   return DecideAnswering(now_s, 0);
 }
@@ -349,8 +347,8 @@ const TaskView& TaskTracker::Evaluate(double now_s, double now_unix, const ProcR
   }
   if (d.state != TaskState::kBlocked) view_.blocked_on.clear();
   if (d.state != view_.state) {
-    events_.push_back(absl::StrCat(view_.task.Name(), " ", StateName(view_.state), " -> ",
-                                   StateName(d.state), ": ", d.reason));
+    events_.push_back(absl::StrCat(view_.task.Name(), " ", std::string(StateName(view_.state)),
+                                   " -> ", std::string(StateName(d.state)), ": ", d.reason));
     view_.state = d.state;
     view_.since = now_unix;
     counters_.transitions[static_cast<int>(d.state)]++;
@@ -375,7 +373,8 @@ std::string StragglerReason(const TaskView& view, const std::vector<TaskView>& a
   }
   if (others.size() < 2) return "";
   double m = Median(others);
-  if (view.last_step_seconds > std::max(m * options.slow_step_factor, m + options.slow_step_min_s)) {
+  if (view.last_step_seconds >
+      std::max(m * options.slow_step_factor, m + options.slow_step_min_s)) {
     return absl::StrCat("straggler: last step took ", Dur(view.last_step_seconds),
                         ", its peers' median is ", Dur(m));
   }

@@ -157,10 +157,10 @@ absl::StatusOr<std::vector<TaskView>> ParseTaskViewsJson(std::string_view body, 
     auto role = o.is_object() ? o.find("role") : o.end();
     auto index = o.is_object() ? o.find("task") : o.end();
     auto state = o.is_object() ? o.find("state") : o.end();
-    if (!o.is_object() || role == o.end() || !role->is_string() || role->get<std::string>().empty() ||
-        index == o.end() || !index->is_number_integer() || index->get<int64_t>() < 0 ||
-        index->get<int64_t>() > 1000000 || state == o.end() || !state->is_string() ||
-        !ParseStateName(state->get<std::string>(), &v.state)) {
+    if (!o.is_object() || role == o.end() || !role->is_string() ||
+        role->get<std::string>().empty() || index == o.end() || !index->is_number_integer() ||
+        index->get<int64_t>() < 0 || index->get<int64_t>() > 1000000 || state == o.end() ||
+        !state->is_string() || !ParseStateName(state->get<std::string>(), &v.state)) {
       if (skipped) ++*skipped;
       continue;
     }

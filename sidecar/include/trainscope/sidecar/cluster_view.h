@@ -16,7 +16,7 @@ namespace trainscope::sidecar {
 struct PeerReport {
   std::string sidecar;  // host:port
   bool ok = false;
-  std::string error;    // When !ok.
+  std::string error;  // When !ok.
   std::vector<TaskView> views;
 };
 

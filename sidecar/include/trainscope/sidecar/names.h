@@ -30,7 +30,8 @@ inline constexpr std::string_view kTaskTransitions = "trainscope_task_state_tran
 // The failure detector's suspicion level (phi; 0 while answers come on time).
 inline constexpr std::string_view kTaskSuspicion = "trainscope_task_heartbeat_suspicion";
 // Heartbeat round-trip latency (histogram) and the latest one (gauge).
-inline constexpr std::string_view kTaskHeartbeatLatency = "trainscope_task_heartbeat_latency_seconds";
+inline constexpr std::string_view kTaskHeartbeatLatency =
+    "trainscope_task_heartbeat_latency_seconds";
 inline constexpr std::string_view kTaskHeartbeatLastLatency =
     "trainscope_task_heartbeat_last_latency_seconds";
 // Progress counter reported by the task (steps or updates applied).

@@ -18,18 +18,18 @@ namespace trainscope::sidecar {
 
 // Thresholds of the state decision. Defaults suit --heartbeat_interval_ms=100.
 struct TrackerOptions {
-  double interval_s = 0.1;        // Poll interval.
-  double hung_after_s = 1.0;      // Silence before hung/unreachable (with phi >= phi_hung).
-  double phi_hung = 8;            // Suspicion needed for hung/unreachable.
-  double phi_late = 3;            // Suspicion from which an answer counts as late (slow).
-  double stall_after_s = 10;      // Steps frozen this long while expecting progress: stalled.
-  double blocked_after_s = 1;     // Waiting on peers this long: blocked.
+  double interval_s = 0.1;          // Poll interval.
+  double hung_after_s = 1.0;        // Silence before hung/unreachable (with phi >= phi_hung).
+  double phi_hung = 8;              // Suspicion needed for hung/unreachable.
+  double phi_late = 3;              // Suspicion from which an answer counts as late (slow).
+  double stall_after_s = 10;        // Steps frozen this long while expecting progress: stalled.
+  double blocked_after_s = 1;       // Waiting on peers this long: blocked.
   double slow_latency_factor = 10;  // Latency this many times its usual ...
   double slow_latency_min_s = 0.2;  // ... and at least this much above it: slow.
   double slow_step_factor = 5;      // Step time this many times its usual (or peers'): slow.
   double slow_step_min_s = 0.2;
-  double relearn_s = 1;           // After a sidecar pause, no dead/hung/unreachable this long.
-  double min_stddev_s = 0.05;     // Detector floor (see PhiAccrualOptions).
+  double relearn_s = 1;        // After a sidecar pause, no dead/hung/unreachable this long.
+  double min_stddev_s = 0.05;  // Detector floor (see PhiAccrualOptions).
 };
 
 // A valid heartbeat answer, converted from HeartbeatResponse at the gRPC edge.
@@ -143,10 +143,10 @@ class TaskTracker {
 
   bool answered_ = false;
   HeartbeatInfo last_hb_;
-  double last_answer_s_ = 0;  // Monotonic time of the last valid answer.
-  double silence_origin_s_ = 0;  // Silence is counted from max(last answer, this).
+  double last_answer_s_ = 0;                // Monotonic time of the last valid answer.
+  double silence_origin_s_ = 0;             // Silence is counted from max(last answer, this).
   std::optional<PollResult> last_failure_;  // Newer than the last answer, if any.
-  std::string last_error_;  // Last failure ever, for the missing reason.
+  std::string last_error_;                  // Last failure ever, for the missing reason.
   FailureKind last_failure_kind_ = FailureKind::kUnavailable;
   double relearn_until_s_ = 0;
 

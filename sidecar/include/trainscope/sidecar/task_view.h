@@ -49,7 +49,7 @@ struct TaskView {
   std::string address;  // From the cluster spec.
   TaskState state = TaskState::kMissing;
   std::string reason;
-  double since = 0;  // Unix seconds when the current state began.
+  double since = 0;                     // Unix seconds when the current state began.
   std::vector<BlockedPeer> blocked_on;  // Non-empty only when blocked.
   std::string source;  // "" when watched by this sidecar; else the sidecar that reported it.
 

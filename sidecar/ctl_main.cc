@@ -1,0 +1,146 @@
+// trainscopectl: the cluster view in a terminal (`status`) and fault injection into a task
+// started with --enable_fault_injection (`fault`). Thin: flags -> one function -> exit code.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "grpcpp/grpcpp.h"
+#include "trainscope/sidecar/http_client.h"
+#include "trainscope/sidecar/names.h"
+#include "trainscope/sidecar/task_view.h"
+#include "trainscope/v1/runtime.grpc.pb.h"
+
+namespace {
+
+using trainscope::sidecar::TaskState;
+using trainscope::sidecar::TaskView;
+
+const char* Colour(TaskState s) {
+  switch (s) {
+    case TaskState::kUp:
+      return "\033[32m";
+    case TaskState::kSlow:
+    case TaskState::kStalled:
+    case TaskState::kBlocked:
+      return "\033[33m";
+    default:
+      return "\033[31m";
+  }
+}
+
+std::string Ago(double since) {
+  double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  double s = std::max(0.0, now - since);
+  char buf[32];
+  if (s < 120) {
+    std::snprintf(buf, sizeof(buf), "%.0fs", s);
+  } else if (s < 7200) {
+    std::snprintf(buf, sizeof(buf), "%.0fm", s / 60);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1fh", s / 3600);
+  }
+  return buf;
+}
+
+// Exit codes: 0 all up, 1 some task not up, 2 the sidecar cannot be asked.
+int Status(const std::string& sidecar, bool json) {
+  auto resp = trainscope::sidecar::HttpGet(
+      sidecar, std::string(trainscope::sidecar::names::kPathTasks), 3000);
+  if (!resp.ok()) {
+    std::cerr << "trainscopectl: cannot ask the sidecar at " << sidecar << ": "
+              << resp.status().message() << "\n";
+    return 2;
+  }
+  if (resp->status != 200) {
+    std::cerr << "trainscopectl: sidecar at " << sidecar << " answered HTTP " << resp->status
+              << "\n";
+    return 2;
+  }
+  if (json) std::cout << resp->body << "\n";
+  auto views = trainscope::sidecar::ParseTaskViewsJson(resp->body);
+  if (!views.ok()) {
+    std::cerr << "trainscopectl: the sidecar at " << sidecar
+              << " sent something else than a task list: " << views.status().message() << "\n";
+    return 2;
+  }
+  trainscope::sidecar::SortForPeople(*views);
+  int not_up = 0;
+  for (const TaskView& v : *views) not_up += v.state != TaskState::kUp;
+  if (json) return not_up ? 1 : 0;
+  bool tty = isatty(STDOUT_FILENO);
+  std::printf("%-12s %-12s %-6s %-22s %s\n", "TASK", "STATE", "SINCE", "ADDRESS", "REASON");
+  for (const TaskView& v : *views) {
+    std::string state(trainscope::sidecar::StateName(v.state));
+    if (tty) {
+      std::printf("%-12s %s%-12s\033[0m %-6s %-22s %s\n", v.task.Name().c_str(), Colour(v.state),
+                  state.c_str(), Ago(v.since).c_str(), v.address.c_str(), v.reason.c_str());
+    } else {
+      std::printf("%-12s %-12s %-6s %-22s %s\n", v.task.Name().c_str(), state.c_str(),
+                  Ago(v.since).c_str(), v.address.c_str(), v.reason.c_str());
+    }
+  }
+  std::printf("%zu task(s), %d not up\n", views->size(), not_up);
+  return not_up ? 1 : 0;
+}
+
+int Fault(const std::string& task, int64_t parameter_delay_ms, int64_t heartbeat_delay_ms) {
+  auto channel = grpc::CreateChannel(task, grpc::InsecureChannelCredentials());
+  auto stub = trainscope::v1::TaskService::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  trainscope::v1::InjectFaultRequest req;
+  req.set_parameter_delay_ms(parameter_delay_ms);
+  req.set_heartbeat_delay_ms(heartbeat_delay_ms);
+  trainscope::v1::InjectFaultResponse resp;
+  grpc::Status s = stub->InjectFault(&ctx, req, &resp);
+  if (!s.ok()) {
+    std::cerr << "trainscopectl: InjectFault on " << task << " failed: " << s.error_message()
+              << (s.error_code() == grpc::StatusCode::UNIMPLEMENTED ||
+                          s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+                          s.error_code() == grpc::StatusCode::PERMISSION_DENIED
+                      ? " (was the task started with --enable_fault_injection?)"
+                      : "")
+              << "\n";
+    return 1;
+  }
+  std::cout << task << ": parameter_delay_ms=" << resp.parameter_delay_ms()
+            << " heartbeat_delay_ms=" << resp.heartbeat_delay_ms() << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"trainscopectl: ask a trainscope sidecar about the cluster, or inject faults."};
+  app.require_subcommand(1);
+  std::string sidecar = "127.0.0.1:9400";
+  bool json = false;
+  auto* status = app.add_subcommand(
+      "status", "The cluster view as a table, problems first; exit 1 when a task is not up");
+  status->add_option("--sidecar", sidecar, "HOST:PORT of a sidecar's HTTP port")
+      ->capture_default_str();
+  status->add_flag("--json", json, "Print the sidecar's JSON instead of a table");
+  std::string task;
+  int64_t parameter_delay_ms = 0;
+  int64_t heartbeat_delay_ms = 0;
+  auto* fault = app.add_subcommand(
+      "fault", "Set delays on a task started with --enable_fault_injection (0 clears)");
+  fault->add_option("--task", task, "HOST:PORT of the task's gRPC address")->required();
+  fault
+      ->add_option("--parameter_delay_ms", parameter_delay_ms,
+                   "Delay added to every ParameterService call")
+      ->capture_default_str();
+  fault
+      ->add_option("--heartbeat_delay_ms", heartbeat_delay_ms,
+                   "Delay added to every Heartbeat answer")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (status->parsed()) return Status(sidecar, json);
+  return Fault(task, parameter_delay_ms, heartbeat_delay_ms);
+}

@@ -1,0 +1,53 @@
+// trainscope-sidecar: flags -> SidecarOptions -> Run() -> exit code.
+#include <cstdlib>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "trainscope/sidecar/sidecar.h"
+
+int main(int argc, char** argv) {
+  trainscope::sidecar::SidecarOptions o;
+  if (const char* c = std::getenv("TRAINSCOPE_CLUSTER")) o.cluster_name = c;
+  if (const char* tf = std::getenv("TF_CONFIG")) o.tf_config = tf;
+  CLI::App app{
+      "trainscope-sidecar: watches the training tasks of this node, says which are "
+      "dead, hung, blocked or slow and why, and exports it over HTTP and gRPC."};
+  app.add_option("--cluster_spec", o.cluster_spec_file,
+                 "File holding the cluster spec as TF_CONFIG JSON (default: $TF_CONFIG)");
+  app.add_option("--cluster_name", o.cluster_name,
+                 "Name of the training run (default: $TRAINSCOPE_CLUSTER or \"default\")");
+  app.add_option("--local_tasks", o.local_tasks,
+                 "Tasks to watch, e.g. ps:0,worker:1 (default: those whose host is this machine)");
+  app.add_option("--heartbeat_interval_ms", o.heartbeat_interval_ms, "Poll interval per task")
+      ->capture_default_str();
+  app.add_option("--heartbeat_deadline_ms", o.heartbeat_deadline_ms, "Deadline of one poll")
+      ->capture_default_str();
+  app.add_option("--hung_after_ms", o.hung_after_ms,
+                 "Silence before a task counts as hung or unreachable")
+      ->capture_default_str();
+  app.add_option("--blocked_after_ms", o.blocked_after_ms,
+                 "Waiting on peers this long counts as blocked")
+      ->capture_default_str();
+  app.add_option("--stall_after_s", o.stall_after_s,
+                 "Progress frozen this long while training counts as stalled")
+      ->capture_default_str();
+  app.add_option("--http_address", o.http_address, "Address to serve HTTP and gRPC on")
+      ->capture_default_str();
+  app.add_option("--http_port", o.http_port,
+                 "HTTP port: /metrics, /api/v1/tasks, /api/v1/sd, /, /healthz (0: any free port)")
+      ->capture_default_str();
+  app.add_option("--grpc_port", o.grpc_port, "gRPC port: grpc.health.v1 (-1: off)")
+      ->capture_default_str();
+  app.add_option("--peer_sidecars", o.peer_sidecars,
+                 "Other sidecars, host:port,... (default: every other host of the spec at "
+                 "--http_port; \"none\": no peers)");
+  app.add_option("--peer_poll_ms", o.peer_poll_ms, "How often to ask peer sidecars")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  absl::Status status = trainscope::sidecar::Run(o);
+  if (!status.ok()) {
+    std::cerr << "trainscope-sidecar: " << status.message() << "\n";
+    return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}

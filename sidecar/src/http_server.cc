@@ -1,0 +1,95 @@
+// civetweb-based HTTP server; see http_server.h.
+#include "http_server.h"
+
+#include <civetweb.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace trainscope::sidecar {
+namespace {
+
+std::mutex g_log_mu;
+std::string* g_last_log = nullptr;
+
+int LogMessage(const ::mg_connection*, const char* message) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  if (g_last_log != nullptr) *g_last_log = message;
+  return 1;  // Handled: keep civetweb quiet.
+}
+
+}  // namespace
+
+int HttpServer::Dispatch(::mg_connection* conn, void* self_ptr) {
+  auto* self = static_cast<HttpServer*>(self_ptr);
+  const mg_request_info* info = mg_get_request_info(conn);
+  Request req;
+  req.path = info->local_uri ? info->local_uri : "/";
+  req.query = info->query_string ? info->query_string : "";
+  Response resp;
+  if (std::strcmp(info->request_method, "GET") != 0 &&
+      std::strcmp(info->request_method, "HEAD") != 0) {
+    resp = {405, "text/plain; charset=utf-8", "only GET\n"};
+  } else {
+    try {
+      resp = self->handler_(req);
+    } catch (const std::exception& e) {
+      resp = {500, "text/plain; charset=utf-8", absl::StrCat("internal error: ", e.what(), "\n")};
+    }
+  }
+  const char* reason = resp.status == 200   ? "OK"
+                       : resp.status == 404 ? "Not Found"
+                       : resp.status == 503 ? "Service Unavailable"
+                                            : "Error";
+  mg_printf(conn,
+            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+            "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
+            resp.status, reason, resp.content_type.c_str(), resp.body.size());
+  if (std::strcmp(info->request_method, "HEAD") != 0) {
+    mg_write(conn, resp.body.data(), resp.body.size());
+  }
+  return resp.status;
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& address, int port,
+                                                              Handler handler) {
+  static std::once_flag init;
+  std::call_once(init, [] { mg_init_library(0); });
+  std::unique_ptr<HttpServer> server(new HttpServer);
+  server->handler_ = std::move(handler);
+  std::string ports = absl::StrCat(address, ":", port);
+  const char* options[] = {
+      "listening_ports",   ports.c_str(), "num_threads", "3", "request_timeout_ms", "5000",
+      "enable_keep_alive", "no",          nullptr};
+  mg_callbacks callbacks{};
+  callbacks.log_message = LogMessage;
+  std::string last_log;
+  {
+    std::lock_guard<std::mutex> lock(g_log_mu);
+    g_last_log = &last_log;
+  }
+  server->ctx_ = mg_start(&callbacks, nullptr, options);
+  {
+    std::lock_guard<std::mutex> lock(g_log_mu);
+    g_last_log = nullptr;
+  }
+  if (server->ctx_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot serve HTTP on ", ports,
+                                               " (port in use? pick another --http_port)",
+                                               last_log.empty() ? "" : ": " + last_log));
+  }
+  mg_set_request_handler(server->ctx_, "/", &HttpServer::Dispatch, server.get());
+  mg_server_port ports_out[4];
+  int n = mg_get_server_ports(server->ctx_, 4, ports_out);
+  server->port_ = n > 0 ? ports_out[0].port : port;
+  return server;
+}
+
+HttpServer::~HttpServer() {
+  if (ctx_ != nullptr) mg_stop(ctx_);
+}
+
+}  // namespace trainscope::sidecar

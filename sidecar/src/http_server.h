@@ -1,0 +1,44 @@
+#pragma once
+// A small HTTP server on civetweb: one handler function for every GET. Private to the sidecar.
+// Thread-safe: civetweb calls the handler from its worker threads, so the handler must be too.
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+struct mg_context;
+struct mg_connection;
+
+namespace trainscope::sidecar {
+
+class HttpServer {
+ public:
+  struct Request {
+    std::string path;
+    std::string query;
+  };
+  struct Response {
+    int status = 200;
+    std::string content_type = "text/plain; charset=utf-8";
+    std::string body;
+  };
+  using Handler = std::function<Response(const Request&)>;
+
+  // Listens on address:port (port 0: any free port) with a few worker threads.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& address, int port,
+                                                           Handler handler);
+  ~HttpServer();
+  int port() const { return port_; }
+
+ private:
+  HttpServer() = default;
+  static int Dispatch(::mg_connection* conn, void* self);
+
+  mg_context* ctx_ = nullptr;
+  Handler handler_;
+  int port_ = 0;
+};
+
+}  // namespace trainscope::sidecar

@@ -1,0 +1,226 @@
+// Building and serializing the sidecar's metric families; see metrics.h.
+#include "metrics.h"
+
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "prometheus/metric_family.h"
+#include "prometheus/text_serializer.h"
+#include "trainscope/sidecar/names.h"
+
+namespace trainscope::sidecar {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+MetricFamily Family(std::string_view name, std::string help, MetricType type) {
+  MetricFamily f;
+  f.name = std::string(name);
+  f.help = std::move(help);
+  f.type = type;
+  return f;
+}
+
+std::vector<ClientMetric::Label> TaskLabels(const TaskView& v) {
+  return {{std::string(names::kLabelCluster), v.cluster},
+          {std::string(names::kLabelRole), v.task.role},
+          {std::string(names::kLabelTask), std::to_string(v.task.index)}};
+}
+
+void AddGauge(MetricFamily& f, std::vector<ClientMetric::Label> labels, double value) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  m.gauge.value = value;
+  f.metric.push_back(std::move(m));
+}
+
+void AddCounter(MetricFamily& f, std::vector<ClientMetric::Label> labels, double value) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  m.counter.value = value;
+  f.metric.push_back(std::move(m));
+}
+
+int CountFds() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') ++n;
+    }
+    closedir(d);
+    --n;  // The directory stream itself.
+  }
+  return n;
+}
+
+void AddProcessMetrics(std::vector<MetricFamily>& out) {
+  static const double kTicks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  static const double kPage = static_cast<double>(sysconf(_SC_PAGESIZE));
+  std::ifstream stat("/proc/self/stat");
+  std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  size_t paren = content.rfind(')');
+  if (paren == std::string::npos) return;
+  std::istringstream in(content.substr(paren + 2));
+  std::vector<std::string> f;  // f[0] is field 3 (state).
+  std::string s;
+  while (in >> s) f.push_back(s);
+  if (f.size() < 22) return;
+  auto field = [&](int n) { return std::strtod(f[n - 3].c_str(), nullptr); };
+  double cpu = (field(14) + field(15)) / kTicks;
+  double threads = field(20);
+  double start_ticks = field(22);
+  double vsize = field(23);
+  double rss = field(24) * kPage;
+  double boot = 0;
+  std::ifstream st("/proc/stat");
+  std::string line;
+  while (std::getline(st, line)) {
+    if (line.rfind("btime ", 0) == 0) boot = std::strtod(line.c_str() + 6, nullptr);
+  }
+  rlimit lim{};
+  getrlimit(RLIMIT_NOFILE, &lim);
+
+  auto cpu_f = Family(names::kProcessCpuSeconds, "Total user and system CPU time spent in seconds.",
+                      MetricType::Counter);
+  AddCounter(cpu_f, {}, cpu);
+  out.push_back(std::move(cpu_f));
+  auto rss_f =
+      Family(names::kProcessResidentBytes, "Resident memory size in bytes.", MetricType::Gauge);
+  AddGauge(rss_f, {}, rss);
+  out.push_back(std::move(rss_f));
+  auto vm_f =
+      Family(names::kProcessVirtualBytes, "Virtual memory size in bytes.", MetricType::Gauge);
+  AddGauge(vm_f, {}, vsize);
+  out.push_back(std::move(vm_f));
+  auto fds_f =
+      Family(names::kProcessOpenFds, "Number of open file descriptors.", MetricType::Gauge);
+  AddGauge(fds_f, {}, CountFds());
+  out.push_back(std::move(fds_f));
+  auto max_f =
+      Family(names::kProcessMaxFds, "Maximum number of open file descriptors.", MetricType::Gauge);
+  AddGauge(max_f, {}, static_cast<double>(lim.rlim_cur));
+  out.push_back(std::move(max_f));
+  auto start_f =
+      Family(names::kProcessStartTime, "Start time of the process since unix epoch in seconds.",
+             MetricType::Gauge);
+  AddGauge(start_f, {}, boot + start_ticks / kTicks);
+  out.push_back(std::move(start_f));
+  auto thr_f =
+      Family(names::kProcessThreads, "Number of OS threads in the process.", MetricType::Gauge);
+  AddGauge(thr_f, {}, threads);
+  out.push_back(std::move(thr_f));
+}
+
+}  // namespace
+
+std::string RenderMetrics(const std::vector<TaskView>& views,
+                          const std::vector<TaskCounters>& counters, const SidecarStats& stats) {
+  std::vector<MetricFamily> out;
+  auto up = Family(names::kTaskUp, "1 when the task is up (answers on time, makes progress).",
+                   MetricType::Gauge);
+  auto state = Family(names::kTaskState, "1 for the task's current state, 0 for the others.",
+                      MetricType::Gauge);
+  auto transitions =
+      Family(names::kTaskTransitions, "Times the task entered each state.", MetricType::Counter);
+  auto blocked =
+      Family(names::kTaskBlockedSeconds,
+             "Seconds the task has been waiting on each peer (while blocked).", MetricType::Gauge);
+  auto age = Family(names::kTaskHeartbeatAge,
+                    "Seconds since the task's last valid heartbeat answer.", MetricType::Gauge);
+  auto restarts = Family(names::kTaskRestarts, "Restarts of the task (incarnation changes).",
+                         MetricType::Counter);
+  auto phi = Family(names::kTaskSuspicion,
+                    "Phi-accrual suspicion that the task failed (0 while answers are on time).",
+                    MetricType::Gauge);
+  auto latency = Family(names::kTaskHeartbeatLatency, "Heartbeat round-trip latency in seconds.",
+                        MetricType::Histogram);
+  auto last_latency = Family(names::kTaskHeartbeatLastLatency,
+                             "Latest heartbeat round-trip latency in seconds.", MetricType::Gauge);
+  auto steps = Family(names::kTaskSteps, "The task's progress counter (steps or updates).",
+                      MetricType::Counter);
+  auto step_time =
+      Family(names::kTaskLastStepSeconds, "Duration of the task's last step.", MetricType::Gauge);
+  auto cpu = Family(names::kTaskCpuSeconds, "CPU seconds the task reports having used.",
+                    MetricType::Counter);
+  auto rss = Family(names::kTaskResidentBytes, "Resident memory the task reports, in bytes.",
+                    MetricType::Gauge);
+  auto threads = Family(names::kTaskThreads, "Threads the task reports.", MetricType::Gauge);
+  auto fds =
+      Family(names::kTaskOpenFds, "Open file descriptors the task reports.", MetricType::Gauge);
+  for (size_t i = 0; i < views.size(); ++i) {
+    const TaskView& v = views[i];
+    const TaskCounters& c = counters[i];
+    auto labels = TaskLabels(v);
+    AddGauge(up, labels, v.state == TaskState::kUp ? 1 : 0);
+    for (int s = 0; s < kNumTaskStates; ++s) {
+      auto l = labels;
+      l.push_back(
+          {std::string(names::kLabelState), std::string(StateName(static_cast<TaskState>(s)))});
+      AddGauge(state, l, static_cast<int>(v.state) == s ? 1 : 0);
+      AddCounter(transitions, l, static_cast<double>(c.transitions[s]));
+    }
+    for (const BlockedPeer& b : v.blocked_on) {
+      auto l = labels;
+      l.push_back({std::string(names::kLabelPeerRole), b.peer.role});
+      l.push_back({std::string(names::kLabelPeerTask), std::to_string(b.peer.index)});
+      AddGauge(blocked, l, b.seconds);
+    }
+    AddCounter(restarts, labels, static_cast<double>(v.restarts));
+    if (v.heartbeat_age_seconds >= 0) {
+      AddGauge(age, labels, v.heartbeat_age_seconds);
+      AddGauge(phi, labels, v.phi);
+      AddGauge(last_latency, labels, v.latency_seconds);
+      ClientMetric h;
+      h.label = labels;
+      h.histogram.sample_count = c.latency_count;
+      h.histogram.sample_sum = c.latency_sum;
+      const auto& bounds = LatencyBounds();
+      for (size_t b = 0; b < bounds.size() && b < c.latency_buckets.size(); ++b) {
+        h.histogram.bucket.push_back({c.latency_buckets[b], bounds[b]});
+      }
+      h.histogram.bucket.push_back({c.latency_count, std::numeric_limits<double>::infinity()});
+      latency.metric.push_back(std::move(h));
+      AddCounter(steps, labels, static_cast<double>(v.steps));
+      AddGauge(step_time, labels, v.last_step_seconds);
+      AddCounter(cpu, labels, v.cpu_seconds);
+      AddGauge(rss, labels, static_cast<double>(v.resident_bytes));
+      AddGauge(threads, labels, v.threads);
+      AddGauge(fds, labels, v.open_fds);
+    }
+  }
+  for (auto* f : {&up, &state, &transitions, &blocked, &age, &restarts, &phi, &latency,
+                  &last_latency, &steps, &step_time, &cpu, &rss, &threads, &fds}) {
+    out.push_back(std::move(*f));
+  }
+  auto watched = Family(names::kSidecarWatchedTasks, "Tasks this sidecar watches first-hand.",
+                        MetricType::Gauge);
+  AddGauge(watched, {}, static_cast<double>(views.size()));
+  out.push_back(std::move(watched));
+  auto pauses =
+      Family(names::kSidecarPauses, "Times the sidecar's own loop was paused and it re-learned.",
+             MetricType::Counter);
+  AddCounter(pauses, {}, static_cast<double>(stats.pauses));
+  out.push_back(std::move(pauses));
+  auto peer_errors =
+      Family(names::kSidecarPeerErrors, "Failed or nonsensical answers from peer sidecars.",
+             MetricType::Counter);
+  AddCounter(peer_errors, {}, static_cast<double>(stats.peer_errors));
+  out.push_back(std::move(peer_errors));
+  auto peers =
+      Family(names::kSidecarPeers, "Peer sidecars asked for their views.", MetricType::Gauge);
+  AddGauge(peers, {}, stats.peers);
+  out.push_back(std::move(peers));
+  AddProcessMetrics(out);
+  std::ostringstream text;
+  prometheus::TextSerializer().Serialize(text, out);
+  return text.str();
+}
+
+}  // namespace trainscope::sidecar

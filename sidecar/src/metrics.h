@@ -1,0 +1,25 @@
+#pragma once
+// Prometheus exposition of the sidecar: per-task families built at scrape time from the
+// trackers' published views (so series of blocked peers vanish with the wait), and the
+// sidecar's own process_* metrics. Private to the sidecar library.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trainscope/sidecar/task_tracker.h"
+#include "trainscope/sidecar/task_view.h"
+
+namespace trainscope::sidecar {
+
+struct SidecarStats {
+  int64_t pauses = 0;
+  int64_t peer_errors = 0;
+  int peers = 0;
+};
+
+// The text exposition format (version 0.0.4) of everything. `views` and `counters` are parallel.
+std::string RenderMetrics(const std::vector<TaskView>& views,
+                          const std::vector<TaskCounters>& counters, const SidecarStats& stats);
+
+}  // namespace trainscope::sidecar

@@ -1,0 +1,317 @@
+// gRPC heartbeat polling; see poller.h.
+#include "poller.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+#include "trainscope/v1/runtime.grpc.pb.h"
+
+namespace trainscope::sidecar {
+namespace {
+
+namespace pb = ::trainscope::v1;
+
+constexpr size_t kMaxString = 512;
+constexpr int kMaxPeers = 4096;
+
+std::string Bound(const std::string& s) {
+  return s.size() <= kMaxString ? s : s.substr(0, kMaxString - 3) + "...";
+}
+
+std::string PhaseName(pb::Phase phase) {
+  switch (phase) {
+    case pb::PHASE_STARTING:
+      return "starting";
+    case pb::PHASE_CREATING_SESSION:
+      return "creating session";
+    case pb::PHASE_TRAINING:
+      return "training";
+    case pb::PHASE_DONE:
+      return "done";
+    case pb::PHASE_SERVING:
+      return "serving";
+    default:
+      return "";
+  }
+}
+
+PeerInfo ConvertPeer(const pb::PeerView& p) {
+  PeerInfo out;
+  out.peer = {Bound(p.peer().role()), p.peer().index()};
+  out.address = Bound(p.address());
+  out.connected = p.connected();
+  out.consecutive_failures = p.consecutive_failures();
+  out.last_error = Bound(p.last_error());
+  out.seconds_since_success = p.seconds_since_success();
+  out.peer_incarnation = p.peer_incarnation();
+  out.peer_listen_address = Bound(p.peer_listen_address());
+  return out;
+}
+
+HeartbeatInfo Convert(const pb::HeartbeatResponse& r) {
+  HeartbeatInfo hb;
+  const pb::TaskIdentity& id = r.identity();
+  hb.cluster_name = Bound(id.cluster_name());
+  hb.task = {Bound(id.task().role()), id.task().index()};
+  hb.incarnation = id.incarnation();
+  hb.pid = id.pid();
+  hb.hostname = Bound(id.hostname());
+  hb.listen_address = Bound(id.listen_address());
+  hb.runtime_version = Bound(id.runtime_version());
+  hb.phase = PhaseName(r.phase());
+  if (r.has_waiting()) {
+    hb.waiting = true;
+    hb.waiting_what = Bound(r.waiting().what());
+    hb.waiting_since_unix = r.waiting().since_unix_seconds();
+    for (int i = 0; i < std::min(r.waiting().peers_size(), kMaxPeers); ++i) {
+      hb.waiting_on.push_back(ConvertPeer(r.waiting().peers(i)));
+    }
+  }
+  hb.steps = r.steps();
+  for (int i = 0; i < std::min(r.peers_size(), kMaxPeers); ++i) {
+    hb.peers.push_back(ConvertPeer(r.peers(i)));
+  }
+  hb.cpu_seconds = r.resources().cpu_seconds();
+  hb.resident_bytes = r.resources().resident_bytes();
+  hb.threads = r.resources().threads();
+  hb.open_fds = r.resources().open_fds();
+  hb.unix_seconds = r.unix_seconds();
+  hb.metrics_address = Bound(r.metrics_address());
+  hb.last_step_seconds = r.last_step_seconds();
+  hb.expects_progress = r.expects_progress();
+  return hb;
+}
+
+// Connects to `address` to tell "nothing listens" from other failures. Local addresses only:
+// the answer comes at once.
+bool ConnectRefused(const std::string& address) {
+  auto hp = SplitHostPort(address);
+  if (!hp.ok()) return false;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(hp->first.c_str(), std::to_string(hp->second).c_str(), &hints, &res) != 0) {
+    return false;
+  }
+  bool refused = false;
+  if (res != nullptr) {
+    int s = socket(res->ai_family, res->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s >= 0) {
+      int rc = connect(s, res->ai_addr, res->ai_addrlen);
+      if (rc != 0 && errno == ECONNREFUSED) {
+        refused = true;
+      } else if (rc != 0 && errno == EINPROGRESS) {
+        pollfd p{s, POLLOUT, 0};
+        if (poll(&p, 1, 50) == 1) {
+          int err = 0;
+          socklen_t len = sizeof(err);
+          getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
+          refused = err == ECONNREFUSED;
+        }
+      }
+      close(s);
+    }
+  }
+  freeaddrinfo(res);
+  return refused;
+}
+
+std::string CodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::CANCELLED:
+      return "cancelled";
+    case grpc::StatusCode::UNKNOWN:
+      return "unknown";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "invalid argument";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "deadline exceeded";
+    case grpc::StatusCode::NOT_FOUND:
+      return "not found";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "permission denied";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "resource exhausted";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "unimplemented";
+    case grpc::StatusCode::INTERNAL:
+      return "internal";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "unavailable";
+    default:
+      return absl::StrCat("code ", static_cast<int>(code));
+  }
+}
+
+}  // namespace
+
+HeartbeatInfo ConvertHeartbeatForTest(const std::string& serialized) {
+  pb::HeartbeatResponse r;
+  r.ParseFromString(serialized);
+  return Convert(r);
+}
+
+double MonotonicSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double UnixSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+struct HeartbeatPoller::Impl {
+  struct Call {
+    size_t target = 0;
+    grpc::ClientContext ctx;
+    pb::HeartbeatResponse response;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<pb::HeartbeatResponse>> reader;
+    double sent_s = 0;
+  };
+  struct Slot {
+    Target target;
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<pb::TaskService::Stub> stub;
+    Call* in_flight = nullptr;
+  };
+
+  std::vector<Slot> slots;
+  grpc::CompletionQueue cq;
+  int deadline_ms = 2000;
+  pb::HeartbeatRequest request;
+  bool shut_down = false;
+
+  PollResult ToResult(Call* call, double now_s) {
+    PollResult r;
+    r.sent_s = call->sent_s;
+    r.received_s = now_s;
+    const grpc::Status& s = call->status;
+    if (s.ok()) {
+      if (!call->response.has_identity()) {
+        r.failure = FailureKind::kBadAnswer;
+        r.error = "heartbeat answer without identity";
+        return r;
+      }
+      r.ok = true;
+      r.heartbeat = Convert(call->response);
+      return r;
+    }
+    std::string msg = s.error_message();
+    switch (s.error_code()) {
+      case grpc::StatusCode::DEADLINE_EXCEEDED:
+        r.failure = FailureKind::kTimeout;
+        r.error = absl::StrCat("no answer within ", deadline_ms, " ms");
+        return r;
+      case grpc::StatusCode::UNAVAILABLE:
+        if (absl::StrContains(absl::AsciiStrToLower(msg), "connection refused") ||
+            (slots[call->target].target.local &&
+             ConnectRefused(slots[call->target].target.address))) {
+          r.failure = FailureKind::kRefused;
+          r.error = "connection refused";
+          return r;
+        }
+        r.failure = FailureKind::kUnavailable;
+        break;
+      case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      case grpc::StatusCode::INTERNAL:
+      case grpc::StatusCode::UNIMPLEMENTED:
+      case grpc::StatusCode::UNKNOWN:
+        r.failure = FailureKind::kBadAnswer;
+        break;
+      default:
+        r.failure = FailureKind::kUnavailable;
+    }
+    // Keep the last, most specific part of gRPC's message.
+    size_t cut = msg.rfind("last error: ");
+    if (cut != std::string::npos) msg = msg.substr(cut + 12);
+    if (msg.size() > 160) msg = msg.substr(0, 157) + "...";
+    r.error = absl::StrCat(r.failure == FailureKind::kBadAnswer ? "not a valid heartbeat: " : "",
+                           CodeName(s.error_code()), msg.empty() ? "" : ": ", msg);
+    return r;
+  }
+};
+
+HeartbeatPoller::HeartbeatPoller(std::vector<Target> targets, int deadline_ms, std::string watcher)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->deadline_ms = deadline_ms;
+  impl_->request.set_watcher(watcher);
+  for (Target& t : targets) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    // A heartbeat is a few KiB; anything much larger is garbage.
+    args.SetMaxReceiveMessageSize(1 << 20);
+    Impl::Slot slot;
+    slot.target = t;
+    slot.channel = grpc::CreateCustomChannel(t.address, grpc::InsecureChannelCredentials(), args);
+    slot.stub = pb::TaskService::NewStub(slot.channel);
+    impl_->slots.push_back(std::move(slot));
+  }
+}
+
+HeartbeatPoller::~HeartbeatPoller() { Shutdown(); }
+
+bool HeartbeatPoller::InFlight(size_t i) const { return impl_->slots[i].in_flight != nullptr; }
+
+void HeartbeatPoller::Poll(size_t i, double now_s) {
+  Impl::Slot& slot = impl_->slots[i];
+  if (slot.in_flight != nullptr || impl_->shut_down) return;
+  auto* call = new Impl::Call;
+  call->target = i;
+  call->sent_s = now_s;
+  call->ctx.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::milliseconds(impl_->deadline_ms));
+  call->reader = slot.stub->PrepareAsyncHeartbeat(&call->ctx, impl_->request, &impl_->cq);
+  call->reader->StartCall();
+  call->reader->Finish(&call->response, &call->status, call);
+  slot.in_flight = call;
+}
+
+void HeartbeatPoller::Wait(double until_s,
+                           const std::function<void(size_t, const PollResult&)>& done) {
+  while (true) {
+    double wait = until_s - MonotonicSeconds();
+    auto deadline = std::chrono::system_clock::now() +
+                    std::chrono::microseconds(static_cast<int64_t>(std::max(0.0, wait) * 1e6));
+    void* tag = nullptr;
+    bool ok = false;
+    auto rc = impl_->cq.AsyncNext(&tag, &ok, deadline);
+    if (rc != grpc::CompletionQueue::GOT_EVENT) return;
+    auto* call = static_cast<Impl::Call*>(tag);
+    double now = MonotonicSeconds();
+    impl_->slots[call->target].in_flight = nullptr;
+    PollResult r = impl_->ToResult(call, now);
+    size_t target = call->target;
+    delete call;
+    done(target, r);
+    if (MonotonicSeconds() >= until_s) return;
+  }
+}
+
+void HeartbeatPoller::Shutdown() {
+  if (impl_->shut_down) return;
+  impl_->shut_down = true;
+  for (auto& slot : impl_->slots) {
+    if (slot.in_flight) slot.in_flight->ctx.TryCancel();
+  }
+  impl_->cq.Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (impl_->cq.Next(&tag, &ok)) delete static_cast<Impl::Call*>(tag);
+}
+
+}  // namespace trainscope::sidecar

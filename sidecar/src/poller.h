@@ -1,0 +1,48 @@
+#pragma once
+// Heartbeat polling over gRPC: one channel per task, asynchronous calls on one completion queue,
+// at most one call in flight per task. The only place that sees HeartbeatResponse: it converts
+// answers and errors into PollResult for the trackers. Private to the sidecar library.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainscope/sidecar/task_tracker.h"
+
+namespace trainscope::sidecar {
+
+// Converts a heartbeat answer (serialized HeartbeatResponse) into HeartbeatInfo, bounding the
+// sizes of everything that comes from the wire. Exposed for tests.
+HeartbeatInfo ConvertHeartbeatForTest(const std::string& serialized_response);
+
+// Not thread-safe: driven by one thread (the poll loop).
+class HeartbeatPoller {
+ public:
+  struct Target {
+    std::string address;
+    bool local = false;  // Probe the port with connect() to tell "refused" apart.
+  };
+  HeartbeatPoller(std::vector<Target> targets, int deadline_ms, std::string watcher);
+  ~HeartbeatPoller();
+
+  // Starts a call to target `i` unless one is in flight. `now_s` is monotonic seconds.
+  void Poll(size_t i, double now_s);
+  bool InFlight(size_t i) const;
+  // Waits until `until_s` (monotonic) for completions, calling `done(i, result)` for each.
+  // Returns early after the first completion.
+  void Wait(double until_s, const std::function<void(size_t, const PollResult&)>& done);
+  // Cancels in-flight calls and drains the queue.
+  void Shutdown();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Monotonic seconds (steady_clock).
+double MonotonicSeconds();
+// Wall-clock seconds since the epoch.
+double UnixSeconds();
+
+}  // namespace trainscope::sidecar

@@ -1,0 +1,74 @@
+// The status page; see status_page.h.
+#include "status_page.h"
+
+namespace trainscope::sidecar {
+
+std::string_view StatusPageHtml() {
+  static constexpr std::string_view kHtml = R"HTML(<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>trainscope sidecar</title>
+<style>
+ body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1d2330}
+ header{background:#1d2330;color:#fff;padding:12px 20px;display:flex;gap:16px;align-items:baseline}
+ header h1{font-size:18px;margin:0} header .sub{opacity:.75}
+ main{padding:16px 20px}
+ .summary{display:flex;gap:10px;flex-wrap:wrap;margin-bottom:14px}
+ .chip{padding:6px 12px;border-radius:14px;background:#fff;border:1px solid #d8dce3;font-weight:600}
+ .banner{padding:10px 14px;border-radius:6px;margin-bottom:14px;font-weight:600}
+ .banner.ok{background:#e3f6e8;color:#135c2a} .banner.bad{background:#fde8e8;color:#8a1c1c}
+ table{border-collapse:collapse;width:100%;background:#fff;border:1px solid #d8dce3}
+ th,td{text-align:left;padding:7px 10px;border-bottom:1px solid #eceef2;vertical-align:top}
+ th{background:#eef0f4;font-size:12px;text-transform:uppercase;letter-spacing:.04em;color:#4a5366}
+ td.reason{max-width:620px;word-break:break-word}
+ .st{display:inline-block;min-width:84px;text-align:center;padding:2px 8px;border-radius:10px;font-weight:700;color:#fff}
+ .up{background:#2e9d4f}.slow{background:#c98a00}.stalled{background:#c96a00}.blocked{background:#d05a00}
+ .missing{background:#7a6f8f}.unreachable{background:#6b4fa8}.hung{background:#c0392b}.dead{background:#7d1010}
+ .muted{color:#6b7385;font-size:12px} .err{color:#8a1c1c}
+</style></head><body>
+<header><h1>trainscope</h1><span class="sub" id="cluster">cluster ?</span><span class="sub" id="updated"></span></header>
+<main>
+<div id="banner" class="banner">loading&hellip;</div>
+<div class="summary" id="summary"></div>
+<table><thead><tr><th>task</th><th>state</th><th>since</th><th>reason</th><th>waiting on</th><th>address</th><th>host / pid</th><th>steps</th><th>heartbeat</th></tr></thead>
+<tbody id="rows"></tbody></table>
+<p class="muted">Refreshes every second from <a href="/api/v1/tasks">/api/v1/tasks</a>. Also: <a href="/metrics">/metrics</a>, <a href="/api/v1/sd">/api/v1/sd</a>.</p>
+</main>
+<script>
+const severity={up:0,slow:1,stalled:2,blocked:3,missing:4,unreachable:5,hung:6,dead:7};
+function esc(s){return String(s==null?'':s).replace(/[&<>"']/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[c]));}
+function ago(t){if(!t)return '';let s=Math.max(0,Date.now()/1000-t);if(s<60)return Math.round(s)+' s ago';if(s<3600)return Math.floor(s/60)+' min ago';return (s/3600).toFixed(1)+' h ago';}
+function ms(s){return s<0?'never':(s<1?Math.round(s*1000)+' ms':s.toFixed(1)+' s');}
+async function refresh(){
+ try{
+  const r=await fetch('/api/v1/tasks',{cache:'no-store'});
+  const d=await r.json(); const tasks=d.tasks||[];
+  tasks.sort((a,b)=>(severity[b.state]-severity[a.state])||a.role.localeCompare(b.role)||a.task-b.task);
+  document.getElementById('cluster').textContent='cluster '+d.cluster;
+  document.getElementById('updated').textContent='updated '+new Date().toLocaleTimeString();
+  const counts={};tasks.forEach(t=>counts[t.state]=(counts[t.state]||0)+1);
+  document.getElementById('summary').innerHTML=Object.keys(severity).filter(s=>counts[s]).sort((a,b)=>severity[b]-severity[a])
+    .map(s=>`<span class="chip"><span class="st ${s}">${s}</span> ${counts[s]}</span>`).join('');
+  const bad=tasks.filter(t=>t.state!=='up');
+  const b=document.getElementById('banner');
+  b.className='banner '+(bad.length?'bad':'ok');
+  b.textContent=bad.length?`${bad.length} of ${tasks.length} tasks need attention`:`all ${tasks.length} tasks up`;
+  document.getElementById('rows').innerHTML=tasks.map(t=>`<tr>
+   <td><b>${esc(t.role)}:${esc(t.task)}</b>${t.source?`<div class="muted">via ${esc(t.source)}</div>`:''}</td>
+   <td><span class="st ${esc(t.state)}">${esc(t.state)}</span></td>
+   <td class="muted">${ago(t.since)}</td>
+   <td class="reason">${esc(t.reason)}</td>
+   <td>${(t.waiting_on||[]).map(esc).join(', ')}</td>
+   <td>${esc(t.address)}</td>
+   <td class="muted">${esc(t.hostname||'')}${t.pid?' / '+esc(t.pid):''}${t.restarts?`<div>restarts ${esc(t.restarts)}</div>`:''}</td>
+   <td>${t.steps||''}</td>
+   <td class="muted">${ms(t.heartbeat_age_seconds)}</td></tr>`).join('');
+ }catch(e){const b=document.getElementById('banner');b.className='banner bad';b.textContent='cannot reach the sidecar: '+e;}
+}
+refresh();setInterval(refresh,1000);
+</script></body></html>
+)HTML";
+  return kHtml;
+}
+
+}  // namespace trainscope::sidecar

@@ -1,0 +1,11 @@
+#pragma once
+// The human status page served at "/": self-contained HTML and JavaScript that fetches
+// /api/v1/tasks every second and shows problems first, each with its reason. Private.
+
+#include <string_view>
+
+namespace trainscope::sidecar {
+
+std::string_view StatusPageHtml();
+
+}  // namespace trainscope::sidecar
