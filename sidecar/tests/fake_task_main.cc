@@ -36,7 +36,8 @@ struct FakeOptions {
   std::string phase = "training";
   double steps_per_s = 10;
   bool expects_progress = true;
-  std::vector<std::string> waiting_on;  // role:index@host:port
+  std::vector<std::string> waiting_on;    // role:index@host:port
+  std::vector<std::string> peer_failing;  // role:index@host:port: peers it fails to reach
   std::string waiting_error = "connection refused";
   int heartbeat_delay_ms = 0;
   int oversized_bytes = 0;
@@ -106,6 +107,19 @@ class FakeTaskService final : public pb::TaskService::Service {
         p->set_seconds_since_success(-1);
       }
     }
+    for (const std::string& spec : o_.peer_failing) {
+      size_t at = spec.find('@');
+      std::string name = spec.substr(0, at);
+      size_t colon = name.find(':');
+      pb::PeerView* p = r->add_peers();
+      p->mutable_peer()->set_role(name.substr(0, colon));
+      p->mutable_peer()->set_index(std::stoi(name.substr(colon + 1)));
+      p->set_address(at == std::string::npos ? "" : spec.substr(at + 1));
+      p->set_connected(false);
+      p->set_consecutive_failures(10);
+      p->set_last_error("DEADLINE_EXCEEDED: no answer within 5000 ms");
+      p->set_seconds_since_success(30);
+    }
     r->mutable_resources()->set_threads(3);
     r->mutable_resources()->set_resident_bytes(10 << 20);
     r->set_unix_seconds(now);
@@ -152,6 +166,7 @@ int main(int argc, char** argv) {
   app.add_option("--last_step_seconds", o.last_step_seconds);
   app.add_option("--waiting_on", o.waiting_on, "role:index@host:port (repeat)");
   app.add_option("--waiting_error", o.waiting_error);
+  app.add_option("--peer_failing", o.peer_failing, "role:index@host:port it cannot reach (repeat)");
   app.add_option("--heartbeat_delay_ms", o.heartbeat_delay_ms);
   app.add_option("--oversized_bytes", o.oversized_bytes, "Pad the answer to this size");
   app.add_option("--metrics_address", o.metrics_address);

@@ -1,0 +1,229 @@
+// State decisions from synthetic poll results with injected time and a fake /proc.
+#include "trainscope/sidecar/task_tracker.h"
+
+#include <gtest/gtest.h>
+
+namespace trainscope::sidecar {
+namespace {
+
+constexpr double kUnix0 = 1.7e9;
+
+class TrackerTest : public ::testing::Test {
+ protected:
+  TrackerTest() : tracker_("c", {"ps", 0}, "127.0.0.1:2222", true, "host", Options(), 0, kUnix0) {}
+
+  static TrackerOptions Options() {
+    TrackerOptions o;
+    o.stall_after_s = 5;
+    return o;
+  }
+
+  HeartbeatInfo Hb() {
+    HeartbeatInfo hb;
+    hb.cluster_name = "c";
+    hb.task = {"ps", 0};
+    hb.incarnation = incarnation_;
+    hb.pid = 4242;
+    hb.hostname = "host";
+    hb.phase = "training";
+    hb.steps = steps_;
+    hb.expects_progress = true;
+    hb.unix_seconds = kUnix0 + now_;
+    return hb;
+  }
+  void Answer(double latency = 0.001) {
+    PollResult r;
+    r.ok = true;
+    r.sent_s = now_ - latency;
+    r.received_s = now_;
+    r.heartbeat = Hb();
+    tracker_.OnResult(r);
+  }
+  void Fail(FailureKind kind, std::string error) {
+    PollResult r;
+    r.sent_s = now_;
+    r.received_s = now_;
+    r.failure = kind;
+    r.error = std::move(error);
+    tracker_.OnResult(r);
+  }
+  // Runs `seconds` of 100 ms ticks, answering (with progress) when `answering`.
+  void Run(double seconds, bool answering, bool progress = true, double latency = 0.001) {
+    for (double end = now_ + seconds; now_ < end - 1e-9;) {
+      now_ += 0.1;
+      if (answering) {
+        if (progress) ++steps_;
+        Answer(latency);
+      }
+      Evaluate();
+    }
+  }
+  const TaskView& Evaluate() { return tracker_.Evaluate(now_, kUnix0 + now_, proc_); }
+
+  TaskTracker tracker_;
+  double now_ = 0;
+  int64_t steps_ = 0;
+  uint64_t incarnation_ = 7;
+  std::optional<ProcInfo> proc_state_ = ProcInfo{'S', 1.0};
+  ProcReader proc_ = [this](int64_t) { return proc_state_; };
+};
+
+TEST_F(TrackerTest, MissingUntilFirstAnswer) {
+  Fail(FailureKind::kRefused, "connection refused");
+  now_ = 3;
+  const TaskView& v = Evaluate();
+  EXPECT_EQ(v.state, TaskState::kMissing);
+  EXPECT_EQ(v.reason,
+            "never answered at 127.0.0.1:2222 in 3.0 s of watching (connection refused): not "
+            "started, or listening on another port");
+  Run(0.5, true);
+  EXPECT_EQ(Evaluate().state, TaskState::kUp);
+}
+
+TEST_F(TrackerTest, DeadWhenProcessGoneOrZombie) {
+  Run(2, true);
+  proc_state_ = ProcInfo{'Z', 1.0};
+  Fail(FailureKind::kUnavailable, "unavailable: Socket closed");
+  EXPECT_EQ(Evaluate().state, TaskState::kDead);
+  EXPECT_NE(Evaluate().reason.find("process 4242 exited (zombie"), std::string::npos);
+  proc_state_ = std::nullopt;
+  EXPECT_NE(Evaluate().reason.find("process 4242 is gone"), std::string::npos);
+}
+
+TEST_F(TrackerTest, HungWhenStoppedAndSlowBeforeHungOtherwise) {
+  Run(2, true);
+  proc_state_ = ProcInfo{'T', 1.0};
+  Run(0.4, false);
+  EXPECT_EQ(Evaluate().state, TaskState::kHung) << Evaluate().reason;
+  EXPECT_NE(Evaluate().reason.find("stopped"), std::string::npos);
+  Run(0.5, true);
+  EXPECT_EQ(Evaluate().state, TaskState::kUp);
+
+  // Sleeping but silent: first late (slow), then hung once silence passes hung_after.
+  proc_state_ = ProcInfo{'S', 1.0};
+  Run(0.5, false);
+  EXPECT_EQ(Evaluate().state, TaskState::kSlow) << Evaluate().reason;
+  Run(1.0, false);
+  EXPECT_EQ(Evaluate().state, TaskState::kHung) << Evaluate().reason;
+}
+
+TEST_F(TrackerTest, CpuProgressKeepsALateTaskSlowNotHung) {
+  Run(2, true);
+  double cpu = 1.0;
+  proc_ = [&](int64_t) { return ProcInfo{'R', cpu += 0.05}; };
+  Run(1.5, false);
+  EXPECT_EQ(Evaluate().state, TaskState::kSlow) << Evaluate().reason;
+  EXPECT_NE(Evaluate().reason.find("using CPU"), std::string::npos);
+}
+
+TEST_F(TrackerTest, RemoteSilentTaskIsUnreachableAndRefusedIsDead) {
+  TaskTracker remote("c", {"ps", 0}, "10.0.0.9:2222", false, "host", Options(), 0, kUnix0);
+  PollResult r;
+  r.ok = true;
+  r.heartbeat = Hb();
+  for (int i = 1; i <= 20; ++i) {
+    r.sent_s = r.received_s = i * 0.1;
+    remote.OnResult(r);
+  }
+  EXPECT_EQ(remote.Evaluate(2.0, kUnix0 + 2, proc_).state, TaskState::kUp);
+  EXPECT_EQ(remote.Evaluate(3.5, kUnix0 + 3.5, proc_).state, TaskState::kUnreachable);
+  PollResult refused;
+  refused.sent_s = refused.received_s = 3.6;
+  refused.failure = FailureKind::kRefused;
+  refused.error = "connection refused";
+  remote.OnResult(refused);
+  EXPECT_EQ(remote.Evaluate(3.6, kUnix0 + 3.6, proc_).state, TaskState::kDead);
+}
+
+TEST_F(TrackerTest, BlockedNamesPeersAfterGrace) {
+  Run(1, true);
+  HeartbeatInfo hb = Hb();
+  hb.waiting = true;
+  hb.waiting_what = "CreateSession";
+  hb.waiting_since_unix = kUnix0 + now_ - 12;
+  PeerInfo p;
+  p.peer = {"ps", 1};
+  p.address = "127.0.0.1:2223";
+  p.last_error = "connection refused";
+  hb.waiting_on.push_back(p);
+  PollResult r;
+  r.ok = true;
+  r.sent_s = r.received_s = now_;
+  r.heartbeat = hb;
+  tracker_.OnResult(r);
+  const TaskView& v = Evaluate();
+  EXPECT_EQ(v.state, TaskState::kBlocked);
+  EXPECT_EQ(v.reason,
+            "waiting 12 s in CreateSession for ps:1 at 127.0.0.1:2223 (connection refused)");
+  ASSERT_EQ(v.WaitingOn(), std::vector<std::string>{"ps:1"});
+}
+
+TEST_F(TrackerTest, StalledWhenStepsFreeze) {
+  Run(2, true);
+  Run(4, true, /*progress=*/false);
+  EXPECT_EQ(Evaluate().state, TaskState::kUp);
+  Run(1.5, true, /*progress=*/false);
+  EXPECT_EQ(Evaluate().state, TaskState::kStalled);
+  EXPECT_NE(Evaluate().reason.find("steps stuck at 20"), std::string::npos) << Evaluate().reason;
+}
+
+TEST_F(TrackerTest, SlowWhenLatencyFarAboveUsual) {
+  Run(2, true);
+  Run(1, true, true, /*latency=*/0.5);
+  EXPECT_EQ(Evaluate().state, TaskState::kSlow);
+  EXPECT_NE(Evaluate().reason.find("heartbeat latency 500 ms, usually 1 ms"), std::string::npos)
+      << Evaluate().reason;
+}
+
+TEST_F(TrackerTest, RestartIsAnEventAndACounter) {
+  Run(1, true);
+  incarnation_ = 8;
+  Run(0.2, true);
+  EXPECT_EQ(Evaluate().state, TaskState::kUp);
+  EXPECT_EQ(Evaluate().restarts, 1);
+  bool logged = false;
+  for (const auto& e : tracker_.TakeEvents()) logged |= e.find("restarted") != std::string::npos;
+  EXPECT_TRUE(logged);
+}
+
+TEST_F(TrackerTest, WrongIdentityIsNotAnAnswer) {
+  HeartbeatInfo hb = Hb();
+  hb.cluster_name = "other";
+  PollResult r;
+  r.ok = true;
+  r.heartbeat = hb;
+  tracker_.OnResult(r);
+  now_ = 1;
+  EXPECT_EQ(Evaluate().state, TaskState::kMissing);
+  EXPECT_NE(Evaluate().reason.find("answers as cluster \"other\""), std::string::npos);
+}
+
+TEST_F(TrackerTest, SidecarPauseRelearnsBeforeJudging) {
+  Run(2, true);
+  // The sidecar was stopped for 5 s: nothing was polled.
+  now_ += 5;
+  tracker_.OnSidecarPause(now_);
+  EXPECT_NE(Evaluate().state, TaskState::kHung) << Evaluate().reason;
+  Run(0.5, true);
+  EXPECT_EQ(Evaluate().state, TaskState::kUp);
+  auto transitions = tracker_.counters().transitions;
+  EXPECT_EQ(transitions[static_cast<int>(TaskState::kHung)], 0);
+  EXPECT_EQ(transitions[static_cast<int>(TaskState::kDead)], 0);
+}
+
+TEST(Straggler, SlowerThanItsPeers) {
+  std::vector<TaskView> all(4);
+  for (int i = 0; i < 4; ++i) {
+    all[i].task = {"worker", i};
+    all[i].expects_progress = true;
+    all[i].state = TaskState::kUp;
+    all[i].last_step_seconds = i == 3 ? 1.5 : 0.05;
+  }
+  TrackerOptions o;
+  EXPECT_EQ(StragglerReason(all[0], all, o), "");
+  EXPECT_EQ(StragglerReason(all[3], all, o),
+            "straggler: last step took 1.5 s, its peers' median is 50 ms");
+}
+
+}  // namespace
+}  // namespace trainscope::sidecar
