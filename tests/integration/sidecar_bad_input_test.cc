@@ -1,0 +1,176 @@
+// Bad input must not crash the sidecar: garbage or oversized heartbeat answers, a task that
+// answers with another identity, a malformed cluster spec, a peer sidecar that sends nonsense.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "sidecar_harness.h"
+
+namespace trainscope::testing {
+namespace {
+
+using sidecar::TaskState;
+using std::chrono::seconds;
+
+// A TCP server on 127.0.0.1:`port` that answers every connection with `reply` and closes it.
+class RawServer {
+ public:
+  RawServer(int port, std::string reply) : reply_(std::move(reply)) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd_, 16)) {
+      ADD_FAILURE() << "cannot listen on " << port;
+    }
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        int c = accept(fd_, nullptr, nullptr);
+        if (c < 0) continue;
+        char buf[4096];
+        timeval tv{0, 100000};
+        setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        (void)!recv(c, buf, sizeof(buf), 0);
+        (void)!send(c, reply_.data(), reply_.size(), MSG_NOSIGNAL);
+        close(c);
+      }
+    });
+  }
+  ~RawServer() {
+    stop_ = true;
+    shutdown(fd_, SHUT_RDWR);
+    close(fd_);
+    thread_.join();
+  }
+
+ private:
+  int fd_ = -1;
+  std::string reply_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+std::string Garbage(size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 7919 + 13) % 251);
+  return s;
+}
+
+TEST(SidecarBadInput, GarbageOnTheTaskPort) {
+  int port = FreePort();
+  RawServer garbage(port, Garbage(70000));
+  Cluster cluster = {{"ps", {"127.0.0.1:" + std::to_string(port)}}};
+  Sidecar sidecar(cluster, {});
+  std::this_thread::sleep_for(seconds(2));
+  auto ps = sidecar.Task("ps:0");
+  ASSERT_TRUE(ps) << sidecar.Describe();
+  EXPECT_EQ(ps->state, TaskState::kMissing) << sidecar.Describe();
+  EXPECT_NE(ps->reason.find("never answered"), std::string::npos) << ps->reason;
+  EXPECT_TRUE(sidecar.process().Running());
+  EXPECT_EQ(sidecar.Get("/healthz"), "ok\n");
+}
+
+TEST(SidecarBadInput, OversizedHeartbeatAnswer) {
+  std::string address = FreeAddress();
+  auto fake = StartFakeTask(address, "ps", 0, {"--oversized_bytes", "3000000"});
+  Sidecar sidecar({{"ps", {address}}}, {});
+  std::this_thread::sleep_for(seconds(2));
+  auto ps = sidecar.Task("ps:0");
+  ASSERT_TRUE(ps) << sidecar.Describe();
+  EXPECT_EQ(ps->state, TaskState::kMissing) << sidecar.Describe();
+  EXPECT_NE(ps->reason.find("not a valid heartbeat"), std::string::npos) << ps->reason;
+  EXPECT_TRUE(sidecar.process().Running());
+}
+
+TEST(SidecarBadInput, AnswerFromAnotherCluster) {
+  std::string address = FreeAddress();
+  auto fake = StartFakeTask(address, "ps", 0, {"--answer_cluster", "someone-else"});
+  Sidecar sidecar({{"ps", {address}}}, {"--cluster_name", "ours"});
+  std::this_thread::sleep_for(seconds(2));
+  auto ps = sidecar.Task("ps:0");
+  ASSERT_TRUE(ps) << sidecar.Describe();
+  EXPECT_EQ(ps->state, TaskState::kMissing) << sidecar.Describe();
+  EXPECT_NE(ps->reason.find("answers as cluster \"someone-else\""), std::string::npos)
+      << ps->reason;
+  EXPECT_NE(ps->reason.find("check the cluster spec"), std::string::npos) << ps->reason;
+}
+
+TEST(SidecarBadInput, AnswerAsAnotherTask) {
+  std::string address = FreeAddress();
+  auto fake = StartFakeTask(address, "ps", 0, {"--answer_role", "worker", "--answer_index", "3"});
+  Sidecar sidecar({{"ps", {address}}}, {});
+  std::this_thread::sleep_for(seconds(2));
+  auto ps = sidecar.Task("ps:0");
+  ASSERT_TRUE(ps) << sidecar.Describe();
+  EXPECT_EQ(ps->state, TaskState::kMissing);
+  EXPECT_NE(ps->reason.find("task worker:3"), std::string::npos) << ps->reason;
+}
+
+TEST(SidecarBadInput, MalformedClusterSpecIsAClearErrorAtStart) {
+  struct Case {
+    std::string tf_config;
+    std::string expected;
+  } cases[] = {
+      {"{\"cluster\": {\"ps\": [\"127.0.0.1:1\"]", "not valid JSON"},
+      {"{\"cluster\": {\"ps\": [\"localhost\"]}}",
+       "cluster.ps[0] = \"localhost\" is not host:port"},
+      {"[1, 2]", "expected a JSON object"},
+      {"{\"cluster\": {\"ps\": \"127.0.0.1:1\"}}", "cluster.ps must be a list"},
+      {"{\"clusterr\": {}}", "no \"cluster\" key"},
+      {"{\"cluster\": {\"ps\": [\"a:1\"]}, \"task\": {\"type\": \"ps\", \"index\": 7}}",
+       "is not in the cluster"},
+  };
+  for (const Case& c : cases) {
+    Process p(BinPath("trainscope-sidecar"),
+              {"--http_port", std::to_string(FreePort()), "--grpc_port", "-1"},
+              {{"TF_CONFIG", c.tf_config}});
+    auto code = p.Wait(seconds(10));
+    ASSERT_TRUE(code) << c.tf_config;
+    EXPECT_EQ(*code, 2) << c.tf_config << "\n" << p.Output();
+    EXPECT_NE(p.Output().find(c.expected), std::string::npos) << p.Output();
+    EXPECT_NE(p.Output().find("TF_CONFIG"), std::string::npos) << p.Output();
+  }
+  Process none(BinPath("trainscope-sidecar"), {"--http_port", std::to_string(FreePort())},
+               {{"TF_CONFIG", ""}});
+  EXPECT_EQ(none.Wait(seconds(10)), 2);
+  EXPECT_NE(none.Output().find("no cluster spec"), std::string::npos) << none.Output();
+}
+
+TEST(SidecarBadInput, PeerSidecarSendingNonsense) {
+  int nonsense_port = FreePort();
+  int garbage_port = FreePort();
+  RawServer nonsense(nonsense_port,
+                     "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n"
+                     "{\"tasks\": [1, {\"role\": 5}, {\"role\": \"ps\", \"task\": 0, "
+                     "\"state\": \"exploded\"}, {\"role\": \"worker\", \"task\": 9999999999}]}");
+  RawServer garbage(garbage_port, Garbage(5000));
+  std::string ps_address = FreeAddress();
+  std::string worker_address = FreeAddress();
+  auto ps = StartFakeTask(ps_address, "ps", 0, {"--phase", "serving"});
+  Sidecar sidecar(
+      {{"ps", {ps_address}}, {"worker", {worker_address}}},
+      {"--local_tasks", "ps:0", "--peer_sidecars",
+       "127.0.0.1:" + std::to_string(nonsense_port) + ",127.0.0.1:" + std::to_string(garbage_port),
+       "--peer_poll_ms", "200"});
+  ASSERT_TRUE(sidecar.WaitForState("ps:0", TaskState::kUp, seconds(10))) << sidecar.Describe();
+  std::this_thread::sleep_for(seconds(1));
+  auto worker = sidecar.Task("worker:0");
+  ASSERT_TRUE(worker) << sidecar.Describe();
+  EXPECT_EQ(worker->state, TaskState::kUnreachable);
+  EXPECT_NE(worker->reason.find("no sidecar reports on it"), std::string::npos) << worker->reason;
+  EXPECT_NE(worker->reason.find(std::to_string(garbage_port)), std::string::npos) << worker->reason;
+  EXPECT_TRUE(sidecar.process().Running());
+  EXPECT_NE(sidecar.Get("/metrics").find("trainscope_sidecar_peer_errors_total"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainscope::testing

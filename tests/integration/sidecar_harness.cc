@@ -1,0 +1,109 @@
+// Sidecar integration-test helpers; see sidecar_harness.h.
+#include "sidecar_harness.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "trainscope/sidecar/http_client.h"
+
+namespace trainscope::testing {
+
+std::string FreeAddress() { return "127.0.0.1:" + std::to_string(FreePort()); }
+
+std::string WriteSpecFile(const Cluster& cluster) {
+  char tmpl[] = "/tmp/trainscope-sidecar-spec-XXXXXX";
+  int fd = mkstemp(tmpl);
+  close(fd);
+  std::string json = TfConfig(cluster, cluster.begin()->first, 0);
+  std::ofstream(tmpl) << json;
+  return tmpl;
+}
+
+Sidecar::Sidecar(const Cluster& cluster, std::vector<std::string> extra_args) {
+  spec_path_ = WriteSpecFile(cluster);
+  http_port_ = FreePort();
+  std::vector<std::pair<std::string, std::string>> defaults = {
+      {"--cluster_spec", spec_path_},
+      {"--http_port", std::to_string(http_port_)},
+      {"--http_address", "127.0.0.1"},
+      {"--grpc_port", std::to_string(FreePort())},
+      {"--peer_sidecars", "none"}};
+  std::vector<std::string> args;
+  for (const auto& [flag, value] : defaults) {
+    if (std::find(extra_args.begin(), extra_args.end(), flag) != extra_args.end()) continue;
+    args.push_back(flag);
+    args.push_back(value);
+  }
+  for (size_t i = 0; i + 1 < extra_args.size(); ++i) {
+    if (extra_args[i] == "--http_port") http_port_ = std::stoi(extra_args[i + 1]);
+  }
+  for (auto& a : extra_args) args.push_back(std::move(a));
+  process_ = std::make_unique<Process>(BinPath("trainscope-sidecar"), args);
+  process_->WaitForOutput("http on", std::chrono::seconds(10));
+}
+
+std::string Sidecar::Get(const std::string& path) {
+  auto r = sidecar::HttpGet(http(), path, 2000);
+  if (!r.ok() || r->status != 200) return "";
+  return r->body;
+}
+
+std::vector<sidecar::TaskView> Sidecar::Tasks(const std::string& query) {
+  std::string body = Get("/api/v1/tasks" + query);
+  auto views = sidecar::ParseTaskViewsJson(body);
+  if (!views.ok()) return {};
+  return *views;
+}
+
+std::optional<sidecar::TaskView> Sidecar::Task(const std::string& name) {
+  for (auto& v : Tasks()) {
+    if (v.task.Name() == name) return v;
+  }
+  return std::nullopt;
+}
+
+std::optional<sidecar::TaskView> Sidecar::WaitForState(const std::string& name,
+                                                       sidecar::TaskState state,
+                                                       std::chrono::milliseconds timeout,
+                                                       const std::string& reason_has) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto v = Task(name);
+    if (v && v->state == state && v->reason.find(reason_has) != std::string::npos) return v;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return std::nullopt;
+}
+
+std::string Sidecar::Describe() {
+  std::string out;
+  for (const auto& v : Tasks()) {
+    out += v.task.Name() + " " + std::string(sidecar::StateName(v.state)) + ": " + v.reason + "\n";
+  }
+  return out + "--- sidecar output ---\n" + process_->Output();
+}
+
+std::unique_ptr<Process> StartTask(const Cluster& cluster, const std::string& role, int index,
+                                   std::vector<std::string> extra_args) {
+  return std::make_unique<Process>(
+      BinPath("linear_regression"), std::move(extra_args),
+      std::map<std::string, std::string>{{"TF_CONFIG", TfConfig(cluster, role, index)}});
+}
+
+std::unique_ptr<Process> StartFakeTask(const std::string& address, const std::string& role,
+                                       int index, std::vector<std::string> extra_args) {
+  size_t colon = address.rfind(':');
+  std::vector<std::string> args = {
+      "--host",  address.substr(0, colon), "--port", address.substr(colon + 1), "--role", role,
+      "--index", std::to_string(index)};
+  for (auto& a : extra_args) args.push_back(std::move(a));
+  auto p = std::make_unique<Process>(BinPath("sidecar_fake_task"), args);
+  p->WaitForOutput("ready", std::chrono::seconds(10));
+  return p;
+}
+
+}  // namespace trainscope::testing

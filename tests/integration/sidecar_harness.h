@@ -1,0 +1,58 @@
+#pragma once
+// Helpers for the sidecar's integration tests: start the real trainscope-sidecar, the real
+// linear_regression tasks or the scripted sidecar_fake_task on free loopback ports, and wait
+// (generously) for a task to reach a state in the sidecar's /api/v1/tasks. One test thread.
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "process.h"
+#include "trainscope/sidecar/task_view.h"
+
+namespace trainscope::testing {
+
+using Cluster = std::map<std::string, std::vector<std::string>>;
+
+// "127.0.0.1:<free port>".
+std::string FreeAddress();
+// Writes the cluster (no task part) as TF_CONFIG JSON to a temporary file; returns its path.
+std::string WriteSpecFile(const Cluster& cluster);
+
+// A running trainscope-sidecar on free ports.
+class Sidecar {
+ public:
+  Sidecar(const Cluster& cluster, std::vector<std::string> extra_args);
+  std::string http() const { return "127.0.0.1:" + std::to_string(http_port_); }
+  int http_port() const { return http_port_; }
+  Process& process() { return *process_; }
+  // The task list of /api/v1/tasks (`query` e.g. "?local=1"); empty on any error.
+  std::vector<sidecar::TaskView> Tasks(const std::string& query = "");
+  std::optional<sidecar::TaskView> Task(const std::string& name);
+  // Waits until `name` is in `state` (with `reason_has` in its reason); returns its view then, or
+  // nullopt (the test then prints Describe()).
+  std::optional<sidecar::TaskView> WaitForState(const std::string& name, sidecar::TaskState state,
+                                                std::chrono::milliseconds timeout,
+                                                const std::string& reason_has = "");
+  // GET a path; "" on error.
+  std::string Get(const std::string& path);
+  // All tasks, one per line, for failure messages.
+  std::string Describe();
+
+ private:
+  int http_port_ = 0;
+  std::string spec_path_;
+  std::unique_ptr<Process> process_;
+};
+
+// linear_regression as `role:index` of `cluster`, with the given extra flags.
+std::unique_ptr<Process> StartTask(const Cluster& cluster, const std::string& role, int index,
+                                   std::vector<std::string> extra_args = {});
+// sidecar_fake_task serving `role:index` at `address` with extra flags.
+std::unique_ptr<Process> StartFakeTask(const std::string& address, const std::string& role,
+                                       int index, std::vector<std::string> extra_args = {});
+
+}  // namespace trainscope::testing
