@@ -39,10 +39,10 @@ def header_names(src):
             print(f"note: {h} does not exist yet")
             continue
         with open(path) as f:
-            for line in f:
-                m = re.search(r'\bk\w+(\[\])?\s*=\s*"([a-zA-Z_:][a-zA-Z0-9_:]*)"', line)
-                if m:
-                    names.add(m.group(2))
+            text = f.read()
+        # `inline constexpr ... kFoo[] = "name";`, possibly broken over two lines.
+        for m in re.finditer(r'\bk\w+(\[\])?\s*=\s*"([a-zA-Z_:][a-zA-Z0-9_:]*)"', text):
+            names.add(m.group(2))
     return names
 
 
