@@ -12,7 +12,6 @@
 #include "trainscope/runtime/parameter_client.h"
 #include "trainscope/runtime/status_macros.h"
 #include "trainscope/runtime/task.h"
-#include "trainscope/runtime/task_status.h"
 
 namespace trainscope::examples {
 namespace {
@@ -43,7 +42,9 @@ class Data {
   Vector w_true_;
 };
 
-std::string ZeroBytes(int64_t n) { return std::string(static_cast<size_t>(n) * sizeof(float), '\0'); }
+std::string ZeroBytes(int64_t n) {
+  return std::string(static_cast<size_t>(n) * sizeof(float), '\0');
+}
 
 // The model's variables: the weight vector in one shard per ps, and the bias.
 std::vector<VariableDef> ModelVariables(int features, int num_ps) {
@@ -59,6 +60,26 @@ std::vector<VariableDef> ModelVariables(int features, int num_ps) {
 
 float Loss(const Matrix& x, const Vector& y, const Vector& w, float b) {
   return ((x * w).array() + b - y.array()).square().mean();
+}
+
+// One SGD step on a fresh batch against the weights last pulled: push each shard's gradient.
+absl::Status Step(ParameterClient* client, const LinearRegressionOptions& options, Data& data,
+                  Matrix& x, Vector& y, const Vector& w, float b, size_t num_vars, float* loss) {
+  data.Batch(options.batch_size, &x, &y);
+  const Vector err = ((x * w).array() + b).matrix() - y;
+  *loss = err.squaredNorm() / static_cast<float>(err.size());
+  const Vector grad_w = (2.0f / options.batch_size) * (x.transpose() * err);
+  const float grad_b = 2.0f * err.mean();
+  Eigen::Index offset = 0;
+  for (size_t v = 0; v + 1 < num_vars; ++v) {
+    const Eigen::Index n = client->variables()[v].spec.shape[0];
+    std::string gradient(reinterpret_cast<const char*>(grad_w.data() + offset), n * sizeof(float));
+    offset += n;
+    TS_RETURN_IF_ERROR(client->Push(v, std::move(gradient), options.learning_rate));
+  }
+  return client->Push(num_vars - 1,
+                      std::string(reinterpret_cast<const char*>(&grad_b), sizeof(float)),
+                      options.learning_rate);
 }
 
 absl::Status Train(Task& task, const LinearRegressionOptions& options) {
@@ -84,8 +105,8 @@ absl::Status Train(Task& task, const LinearRegressionOptions& options) {
     Eigen::Index offset = 0;
     for (size_t v = 0; v + 1 < num_vars; ++v) {
       const Eigen::Index n = static_cast<Eigen::Index>(values[v].size() / sizeof(float));
-      w.segment(offset, n) = Eigen::Map<const Vector>(
-          reinterpret_cast<const float*>(values[v].data()), n);
+      w.segment(offset, n) =
+          Eigen::Map<const Vector>(reinterpret_cast<const float*>(values[v].data()), n);
       offset += n;
     }
     b = *reinterpret_cast<const float*>(values[num_vars - 1].data());
@@ -99,37 +120,40 @@ absl::Status Train(Task& task, const LinearRegressionOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   Matrix x;
   Vector y;
+  float loss = 0;
   int64_t steps_done = 0;
+  int failures = 0;  // consecutive steps that failed with a transient error
+  bool pulled = true;
   for (int64_t step = 1; step <= options.steps; ++step) {
     if (task.stopping()) {
       spdlog::warn("stopping at step {} of {}: finishing cleanly", steps_done, options.steps);
       break;
     }
     const auto step_start = std::chrono::steady_clock::now();
-    if (step > 1) TS_RETURN_IF_ERROR(pull());
-    data.Batch(options.batch_size, &x, &y);
-    const Vector err = ((x * w).array() + b).matrix() - y;
-    const Vector grad_w = (2.0f / options.batch_size) * (x.transpose() * err);
-    const float grad_b = 2.0f * err.mean();
-    Eigen::Index offset = 0;
-    for (size_t v = 0; v + 1 < num_vars; ++v) {
-      const Eigen::Index n = client->variables()[v].spec.shape[0];
-      std::string gradient(reinterpret_cast<const char*>(grad_w.data() + offset),
-                           n * sizeof(float));
-      offset += n;
-      TS_RETURN_IF_ERROR(client->Push(v, std::move(gradient), options.learning_rate));
+    absl::Status st = pulled ? absl::OkStatus() : pull();
+    pulled = false;
+    if (st.ok()) st = Step(client, options, data, x, y, w, b, num_vars, &loss);
+    if (!st.ok()) {
+      // A slow or briefly unreachable ps fails a step, not the run; anything else is final.
+      const bool transient = st.code() == absl::StatusCode::kDeadlineExceeded ||
+                             st.code() == absl::StatusCode::kUnavailable;
+      if (!transient || ++failures > options.max_step_failures) return st;
+      spdlog::warn("step {} failed ({} in a row, giving up after {}): {}: {}", step, failures,
+                   options.max_step_failures, absl::StatusCodeToString(st.code()),
+                   std::string(st.message()));
+      --step;
+      continue;
     }
-    TS_RETURN_IF_ERROR(client->Push(
-        num_vars - 1, std::string(reinterpret_cast<const char*>(&grad_b), sizeof(float)),
-        options.learning_rate));
+    failures = 0;
     if (options.step_delay_ms > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(options.step_delay_ms));
     }
-    task.status().RecordStep(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
+    task.RecordStep(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count(), loss,
+        options.batch_size);
     steps_done = step;
     if (options.log_every > 0 && (step % options.log_every == 0 || step == options.steps)) {
-      spdlog::info("step {}/{} loss {:.6f}", step, options.steps, err.squaredNorm() / err.size());
+      spdlog::info("step {}/{} loss {:.6f}", step, options.steps, loss);
     }
   }
   TS_RETURN_IF_ERROR(pull());
@@ -137,8 +161,8 @@ absl::Status Train(Task& task, const LinearRegressionOptions& options) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("final loss {:.6f} (initial {:.6f}, {:.0f}x lower) after {} steps in {:.1f} s",
-               final_loss, initial_loss, initial_loss / std::max(final_loss, 1e-12f),
-               steps_done, seconds);
+               final_loss, initial_loss, initial_loss / std::max(final_loss, 1e-12f), steps_done,
+               seconds);
   return task.FinishTraining();
 }
 

@@ -12,14 +12,16 @@ namespace trainscope::examples {
 
 struct LinearRegressionOptions {
   RuntimeOptions runtime;
-  std::string tf_config;   // The TF_CONFIG JSON.
+  std::string tf_config;  // The TF_CONFIG JSON.
   int64_t steps = 300;
   int features = 16;
   int batch_size = 64;
   float learning_rate = 0.05f;
-  uint64_t seed = 42;      // Same on every task: it draws the true weights.
+  uint64_t seed = 42;  // Same on every task: it draws the true weights.
   int log_every = 50;
-  int step_delay_ms = 0;   // Sleep per step, to keep a demo cluster training for longer.
+  int step_delay_ms = 0;  // Sleep per step, to keep a demo cluster training for longer.
+  // Consecutive steps that may fail with DEADLINE_EXCEEDED or UNAVAILABLE before the run fails.
+  int max_step_failures = 10;
   std::string log_format = "text";
 };
 

@@ -7,8 +7,9 @@
 
 int main(int argc, char** argv) {
   trainscope::examples::LinearRegressionOptions o;
-  CLI::App app{"Linear regression with asynchronous SGD on a trainscope cluster. "
-               "TF_CONFIG says which task this process is."};
+  CLI::App app{
+      "Linear regression with asynchronous SGD on a trainscope cluster. "
+      "TF_CONFIG says which task this process is."};
   app.add_option("--steps", o.steps, "Training steps per worker")->capture_default_str();
   app.add_option("--features", o.features, "Number of input features")->capture_default_str();
   app.add_option("--batch_size", o.batch_size, "Examples per step")->capture_default_str();
@@ -17,6 +18,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--log_every", o.log_every, "Log the loss every N steps")->capture_default_str();
   app.add_option("--step_delay_ms", o.step_delay_ms, "Sleep per step (demos)")
+      ->capture_default_str();
+  app.add_option("--max_step_failures", o.max_step_failures,
+                 "Consecutive steps that may fail with DEADLINE_EXCEEDED or UNAVAILABLE before "
+                 "the run fails")
       ->capture_default_str();
   app.add_option("--log_format", o.log_format, "text or json")
       ->check(CLI::IsMember({"text", "json"}))
@@ -40,6 +45,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--listen_address", r.listen_address,
                  "Bind this address instead of the task's address in the spec (e.g. 0.0.0.0:2222)");
+  app.add_option("--metrics_port", r.metrics_port,
+                 "Port of this task's /metrics (0 = any free port, reported in the heartbeat; "
+                 "-1 = none)")
+      ->capture_default_str();
+  bool no_telemetry = false;
+  bool no_tracing = false;
+  app.add_flag("--disable_telemetry", no_telemetry, "Record no metrics and no spans");
+  app.add_flag("--disable_tracing", no_tracing,
+               "Export no spans (OTEL_EXPORTER_OTLP_ENDPOINT says where they go otherwise)");
   app.add_flag("--enable_fault_injection", r.enable_fault_injection,
                "Accept TaskService.InjectFault (tests and drills)");
   app.add_option("--testing_ps_delay_ms", r.testing_parameter_delay_ms,
@@ -49,6 +63,8 @@ int main(int argc, char** argv) {
                  "Test hook: announce this protocol version")
       ->group("Testing");
   CLI11_PARSE(app, argc, argv);
+  r.telemetry = !no_telemetry;
+  r.tracing = !no_tracing;
 
   const char* tf_config = std::getenv("TF_CONFIG");
   if (tf_config == nullptr || *tf_config == '\0') {

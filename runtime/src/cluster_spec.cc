@@ -51,8 +51,8 @@ absl::Status ParseHostPort(absl::string_view address, std::string* host, int* po
     h = address.substr(0, colon);
     p = address.substr(colon + 1);
     if (h.find(':') != absl::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "bad address ", Quote(address), ": an IPv6 host must be written [addr]:port"));
+      return absl::InvalidArgumentError(absl::StrCat("bad address ", Quote(address),
+                                                     ": an IPv6 host must be written [addr]:port"));
     }
   }
   if (h.empty()) {
@@ -162,11 +162,10 @@ std::string DescribeSpecDifference(const ClusterSpec& a, absl::string_view a_nam
     } else if (ib == b.jobs().end()) {
       diffs.push_back(absl::StrCat("job '", job, "' is only in ", a_name, "'s spec"));
     } else if (ia->second != ib->second) {
-      diffs.push_back(absl::StrCat("job '", job, "' lists ", ia->second.size(), " task",
-                                   ia->second.size() == 1 ? "" : "s", " [",
-                                   absl::StrJoin(ia->second, ", "), "] in ", a_name, "'s spec but ",
-                                   ib->second.size(), " [", absl::StrJoin(ib->second, ", "),
-                                   "] in ", b_name, "'s"));
+      diffs.push_back(absl::StrCat(
+          "job '", job, "' lists ", ia->second.size(), " task", ia->second.size() == 1 ? "" : "s",
+          " [", absl::StrJoin(ia->second, ", "), "] in ", a_name, "'s spec but ", ib->second.size(),
+          " [", absl::StrJoin(ib->second, ", "), "] in ", b_name, "'s"));
     }
   }
   return absl::StrJoin(diffs, "; ");
@@ -187,9 +186,9 @@ absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view text, bool require_task
         absl::StrCat("TF_CONFIG has no \"cluster\": ", Quote(doc.dump())));
   }
   if (!cluster_it->is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "TF_CONFIG \"cluster\" must map job names to address lists, got ",
-        Quote(cluster_it->dump())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TF_CONFIG \"cluster\" must map job names to address lists, got ",
+                     Quote(cluster_it->dump())));
   }
   std::map<std::string, std::vector<std::string>> jobs;
   for (auto it = cluster_it->begin(); it != cluster_it->end(); ++it) {
@@ -201,9 +200,8 @@ absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view text, bool require_task
     std::vector<std::string>& addresses = jobs[it.key()];
     for (const auto& entry : *it) {
       if (!entry.is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG job \"", it.key(),
-                                                       "\" has a non-string address ",
-                                                       Quote(entry.dump())));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "TF_CONFIG job \"", it.key(), "\" has a non-string address ", Quote(entry.dump())));
       }
       addresses.push_back(entry.get<std::string>());
     }
@@ -226,17 +224,17 @@ absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view text, bool require_task
   }
   const nlohmann::json& task = *task_it;
   if (!task.is_object() || !task.contains("type") || !task["type"].is_string()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "TF_CONFIG \"task\" must be {\"type\": \"<job>\", \"index\": <n>}, got ",
-        Quote(task.dump())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TF_CONFIG \"task\" must be {\"type\": \"<job>\", \"index\": <n>}, got ",
+                     Quote(task.dump())));
   }
   TaskRef ref;
   ref.role = task["type"].get<std::string>();
   if (task.contains("index")) {
     const nlohmann::json& index = task["index"];
     if (!index.is_number_integer()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "TF_CONFIG task index must be an integer, got ", Quote(index.dump())));
+      return absl::InvalidArgumentError(
+          absl::StrCat("TF_CONFIG task index must be an integer, got ", Quote(index.dump())));
     }
     int64_t value = index.get<int64_t>();
     if (value < 0 || value > 1000000) {
@@ -247,8 +245,8 @@ absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view text, bool require_task
   }
   auto address = config.cluster.AddressOf(ref);
   if (!address.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG task ", Quote(task.dump()), ": ",
-                                                   address.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TF_CONFIG task ", Quote(task.dump()), ": ", address.status().message()));
   }
   config.task = ref;
   return config;

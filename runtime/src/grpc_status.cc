@@ -2,6 +2,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "internal.h"
+#include "telemetry/interceptors.h"
 #include "trainscope/runtime/status_macros.h"
 
 namespace trainscope {
@@ -16,7 +17,9 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           telemetry::Telemetry* telemetry, const TaskRef& self,
+                                           const TaskRef& peer) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
@@ -25,7 +28,12 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   args.SetMaxSendMessageSize(-1);
   // Keep one connection per peer even when several channels point at it.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  auto interceptors = telemetry::ClientInterceptors(telemetry, self, peer, address);
+  if (interceptors.empty()) {
+    return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  }
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      address, grpc::InsecureChannelCredentials(), args, std::move(interceptors));
 }
 
 TensorSpec SpecFromProto(const v1::Tensor& tensor) {

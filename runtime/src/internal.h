@@ -16,9 +16,15 @@
 
 namespace trainscope {
 
-// A channel to `address` that reconnects quickly (100 ms to 1 s backoff) and carries messages
-// of any size.
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+namespace telemetry {
+class Telemetry;
+}
+
+// A channel from `self` to `peer` at `address` that reconnects quickly (100 ms to 1 s backoff),
+// carries messages of any size, and records its calls in `telemetry` (may be null).
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           telemetry::Telemetry* telemetry = nullptr,
+                                           const TaskRef& self = {}, const TaskRef& peer = {});
 
 // The ps tasks a worker reached in CreateSession. Immutable after creation; thread-safe.
 class Session {
@@ -29,12 +35,16 @@ class Session {
     std::shared_ptr<grpc::Channel> channel;
     PeerHealth* health;
   };
-  explicit Session(std::vector<Peer> ps) : ps_(std::move(ps)) {}
+  Session(std::vector<Peer> ps, telemetry::Telemetry* telemetry)
+      : ps_(std::move(ps)), telemetry_(telemetry) {}
   const Peer& ps(int index) const { return ps_[index]; }
   int num_ps() const { return static_cast<int>(ps_.size()); }
+  // May be null.
+  telemetry::Telemetry* telemetry() const { return telemetry_; }
 
  private:
   std::vector<Peer> ps_;
+  telemetry::Telemetry* telemetry_;
 };
 
 // Proto <-> bookkeeping conversions at the edge.

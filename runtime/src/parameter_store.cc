@@ -2,6 +2,7 @@
 #include "trainscope/runtime/parameter_store.h"
 
 #include <Eigen/Core>
+#include <chrono>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -26,8 +27,8 @@ absl::StatusOr<bool> ParameterStore::Create(const std::string& name, const Tenso
                                             absl::string_view initial, absl::string_view from) {
   const int64_t size = spec.ByteSize();
   if (name.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(from, " asked ", options_.task_name,
-                                                   " to create a variable with no name"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(from, " asked ", options_.task_name, " to create a variable with no name"));
   }
   if (size < 0) {
     return absl::InvalidArgumentError(absl::StrCat("variable '", name, "' from ", from,
@@ -35,29 +36,29 @@ absl::StatusOr<bool> ParameterStore::Create(const std::string& name, const Tenso
                                                    spec.DebugString()));
   }
   if (static_cast<int64_t>(initial.size()) != size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "variable '", name, "' from ", from, " is ", spec.DebugString(), " (", size,
-        " bytes) but its initial value has ", initial.size(), " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("variable '", name, "' from ", from, " is ", spec.DebugString(), " (", size,
+                     " bytes) but its initial value has ", initial.size(), " bytes"));
   }
   std::unique_lock lock(map_mu_);
   if (auto it = variables_.find(name); it != variables_.end()) {
     const TensorSpec& held = it->second->spec;
     if (held != spec) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "variable '", name, "' on ", options_.task_name, " is ", held.DebugString(),
-          " but ", from, " creates it as ", spec.DebugString(),
-          ": every task must build the same model (check flags such as --features)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("variable '", name, "' on ", options_.task_name, " is ", held.DebugString(),
+                       " but ", from, " creates it as ", spec.DebugString(),
+                       ": every task must build the same model (check flags such as --features)"));
     }
     return true;
   }
   const int64_t held = bytes_held_.load();
   if (options_.memory_limit_bytes > 0 && held + size > options_.memory_limit_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        options_.task_name, " cannot hold variable '", name, "' (", spec.DebugString(), ", ",
-        HumanBytes(size), "): it holds ", HumanBytes(held), " and would need ",
-        HumanBytes(held + size), " of its ", HumanBytes(options_.memory_limit_bytes),
-        " budget (--ps_memory_limit_bytes=", options_.memory_limit_bytes,
-        "); raise the budget or add ps tasks"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(options_.task_name, " cannot hold variable '", name, "' (", spec.DebugString(),
+                     ", ", HumanBytes(size), "): it holds ", HumanBytes(held), " and would need ",
+                     HumanBytes(held + size), " of its ", HumanBytes(options_.memory_limit_bytes),
+                     " budget (--ps_memory_limit_bytes=", options_.memory_limit_bytes,
+                     "); raise the budget or add ps tasks"));
   }
   auto variable = std::make_unique<Variable>();
   variable->spec = spec;
@@ -75,9 +76,8 @@ absl::StatusOr<ParameterStore::Variable*> ParameterStore::Find(const std::string
   std::shared_lock lock(map_mu_);
   auto it = variables_.find(name);
   if (it == variables_.end()) {
-    return absl::NotFoundError(absl::StrCat(from, " asked ", options_.task_name,
-                                            " for variable '", name,
-                                            "', which it does not hold (was it created?)"));
+    return absl::NotFoundError(absl::StrCat(from, " asked ", options_.task_name, " for variable '",
+                                            name, "', which it does not hold (was it created?)"));
   }
   return it->second.get();
 }
@@ -94,7 +94,7 @@ absl::Status ParameterStore::Read(const std::string& name, TensorSpec* spec,
 
 absl::Status ParameterStore::ApplyGradient(const std::string& name, const TensorSpec& spec,
                                            absl::string_view gradient, float learning_rate,
-                                           absl::string_view from) {
+                                           absl::string_view from, Timing* timing) {
   auto found = Find(name, from);
   if (!found.ok()) return found.status();
   Variable* variable = *found;
@@ -104,11 +104,14 @@ absl::Status ParameterStore::ApplyGradient(const std::string& name, const Tensor
         " but ", from, " pushed a gradient of ", spec.DebugString()));
   }
   if (static_cast<int64_t>(gradient.size()) != spec.ByteSize()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gradient for '", name, "' from ", from, " is ", spec.DebugString(), " (",
-        spec.ByteSize(), " bytes) but carries ", gradient.size(), " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient for '", name, "' from ", from, " is ", spec.DebugString(), " (",
+                     spec.ByteSize(), " bytes) but carries ", gradient.size(), " bytes"));
   }
+  using Clock = std::chrono::steady_clock;
+  const auto wait_start = Clock::now();
   std::lock_guard lock(variable->mu);
+  const auto apply_start = Clock::now();
   switch (spec.dtype) {
     case DType::kFloat:
       Sgd<float>(&variable->value, gradient, learning_rate);
@@ -122,6 +125,10 @@ absl::Status ParameterStore::ApplyGradient(const std::string& name, const Tensor
                                                      ": only float32 and float64 are trainable"));
   }
   updates_applied_.fetch_add(1, std::memory_order_relaxed);
+  if (timing != nullptr) {
+    timing->queue_seconds = std::chrono::duration<double>(apply_start - wait_start).count();
+    timing->apply_seconds = std::chrono::duration<double>(Clock::now() - apply_start).count();
+  }
   return absl::OkStatus();
 }
 

@@ -2,6 +2,7 @@
 // the end-of-training protocol and signal handling. See task.h.
 #include "trainscope/runtime/task.h"
 
+#include <arpa/inet.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -16,11 +17,15 @@
 #include "absl/strings/str_join.h"
 #include "internal.h"
 #include "spdlog/spdlog.h"
+#include "telemetry/interceptors.h"
 #include "trainscope/runtime/net_util.h"
 #include "trainscope/runtime/parameter_client.h"
 #include "trainscope/runtime/parameter_store.h"
 #include "trainscope/runtime/status_macros.h"
 #include "trainscope/runtime/task_status.h"
+#include "trainscope/runtime/telemetry/context.h"
+#include "trainscope/runtime/telemetry/telemetry.h"
+#include "trainscope/runtime/telemetry/tracing.h"
 #include "trainscope/runtime/version.h"
 #include "trainscope/v1/runtime.grpc.pb.h"
 
@@ -82,6 +87,8 @@ class Task::Impl {
   std::atomic<int64_t> parameter_delay_ms_;
   std::atomic<int64_t> heartbeat_delay_ms_{0};
   TaskStatus status_;
+  // Before everything that records into it, so that it outlives them.
+  std::unique_ptr<telemetry::Telemetry> telemetry_;
   std::unique_ptr<ParameterStore> store_;  // ps only.
   std::unique_ptr<Session> session_;
   std::unique_ptr<ParameterClient> client_;
@@ -102,6 +109,79 @@ class Task::Impl {
 
 namespace {
 
+// What a ParameterService handler records: in-flight count, the trace id on its log lines, and
+// where its time went (queue, read/apply) as child spans of the call's server span and as
+// histograms.
+class CallScope {
+ public:
+  CallScope(Task::Impl* task, const grpc::ServerContext& context)
+      : t_(task->telemetry_.get()),
+        start_(std::chrono::steady_clock::now()),
+        mark_unix_(telemetry::NowUnixNanos()) {
+    if (t_ == nullptr) return;
+    t_->ps_inflight().fetch_add(1, std::memory_order_relaxed);
+    span_ = telemetry::ServerSpanContext(context);
+    if (span_) scope_.emplace(*span_);
+  }
+  ~CallScope() {
+    if (t_ != nullptr) t_->ps_inflight().fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  // The status to send: a call that finished after its caller's deadline is reported as
+  // DEADLINE_EXCEEDED on this side too, so the ps's own metrics show who was too slow.
+  grpc::Status Finish(grpc::Status status, const grpc::ServerContext& context,
+                      const char* method) const {
+    const auto late = std::chrono::system_clock::now() - context.deadline();
+    if (!status.ok() || late <= std::chrono::system_clock::duration::zero()) return status;
+    return grpc::Status(
+        grpc::StatusCode::DEADLINE_EXCEEDED,
+        absl::StrCat(method, " finished ",
+                     std::chrono::duration_cast<std::chrono::milliseconds>(late).count(),
+                     " ms after the caller's deadline"));
+  }
+
+  // Ends a phase that began where the previous one ended (or at the call's start).
+  void Phase(const char* name) {
+    const uint64_t now = telemetry::NowUnixNanos();
+    if (span_ && span_->sampled) Child(name, mark_unix_, now);
+    mark_unix_ = now;
+  }
+
+  // A Push: the injected delay and the wait for the variable are queueing; then the update.
+  void PushDone(const ParameterStore::Timing& timing) {
+    if (t_ == nullptr) return;
+    const double total =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double queue = std::max(0.0, total - timing.apply_seconds);
+    t_->ps_queue().Observe(queue);
+    t_->ps_apply().Observe(timing.apply_seconds);
+    t_->ps_push_to_apply().Observe(total);
+    if (span_ && span_->sampled) {
+      const uint64_t queue_end = mark_unix_ + static_cast<uint64_t>(queue * 1e9);
+      Child("ps.queue", mark_unix_, queue_end);
+      Child("ps.apply", queue_end, queue_end + static_cast<uint64_t>(timing.apply_seconds * 1e9));
+    }
+  }
+
+ private:
+  void Child(const char* name, uint64_t start, uint64_t end) {
+    telemetry::SpanData child;
+    child.context = t_->tracer().NewContext(&*span_);
+    child.parent_span_id = span_->span_id;
+    child.name = name;
+    child.kind = telemetry::SpanKind::kInternal;
+    child.start_unix_nano = start;
+    child.end_unix_nano = end;
+    t_->tracer().End(std::move(child));
+  }
+
+  telemetry::Telemetry* t_;
+  std::chrono::steady_clock::time_point start_;
+  uint64_t mark_unix_;
+  std::optional<telemetry::SpanContext> span_;
+  std::optional<telemetry::ScopedSpanContext> scope_;
+};
+
 class TaskServiceImpl final : public v1::TaskService::Service {
  public:
   explicit TaskServiceImpl(Task::Impl* task) : task_(task) {}
@@ -113,11 +193,11 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     const v1::TaskIdentity& me = response->identity();
     if (from.protocol_version() != me.protocol_version() ||
         from.cluster_fingerprint() != me.cluster_fingerprint()) {
-      spdlog::warn("{} at {} handshakes with protocol {} and cluster fingerprint {}; this task has "
-                   "protocol {} and fingerprint {}: its CreateSession will fail",
-                   TaskIdFromProto(from.task()).ShortName(), from.listen_address(),
-                   from.protocol_version(), from.cluster_fingerprint(), me.protocol_version(),
-                   me.cluster_fingerprint());
+      spdlog::warn(
+          "{} at {} handshakes with protocol {} and cluster fingerprint {}; this task has "
+          "protocol {} and fingerprint {}: its CreateSession will fail",
+          TaskIdFromProto(from.task()).ShortName(), from.listen_address(), from.protocol_version(),
+          from.cluster_fingerprint(), me.protocol_version(), me.cluster_fingerprint());
     }
     return grpc::Status::OK;
   }
@@ -162,14 +242,17 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
  public:
   explicit ParameterServiceImpl(Task::Impl* task) : task_(task) {}
 
-  grpc::Status CreateVariable(grpc::ServerContext*, const v1::CreateVariableRequest* request,
+  grpc::Status CreateVariable(grpc::ServerContext* context,
+                              const v1::CreateVariableRequest* request,
                               v1::CreateVariableResponse* response) override {
+    CallScope scope(task_, *context);
     SleepFor(task_->parameter_delay_ms_.load());
     const std::string from = TaskIdFromProto(request->from()).ShortName();
     auto existed = task_->store_->Create(request->name(), SpecFromProto(request->initial()),
                                          request->initial().content(), from);
     if (!existed.ok()) {
-      spdlog::error("CreateVariable from {} refused: {}", from, std::string(existed.status().message()));
+      spdlog::error("CreateVariable from {} refused: {}", from,
+                    std::string(existed.status().message()));
       return ToGrpcStatus(existed.status());
     }
     if (!*existed) {
@@ -178,12 +261,14 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
                    HumanBytes(task_->store_->bytes_held()), task_->store_->num_variables());
     }
     response->set_existed(*existed);
-    return grpc::Status::OK;
+    return scope.Finish(grpc::Status::OK, *context, "CreateVariable");
   }
 
-  grpc::Status Pull(grpc::ServerContext*, const v1::PullRequest* request,
+  grpc::Status Pull(grpc::ServerContext* context, const v1::PullRequest* request,
                     v1::PullResponse* response) override {
+    CallScope scope(task_, *context);
     SleepFor(task_->parameter_delay_ms_.load());
+    scope.Phase("ps.queue");
     for (const std::string& name : request->names()) {
       v1::Tensor* tensor = response->add_values();
       TensorSpec spec;
@@ -191,25 +276,28 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
       if (!st.ok()) return ToGrpcStatus(st);
       SpecToProto(spec, tensor);
     }
+    scope.Phase("ps.read");
     response->set_version(task_->store_->updates_applied());
-    return grpc::Status::OK;
+    return scope.Finish(grpc::Status::OK, *context, "Pull");
   }
 
-  grpc::Status Push(grpc::ServerContext*, const v1::PushRequest* request,
+  grpc::Status Push(grpc::ServerContext* context, const v1::PushRequest* request,
                     v1::PushResponse* response) override {
+    CallScope scope(task_, *context);
     SleepFor(task_->parameter_delay_ms_.load());
     const std::string from = TaskIdFromProto(request->from()).ShortName();
-    absl::Status st = task_->store_->ApplyGradient(request->name(),
-                                                   SpecFromProto(request->gradient()),
-                                                   request->gradient().content(),
-                                                   request->learning_rate(), from);
+    ParameterStore::Timing timing;
+    absl::Status st = task_->store_->ApplyGradient(
+        request->name(), SpecFromProto(request->gradient()), request->gradient().content(),
+        request->learning_rate(), from, &timing);
+    scope.PushDone(timing);
     if (!st.ok()) {
       spdlog::error("Push from {} refused: {}", from, std::string(st.message()));
       return ToGrpcStatus(st);
     }
     task_->status_.SetSteps(static_cast<int64_t>(task_->store_->updates_applied()));
     response->set_version(task_->store_->updates_applied());
-    return grpc::Status::OK;
+    return scope.Finish(grpc::Status::OK, *context, "Push");
   }
 
  private:
@@ -223,9 +311,8 @@ v1::TaskIdentity Task::Impl::Identity() const {
   *id.mutable_task() = TaskIdToProto(self_);
   id.set_cluster_name(options_.cluster_name);
   id.set_runtime_version(kRuntimeVersion);
-  id.set_protocol_version(options_.testing_protocol_version != 0
-                              ? options_.testing_protocol_version
-                              : kProtocolVersion);
+  id.set_protocol_version(options_.testing_protocol_version != 0 ? options_.testing_protocol_version
+                                                                 : kProtocolVersion);
   id.set_cluster_fingerprint(cluster_.Fingerprint());
   id.set_incarnation(incarnation_);
   for (const auto& [job, addresses] : cluster_.jobs()) {
@@ -276,6 +363,7 @@ void Task::Impl::FillHeartbeat(v1::HeartbeatResponse* response) const {
   response->set_unix_seconds(UnixSeconds());
   response->set_last_step_seconds(s.last_step_seconds);
   response->set_expects_progress(s.expects_progress);
+  if (telemetry_) response->set_metrics_address(telemetry_->metrics_address());
 }
 
 absl::Status Task::Impl::Start() {
@@ -291,9 +379,8 @@ absl::Status Task::Impl::Start() {
   // Bind once ourselves first: gRPC reports a failed bind without its cause.
   absl::Status can_listen = CheckCanListen(host, port);
   if (!can_listen.ok()) {
-    return absl::Status(can_listen.code(), absl::StrCat(name, " cannot listen on ",
-                                                        listen_address_, ": ",
-                                                        can_listen.message()));
+    return absl::Status(can_listen.code(), absl::StrCat(name, " cannot listen on ", listen_address_,
+                                                        ": ", can_listen.message()));
   }
 
   // Signals go to one thread of ours; every thread started from here on inherits the mask.
@@ -304,9 +391,24 @@ absl::Status Task::Impl::Start() {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal_thread_ = std::thread([this] { SignalLoop(); });
 
+  telemetry::TelemetryOptions telemetry_options;
+  telemetry_options.enabled = options_.telemetry;
+  telemetry_options.tracing = options_.tracing;
+  telemetry_options.metrics_port = options_.metrics_port;
+  in6_addr ip{};
+  if (inet_pton(AF_INET, host.c_str(), &ip) == 1 || inet_pton(AF_INET6, host.c_str(), &ip) == 1) {
+    telemetry_options.metrics_host = host;
+  }
+  auto telemetry = telemetry::Telemetry::Create(
+      telemetry_options,
+      {options_.cluster_name, self_, cluster_, &status_, nullptr, options_.ps_memory_limit_bytes});
+  if (!telemetry.ok()) return telemetry.status();
+  telemetry_ = *std::move(telemetry);
+
   if (self_.role == "ps") {
     store_ = std::make_unique<ParameterStore>(
         ParameterStoreOptions{name, options_.ps_memory_limit_bytes});
+    telemetry_->SetStore(store_.get());
     parameter_service_ = std::make_unique<ParameterServiceImpl>(this);
   }
   task_service_ = std::make_unique<TaskServiceImpl>(this);
@@ -319,6 +421,7 @@ absl::Status Task::Impl::Start() {
   builder.SetMaxSendMessageSize(-1);
   int bound_port = 0;
   builder.AddListeningPort(listen_address_, grpc::InsecureServerCredentials(), &bound_port);
+  builder.experimental().SetInterceptorCreators(telemetry::ServerInterceptors(telemetry_.get()));
   builder.RegisterService(task_service_.get());
   if (parameter_service_) builder.RegisterService(parameter_service_.get());
   server_ = builder.BuildAndStart();
@@ -327,9 +430,12 @@ absl::Status Task::Impl::Start() {
         absl::StrCat(name, " cannot listen on ", listen_address_, ": gRPC could not bind it"));
   }
   status_.SetPhase(self_.role == "ps" ? Phase::kServing : Phase::kStarting);
-  spdlog::info("{} (incarnation {:016x}, runtime {}, protocol {}) listening on {}",
-               self_.FullName(), incarnation_, kRuntimeVersion, Identity().protocol_version(),
-               listen_address_);
+  spdlog::info(
+      "{} (incarnation {:016x}, runtime {}, protocol {}) listening on {}{}", self_.FullName(),
+      incarnation_, kRuntimeVersion, Identity().protocol_version(), listen_address_,
+      telemetry_->metrics_address().empty()
+          ? ""
+          : absl::StrCat(", metrics on http://", telemetry_->metrics_address(), "/metrics"));
   return absl::OkStatus();
 }
 
@@ -369,9 +475,7 @@ int Task::Impl::MarkDone(const TaskRef& from) {
 
 absl::Status Task::Impl::ServeUntilDone() {
   std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] {
-    return stopping_.load() || static_cast<int>(done_.size()) >= trainers_;
-  });
+  cv_.wait(lock, [&] { return stopping_.load() || static_cast<int>(done_.size()) >= trainers_; });
   if (!stopping_.load()) {
     spdlog::info("all {} trainers are done: {} shutting down", trainers_, self_.ShortName());
   }
@@ -385,7 +489,8 @@ absl::StatusOr<ParameterClient*> Task::Impl::CreateSession() {
   for (int i = 0; i < cluster_.NumTasks("ps"); ++i) {
     TaskRef ref{"ps", i};
     std::string address = *cluster_.AddressOf(ref);
-    ps.push_back({ref, address, MakeChannel(address), status_.Peer(ref, address)});
+    ps.push_back({ref, address, MakeChannel(address, telemetry_.get(), self_, ref),
+                  status_.Peer(ref, address)});
   }
   if (ps.empty()) {
     return absl::FailedPreconditionError(
@@ -445,21 +550,19 @@ absl::StatusOr<ParameterClient*> Task::Impl::CreateSession() {
       const Session::Peer& peer = ps[pending[k]];
       Attempt& a = *attempts[k];
       if (!a.status.ok()) {
-        peer.health->RecordFailure(SummarizeRpcError(a.status.error_code(),
-                                                     a.status.error_message(),
-                                                     attempt_deadline_ms));
+        peer.health->RecordFailure(SummarizeRpcError(
+            a.status.error_code(), a.status.error_message(), attempt_deadline_ms));
         still_pending.push_back(pending[k]);
         continue;
       }
       const v1::TaskIdentity& theirs = a.response.identity();
-      const std::string them =
-          absl::StrCat(peer.task.ShortName(), " at ", peer.address);
+      const std::string them = absl::StrCat(peer.task.ShortName(), " at ", peer.address);
       const TaskRef their_ref = TaskIdFromProto(theirs.task());
       if (their_ref != peer.task) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "CreateSession failed: ", me, " expected ", peer.task.ShortName(), " at ",
-            peer.address, " but found ", their_ref.ShortName(),
-            " there: the cluster specs list different addresses for the same task"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("CreateSession failed: ", me, " expected ", peer.task.ShortName(), " at ",
+                         peer.address, " but found ", their_ref.ShortName(),
+                         " there: the cluster specs list different addresses for the same task"));
       }
       if (theirs.protocol_version() != request.from().protocol_version() ||
           theirs.runtime_version() != kRuntimeVersion) {
@@ -475,20 +578,19 @@ absl::StatusOr<ParameterClient*> Task::Impl::CreateSession() {
           jobs[job.name()].assign(job.addresses().begin(), job.addresses().end());
         }
         auto their_spec = ClusterSpec::FromJobs(std::move(jobs));
-        std::string how = their_spec.ok()
-                              ? DescribeSpecDifference(cluster_, me, *their_spec,
-                                                       peer.task.ShortName())
-                              : std::string(their_spec.status().message());
+        std::string how = their_spec.ok() ? DescribeSpecDifference(cluster_, me, *their_spec,
+                                                                   peer.task.ShortName())
+                                          : std::string(their_spec.status().message());
         return absl::FailedPreconditionError(absl::StrCat(
             "CreateSession failed: the cluster specs differ between ", me, " and ", them,
             " (fingerprints ", cluster_.Fingerprint(), " and ", theirs.cluster_fingerprint(),
             "): ", how, "; give every task the same TF_CONFIG \"cluster\""));
       }
       if (theirs.cluster_name() != options_.cluster_name) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "CreateSession failed: ", me, " belongs to cluster '", options_.cluster_name,
-            "' but ", them, " belongs to cluster '", theirs.cluster_name(),
-            "': two training runs share these addresses"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("CreateSession failed: ", me, " belongs to cluster '",
+                         options_.cluster_name, "' but ", them, " belongs to cluster '",
+                         theirs.cluster_name(), "': two training runs share these addresses"));
       }
       peer.health->SetIdentity(theirs.incarnation(), theirs.listen_address());
       peer.health->RecordSuccess();
@@ -515,8 +617,7 @@ absl::StatusOr<ParameterClient*> Task::Impl::CreateSession() {
     if (now >= next_log) {
       for (int i : pending) {
         spdlog::warn("CreateSession still waiting for {} at {} after {:.0f} s (last error: {})",
-                     ps[i].task.FullName(), ps[i].address, waited,
-                     ps[i].health->Read().last_error);
+                     ps[i].task.FullName(), ps[i].address, waited, ps[i].health->Read().last_error);
       }
       next_log = now + options_.session_log_interval_s;
     }
@@ -528,7 +629,7 @@ absl::StatusOr<ParameterClient*> Task::Impl::CreateSession() {
   status_.SetExpectsProgress(true);
   spdlog::info("CreateSession: {} reached all {} ps tasks in {:.1f} s", me, ps.size(),
                MonotonicSeconds() - start);
-  session_ = std::make_unique<Session>(std::move(ps));
+  session_ = std::make_unique<Session>(std::move(ps), telemetry_.get());
   client_ = std::make_unique<ParameterClient>(session_.get(), self_, options_.rpc_deadline_ms,
                                               options_.max_attempts);
   return client_.get();
@@ -593,18 +694,15 @@ TaskStatus& Task::status() { return impl_->status_; }
 absl::Status Task::ServeUntilDone() { return impl_->ServeUntilDone(); }
 absl::StatusOr<ParameterClient*> Task::CreateSession() { return impl_->CreateSession(); }
 absl::Status Task::FinishTraining() { return impl_->FinishTraining(); }
+void Task::RecordStep(double seconds, double loss, int64_t examples) {
+  impl_->status_.RecordStep(seconds);
+  if (impl_->telemetry_) impl_->telemetry_->RecordStep(seconds, loss, examples);
+}
+std::string Task::metrics_address() const {
+  return impl_->telemetry_ ? impl_->telemetry_->metrics_address() : "";
+}
 bool Task::stopping() const { return impl_->stopping_.load(); }
 void Task::Stop() { impl_->Stop(); }
 std::string Task::listen_address() const { return impl_->listen_address_; }
-
-void InitLogging(const std::string& task_name, const std::string& format) {
-  if (format == "json") {
-    spdlog::set_pattern(absl::StrCat(R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","task":")",
-                                     task_name, R"(","msg":"%v"})"),
-                        spdlog::pattern_time_type::utc);
-  } else {
-    spdlog::set_pattern(absl::StrCat("%Y-%m-%d %H:%M:%S.%e %^%L%$ ", task_name, " %v"));
-  }
-}
 
 }  // namespace trainscope

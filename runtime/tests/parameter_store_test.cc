@@ -49,8 +49,8 @@ TEST(ParameterStoreTest, AppliesSgdAndRejectsMismatchedGradients) {
   EXPECT_FLOAT_EQ(out[1], 0.0f);
   EXPECT_EQ(store.updates_applied(), 1u);
 
-  absl::Status bad = store.ApplyGradient("w", {DType::kFloat, {3}}, Floats({1, 1, 1}), 0.1f,
-                                         "worker:3");
+  absl::Status bad =
+      store.ApplyGradient("w", {DType::kFloat, {3}}, Floats({1, 1, 1}), 0.1f, "worker:3");
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad.message(),
             "variable 'w' on ps:0 is float32[2] but worker:3 pushed a gradient of float32[3]");

@@ -8,8 +8,10 @@ namespace {
 
 TEST(PlacementTest, BalancesBySize) {
   std::vector<VariableDef> vars = {
-      {"big", {DType::kFloat, {1000}}, ""},   {"mid1", {DType::kFloat, {500}}, ""},
-      {"mid2", {DType::kFloat, {500}}, ""},   {"small", {DType::kFloat, {10}}, ""},
+      {"big", {DType::kFloat, {1000}}, ""},
+      {"mid1", {DType::kFloat, {500}}, ""},
+      {"mid2", {DType::kFloat, {500}}, ""},
+      {"small", {DType::kFloat, {10}}, ""},
   };
   auto placement = PlaceVariables(vars, 2);
   EXPECT_EQ(placement["big"], 0);
@@ -21,7 +23,8 @@ TEST(PlacementTest, BalancesBySize) {
 }
 
 TEST(PlacementTest, OnePsHoldsEverything) {
-  std::vector<VariableDef> vars = {{"a", {DType::kFloat, {3}}, ""}, {"b", {DType::kDouble, {}}, ""}};
+  std::vector<VariableDef> vars = {{"a", {DType::kFloat, {3}}, ""},
+                                   {"b", {DType::kDouble, {}}, ""}};
   auto placement = PlaceVariables(vars, 1);
   EXPECT_EQ(placement["a"], 0);
   EXPECT_EQ(placement["b"], 0);

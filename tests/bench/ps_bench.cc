@@ -27,7 +27,8 @@ class EchoService final : public bench::Echo::Service {
  public:
   grpc::Status Get(grpc::ServerContext*, const bench::GetRequest* request,
                    bench::Payload* response) override {
-    if (static_cast<int64_t>(stored_.size()) != request->size()) stored_.assign(request->size(), 'x');
+    if (static_cast<int64_t>(stored_.size()) != request->size())
+      stored_.assign(request->size(), 'x');
     response->set_content(stored_);  // One copy, as a ps copies its variable out.
     return grpc::Status::OK;
   }
@@ -93,10 +94,8 @@ int Run(int rounds, double seconds_per_round) {
     const char* name;
     int64_t bytes;
   };
-  const Case cases[] = {{"4 B (small RPC rate)", 4},
-                        {"4 KiB", 4 << 10},
-                        {"1 MiB", 1 << 20},
-                        {"16 MiB", 16 << 20}};
+  const Case cases[] = {
+      {"4 B (small RPC rate)", 4}, {"4 KiB", 4 << 10}, {"1 MiB", 1 << 20}, {"16 MiB", 16 << 20}};
   std::vector<VariableDef> vars;
   for (const Case& c : cases) {
     vars.push_back({c.name, {DType::kFloat, {c.bytes / 4}}, std::string(c.bytes, '\0')});

@@ -30,9 +30,9 @@ struct Cluster {
   }
   std::unique_ptr<Process> Start(const std::string& role, int index,
                                  std::vector<std::string> args = {}) const {
-    return std::make_unique<Process>(testing::BinPath("linear_regression"), std::move(args),
-                                     std::map<std::string, std::string>{
-                                         {"TF_CONFIG", testing::TfConfig(jobs, role, index)}});
+    return std::make_unique<Process>(
+        testing::BinPath("linear_regression"), std::move(args),
+        std::map<std::string, std::string>{{"TF_CONFIG", testing::TfConfig(jobs, role, index)}});
   }
   std::map<std::string, std::vector<std::string>> jobs;
 };
@@ -53,7 +53,8 @@ TEST(RuntimeIntegration, TwoPsTwoWorkersConvergeAndEndCleanly) {
     EXPECT_EQ(*code, 0) << w->Output();
     std::smatch m;
     const std::string out = w->Output();
-    ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(final loss ([0-9.]+) \(initial ([0-9.]+))")))
+    ASSERT_TRUE(
+        std::regex_search(out, m, std::regex(R"(final loss ([0-9.]+) \(initial ([0-9.]+))")))
         << out;
     const double final_loss = std::stod(m[1]);
     const double initial_loss = std::stod(m[2]);
@@ -89,8 +90,7 @@ TEST(RuntimeIntegration, PortInUseNamesTaskPortAndHolder) {
   EXPECT_NE(*code, 0);
   EXPECT_LT(Seconds(start), 5.0);
   EXPECT_NE(ps->Output().find("ps:0 cannot listen on " + c.jobs["ps"][0] +
-                              ": address already in use (held by pid " +
-                              std::to_string(getpid())),
+                              ": address already in use (held by pid " + std::to_string(getpid())),
             std::string::npos)
       << ps->Output();
 }
@@ -106,13 +106,14 @@ TEST(RuntimeIntegration, MissingPsTimesOutNamingItsAddressAndLastError) {
   EXPECT_GE(Seconds(start), 3.0);
   const std::string out = w->Output();
   EXPECT_NE(out.find("worker:0 gave up on CreateSession after 3 s (--session_timeout_s); still "
-                     "missing ps:1 at " + c.jobs["ps"][1] + " (connection refused)"),
+                     "missing ps:1 at " +
+                     c.jobs["ps"][1] + " (connection refused)"),
             std::string::npos)
       << out;
   // The periodic log line, TensorFlow's "still waiting" made specific.
-  EXPECT_NE(out.find("CreateSession still waiting for /job:ps/replica:0/task:1 at " +
-                     c.jobs["ps"][1]),
-            std::string::npos)
+  EXPECT_NE(
+      out.find("CreateSession still waiting for /job:ps/replica:0/task:1 at " + c.jobs["ps"][1]),
+      std::string::npos)
       << out;
   EXPECT_NE(out.find("(last error: connection refused)"), std::string::npos) << out;
 }
@@ -129,9 +130,9 @@ TEST(RuntimeIntegration, DifferentClusterSpecsFailAtOnceSayingHow) {
   EXPECT_NE(*code, 0);
   EXPECT_LT(Seconds(start), 5.0);
   const std::string out = w->Output();
-  EXPECT_NE(out.find("the cluster specs differ between worker:0 and ps:0 at " +
-                     ps_view.jobs["ps"][0]),
-            std::string::npos)
+  EXPECT_NE(
+      out.find("the cluster specs differ between worker:0 and ps:0 at " + ps_view.jobs["ps"][0]),
+      std::string::npos)
       << out;
   EXPECT_NE(out.find("job 'worker' lists 2 tasks [" + worker_view.jobs["worker"][0] + ", " +
                      worker_view.jobs["worker"][1] + "] in worker:0's spec but 1 [" +

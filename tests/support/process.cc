@@ -129,3 +129,44 @@ std::string TfConfig(const std::map<std::string, std::vector<std::string>>& clus
 }
 
 }  // namespace trainscope::testing
+
+namespace trainscope::testing {
+
+std::optional<std::string> HttpGet(const std::string& host, int port, const std::string& path,
+                                   std::chrono::milliseconds timeout) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return std::nullopt;
+  timeval tv{};
+  tv.tv_sec = timeout.count() / 1000;
+  tv.tv_usec = (timeout.count() % 1000) * 1000;
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1 ||
+      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return std::nullopt;
+  }
+  const std::string request =
+      "GET " + path + " HTTP/1.0\r\nHost: " + host + "\r\nConnection: close\r\n\r\n";
+  if (send(fd, request.data(), request.size(), 0) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return std::nullopt;
+  }
+  std::string response;
+  char buf[65536];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) response.append(buf, n);
+  close(fd);
+  const size_t header_end = response.find("\r\n\r\n");
+  if (header_end == std::string::npos) return std::nullopt;
+  const size_t space = response.find(' ');
+  if (space == std::string::npos || response.compare(space + 1, 3, "200") != 0) {
+    return std::nullopt;
+  }
+  return response.substr(header_end + 4);
+}
+
+}  // namespace trainscope::testing

@@ -49,3 +49,12 @@ std::string TfConfig(const std::map<std::string, std::vector<std::string>>& clus
                      const std::string& role, int index);
 
 }  // namespace trainscope::testing
+
+namespace trainscope::testing {
+
+// GET http://host:port/path over a plain socket; the body, or nullopt when the connection or
+// the status line fails (anything but 200).
+std::optional<std::string> HttpGet(const std::string& host, int port, const std::string& path,
+                                   std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
+}  // namespace trainscope::testing

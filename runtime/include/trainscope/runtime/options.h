@@ -21,6 +21,12 @@ struct RuntimeOptions {
   int64_t ps_memory_limit_bytes = 0;
   // Address the task server binds; empty = the task's address in the cluster spec.
   std::string listen_address;
+  // Port of the task's /metrics: 0 = any free port (the heartbeat reports it), -1 = none.
+  int metrics_port = 0;
+  // Record metrics and spans; off, calls pass no interceptor (for overhead comparisons).
+  bool telemetry = true;
+  // Export spans over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_SAMPLER, ...).
+  bool tracing = true;
   // Answer TaskService.InjectFault (tests and drills only).
   bool enable_fault_injection = false;
   // Test hooks: a delay on every ParameterService call, and a protocol version other than ours.

@@ -10,16 +10,16 @@
 #include <shared_mutex>
 #include <string>
 
-#include "absl/strings/string_view.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "trainscope/runtime/tensor.h"
 
 namespace trainscope {
 
 struct ParameterStoreOptions {
-  std::string task_name;            // "ps:0", used in every error.
-  int64_t memory_limit_bytes = 0;   // 0 = no budget.
+  std::string task_name;           // "ps:0", used in every error.
+  int64_t memory_limit_bytes = 0;  // 0 = no budget.
 };
 
 // Thread-safe. Each variable has its own lock; the variable map takes a reader lock on reads
@@ -38,10 +38,17 @@ class ParameterStore {
   // Copies the value of `name` into `*out` and its dtype/shape into `*spec`.
   absl::Status Read(const std::string& name, TensorSpec* spec, std::string* out) const;
 
+  // Where the time of an update went.
+  struct Timing {
+    double queue_seconds = 0;  // waiting for the variable's lock
+    double apply_seconds = 0;  // the update itself
+  };
+
   // value -= learning_rate * gradient. The gradient's dtype and shape must match the variable.
+  // Fills `timing` when given.
   absl::Status ApplyGradient(const std::string& name, const TensorSpec& spec,
                              absl::string_view gradient, float learning_rate,
-                             absl::string_view from);
+                             absl::string_view from, Timing* timing = nullptr);
 
   int64_t bytes_held() const { return bytes_held_.load(std::memory_order_relaxed); }
   int64_t num_variables() const;
@@ -57,8 +64,7 @@ class ParameterStore {
 
   const ParameterStoreOptions options_;
   mutable std::shared_mutex map_mu_;
-  std::map<std::string, std::unique_ptr<Variable>, std::less<>> variables_
-      ABSL_GUARDED_BY(map_mu_);
+  std::map<std::string, std::unique_ptr<Variable>, std::less<>> variables_ ABSL_GUARDED_BY(map_mu_);
   std::atomic<int64_t> bytes_held_{0};
   std::atomic<uint64_t> updates_applied_{0};
 };

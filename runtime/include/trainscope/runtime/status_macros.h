@@ -9,10 +9,10 @@
 #define TS_STATUS_CONCAT(a, b) TS_STATUS_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function if `expr` (an absl::Status) is not OK.
-#define TS_RETURN_IF_ERROR(expr)                   \
-  do {                                             \
-    ::absl::Status ts_status_ = (expr);            \
-    if (!ts_status_.ok()) return ts_status_;       \
+#define TS_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::absl::Status ts_status_ = (expr);      \
+    if (!ts_status_.ok()) return ts_status_; \
   } while (0)
 
 // `lhs = value of expr` (an absl::StatusOr<T>), or returns its status.

@@ -53,6 +53,12 @@ class Task {
 
   // Address of the bound server ("127.0.0.1:2222").
   std::string listen_address() const;
+  // Address of the task's /metrics, empty when it has none.
+  std::string metrics_address() const;
+
+  // worker/chief: a training step finished. Feeds the heartbeat's progress counter and the
+  // training metrics. Thread-safe.
+  void RecordStep(double seconds, double loss, int64_t examples);
 
   class Impl;
 
@@ -61,7 +67,8 @@ class Task {
   std::unique_ptr<Impl> impl_;
 };
 
-// Sets up logging (spdlog) for a task: every line carries the task's short name.
+// Sets up logging (spdlog) for a task: every line carries the task's short name, and the trace
+// id when it is about a traced call. `format` is "text" or "json" (JSON lines).
 void InitLogging(const std::string& task_name, const std::string& format);
 
 }  // namespace trainscope

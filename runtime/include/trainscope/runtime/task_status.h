@@ -17,7 +17,13 @@
 namespace trainscope {
 
 // Values match trainscope.v1.Phase.
-enum class Phase : int { kStarting = 1, kCreatingSession = 2, kTraining = 3, kDone = 4, kServing = 5 };
+enum class Phase : int {
+  kStarting = 1,
+  kCreatingSession = 2,
+  kTraining = 3,
+  kDone = 4,
+  kServing = 5
+};
 
 // Seconds on the steady clock, for durations.
 double MonotonicSeconds();
@@ -28,7 +34,8 @@ double UnixSeconds();
 // error has its own small lock, so recording a call on the RPC path takes no shared lock.
 class PeerHealth {
  public:
-  PeerHealth(TaskRef peer, std::string address) : peer_(std::move(peer)), address_(std::move(address)) {}
+  PeerHealth(TaskRef peer, std::string address)
+      : peer_(std::move(peer)), address_(std::move(address)) {}
 
   void RecordSuccess();
   void RecordFailure(std::string error);

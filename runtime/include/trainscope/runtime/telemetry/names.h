@@ -1,0 +1,103 @@
+#pragma once
+// Every metric and label name a task exports on its /metrics, in one place, so that dashboards,
+// alert rules and tests can be checked against them. gRPC call metrics follow gRFC A66 as
+// Prometheus renders it; process metrics follow Prometheus' standard names. Constants only.
+
+namespace trainscope::telemetry::names {
+
+// Labels. `cluster`, `role`, `task` identify the exporting task (added by the scrape config
+// from the sidecar's service discovery, and also exported as target info).
+inline constexpr char kLabelCluster[] = "cluster";
+inline constexpr char kLabelRole[] = "role";
+inline constexpr char kLabelTask[] = "task";
+inline constexpr char kLabelMethod[] = "grpc_method";  // "trainscope.v1.ParameterService/Pull"
+inline constexpr char kLabelStatus[] = "grpc_status";  // "OK", "DEADLINE_EXCEEDED", ...
+inline constexpr char kLabelPeerRole[] = "peer_role";
+inline constexpr char kLabelPeerTask[] = "peer_task";
+inline constexpr char kLabelPhase[] = "phase";
+inline constexpr char kLabelMode[] = "mode";
+inline constexpr char kLabelGpu[] = "gpu";
+
+// gRFC A66 client metrics (per attempt and per call, labels method/status/peer_role).
+inline constexpr char kClientAttemptStarted[] = "grpc_client_attempt_started_total";
+inline constexpr char kClientAttemptDuration[] = "grpc_client_attempt_duration_seconds";
+inline constexpr char kClientAttemptSentBytes[] =
+    "grpc_client_attempt_sent_total_compressed_message_size_bytes";
+inline constexpr char kClientAttemptRcvdBytes[] =
+    "grpc_client_attempt_rcvd_total_compressed_message_size_bytes";
+inline constexpr char kClientCallDuration[] = "grpc_client_call_duration_seconds";
+// gRFC A66 server metrics.
+inline constexpr char kServerCallStarted[] = "grpc_server_call_started_total";
+inline constexpr char kServerCallDuration[] = "grpc_server_call_duration_seconds";
+inline constexpr char kServerCallSentBytes[] =
+    "grpc_server_call_sent_total_compressed_message_size_bytes";
+inline constexpr char kServerCallRcvdBytes[] =
+    "grpc_server_call_rcvd_total_compressed_message_size_bytes";
+
+// Deadlines: the deadline each client call was given, and the share of it the call used
+// (a call near 1.0 came close to DEADLINE_EXCEEDED).
+inline constexpr char kClientDeadline[] = "trainscope_rpc_client_deadline_seconds";
+inline constexpr char kClientDeadlineUsed[] = "trainscope_rpc_client_deadline_used_ratio";
+
+// Per peer, without buckets (bounded by the cluster's size, one series per peer and method).
+inline constexpr char kPeerCalls[] = "trainscope_rpc_peer_calls_total";
+inline constexpr char kPeerErrors[] = "trainscope_rpc_peer_errors_total";
+inline constexpr char kPeerLatencySum[] = "trainscope_rpc_peer_latency_seconds_total";
+
+// Training (workers and chief).
+inline constexpr char kSteps[] = "trainscope_training_steps_total";
+inline constexpr char kStepDuration[] = "trainscope_training_step_duration_seconds";
+inline constexpr char kLoss[] = "trainscope_training_loss";
+inline constexpr char kExamples[] = "trainscope_training_examples_total";
+inline constexpr char kExamplesPerSecond[] = "trainscope_training_examples_per_second";
+
+// Parameter servers.
+inline constexpr char kPsVariables[] = "trainscope_ps_variables";
+inline constexpr char kPsBytesHeld[] = "trainscope_ps_bytes_held";
+inline constexpr char kPsMemoryLimit[] = "trainscope_ps_memory_limit_bytes";
+inline constexpr char kPsUpdates[] = "trainscope_ps_updates_applied_total";
+inline constexpr char kPsQueueSeconds[] = "trainscope_ps_queue_seconds";
+inline constexpr char kPsApplySeconds[] = "trainscope_ps_apply_seconds";
+inline constexpr char kPsPushToApplySeconds[] = "trainscope_ps_push_to_apply_seconds";
+inline constexpr char kPsInflight[] = "trainscope_ps_inflight_requests";
+
+// CreateSession.
+inline constexpr char kSessionPhase[] = "trainscope_session_phase";  // 1 for the current phase
+inline constexpr char kSessionWaitingSeconds[] = "trainscope_session_waiting_seconds";
+
+// Tracing pipeline.
+inline constexpr char kSpansStarted[] = "trainscope_trace_spans_started_total";
+inline constexpr char kSpansExported[] = "trainscope_trace_spans_exported_total";
+inline constexpr char kSpansDropped[] = "trainscope_trace_spans_dropped_total";
+inline constexpr char kExportFailures[] = "trainscope_trace_export_failures_total";
+
+// Process (Prometheus standard names) and node.
+inline constexpr char kProcessCpuSeconds[] = "process_cpu_seconds_total";
+inline constexpr char kProcessResidentBytes[] = "process_resident_memory_bytes";
+inline constexpr char kProcessVirtualBytes[] = "process_virtual_memory_bytes";
+inline constexpr char kProcessOpenFds[] = "process_open_fds";
+inline constexpr char kProcessMaxFds[] = "process_max_fds";
+inline constexpr char kProcessStartTime[] = "process_start_time_seconds";
+inline constexpr char kProcessThreads[] = "process_threads";
+inline constexpr char kNodeCpuSeconds[] = "trainscope_node_cpu_seconds_total";  // by mode
+inline constexpr char kNodeMemoryTotal[] = "trainscope_node_memory_total_bytes";
+inline constexpr char kNodeMemoryAvailable[] = "trainscope_node_memory_available_bytes";
+inline constexpr char kGpuUtilization[] = "trainscope_gpu_utilization_ratio";
+inline constexpr char kGpuMemoryUsed[] = "trainscope_gpu_memory_used_bytes";
+inline constexpr char kGpuMemoryTotal[] = "trainscope_gpu_memory_total_bytes";
+
+// Identity of the exporting task: value 1, labels cluster/role/task/version.
+inline constexpr char kTaskInfo[] = "trainscope_task_info";
+
+// gRFC A66 latency bucket bounds, in seconds.
+inline constexpr double kLatencyBuckets[] = {
+    0,     0.00001, 0.00005, 0.0001, 0.0003, 0.0006, 0.0008, 0.001, 0.002, 0.003, 0.004,
+    0.005, 0.006,   0.008,   0.01,   0.013,  0.016,  0.02,   0.025, 0.03,  0.04,  0.05,
+    0.065, 0.08,    0.1,     0.13,   0.16,   0.2,    0.25,   0.3,   0.4,   0.5,   0.65,
+    0.8,   1,       2,       5,      10,     20,     50,     100};
+// gRFC A66 message size bucket bounds, in bytes.
+inline constexpr double kSizeBuckets[] = {0,        1024,      2048,       4096,      16384,
+                                          65536,    262144,    1048576,    4194304,   16777216,
+                                          67108864, 268435456, 1073741824, 4294967296};
+
+}  // namespace trainscope::telemetry::names
