@@ -101,7 +101,11 @@ void AnnotateBlocked(std::vector<TaskView>& views, const ClusterSpec& spec) {
                                      " but the cluster spec here says ", *spec_address,
                                      ": the tasks' cluster specs differ"));
       }
-      if (pv != nullptr && pv->state != TaskState::kUp && pv->state != TaskState::kSlow &&
+      if (pv != nullptr && pv->state == TaskState::kMissing) {
+        notes.push_back(absl::StrCat(name, " is missing: it has not answered ",
+                                     pv->source.empty() ? "this sidecar" : pv->source,
+                                     " either; is it started?"));
+      } else if (pv != nullptr && pv->state != TaskState::kUp && pv->state != TaskState::kSlow &&
           pv->state != TaskState::kBlocked && pv->state != TaskState::kStalled) {
         notes.push_back(absl::StrCat(name, " is ", std::string(StateName(pv->state)), " (",
                                      Shorten(pv->reason, 120), ")"));

@@ -30,7 +30,7 @@ class HeartbeatPoller {
   void Poll(size_t i, double now_s);
   bool InFlight(size_t i) const;
   // Waits until `until_s` (monotonic) for completions, calling `done(i, result)` for each.
-  // Returns early after the first completion.
+  // Returns early once a completion came (after taking the others already there).
   void Wait(double until_s, const std::function<void(size_t, const PollResult&)>& done);
   // Cancels in-flight calls and drains the queue.
   void Shutdown();

@@ -334,16 +334,25 @@ absl::Status Run(const SidecarOptions& o) {
   std::vector<TaskView> views(trackers.size());
   std::vector<TaskCounters> counters(trackers.size());
   while (!g_stop.load()) {
-    poller.Wait(next_tick, [&](size_t i, const PollResult& r) { trackers[i].OnResult(r); });
+    bool failed = false;
+    poller.Wait(next_tick, [&](size_t i, const PollResult& r) {
+      trackers[i].OnResult(r);
+      failed |= !r.ok;
+    });
     double now = MonotonicSeconds();
-    if (now < next_tick) continue;
-    bool paused = now - next_tick > pause_threshold;
+    // A failed poll may be decisive (connection refused, process gone): judge it now rather
+    // than at the next tick.
+    if (now < next_tick && !failed) continue;
+    bool tick = now >= next_tick;
+    bool paused = tick && now - next_tick > pause_threshold;
     if (paused) {
       spdlog::warn("the sidecar itself was paused for {:.1f} s; re-learning before judging tasks",
                    now - next_tick);
       for (auto& t : trackers) t.OnSidecarPause(now);
     }
-    for (size_t i = 0; i < trackers.size(); ++i) poller.Poll(i, now);
+    if (tick) {
+      for (size_t i = 0; i < trackers.size(); ++i) poller.Poll(i, now);
+    }
     double unix_now = UnixSeconds();
     for (size_t i = 0; i < trackers.size(); ++i) {
       views[i] = trackers[i].Evaluate(now, unix_now, ReadProc);
@@ -364,8 +373,10 @@ absl::Status Run(const SidecarOptions& o) {
       shared.counters = counters;
       if (paused) shared.stats.pauses++;
     }
-    next_tick += interval;
-    if (next_tick < now) next_tick = now + interval;
+    if (tick) {
+      next_tick += interval;
+      if (next_tick < now) next_tick = now + interval;
+    }
   }
   spdlog::info("trainscope-sidecar: stopping");
   poller.Shutdown();

@@ -30,7 +30,7 @@ std::string_view StatusPageHtml() {
 <main>
 <div id="banner" class="banner">loading&hellip;</div>
 <div class="summary" id="summary"></div>
-<table><thead><tr><th>task</th><th>state</th><th>since</th><th>reason</th><th>waiting on</th><th>address</th><th>host / pid</th><th>steps</th><th>heartbeat</th></tr></thead>
+<table><thead><tr><th>task</th><th>state</th><th>since</th><th>reason</th><th>waiting on</th><th>address</th><th>host / pid</th><th>steps</th><th>last answer</th></tr></thead>
 <tbody id="rows"></tbody></table>
 <p class="muted">Refreshes every second from <a href="/api/v1/tasks">/api/v1/tasks</a>. Also: <a href="/metrics">/metrics</a>, <a href="/api/v1/sd">/api/v1/sd</a>.</p>
 </main>
@@ -38,7 +38,7 @@ std::string_view StatusPageHtml() {
 const severity={up:0,slow:1,stalled:2,blocked:3,missing:4,unreachable:5,hung:6,dead:7};
 function esc(s){return String(s==null?'':s).replace(/[&<>"']/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[c]));}
 function ago(t){if(!t)return '';let s=Math.max(0,Date.now()/1000-t);if(s<60)return Math.round(s)+' s ago';if(s<3600)return Math.floor(s/60)+' min ago';return (s/3600).toFixed(1)+' h ago';}
-function ms(s){return s<0?'never':(s<1?Math.round(s*1000)+' ms':s.toFixed(1)+' s');}
+function ms(s){return s<0?'never':(s<1?Math.round(s*1000)+' ms ago':s.toFixed(1)+' s ago');}
 async function refresh(){
  try{
   const r=await fetch('/api/v1/tasks',{cache:'no-store'});

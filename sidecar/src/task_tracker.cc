@@ -328,7 +328,8 @@ TaskTracker::Decision TaskTracker::Decide(double now_s, double now_unix, const P
     if (last_failure_kind_ == FailureKind::kRefused && !last_error_.empty()) {
       absl::StrAppend(&reason, ": not started, or listening on another port");
     } else if (last_failure_kind_ == FailureKind::kWrongIdentity) {
-      absl::StrAppend(&reason, ": another task listens there; check the cluster spec");
+      absl::StrAppend(&reason,
+                      ": another task answers there; check the cluster spec and --cluster_name");
     }
     return {TaskState::kMissing, reason};
   }

@@ -64,7 +64,13 @@ TEST(AnnotateBlocked, SaysThePeerIsDeadOrMissing) {
   ps.reason = "never answered";
   std::vector<TaskView> views = {worker, ps};
   AnnotateBlocked(views, Spec());
-  EXPECT_EQ(views[0].reason, "waiting; ps:0 is missing (never answered)");
+  EXPECT_EQ(views[0].reason,
+            "waiting; ps:0 is missing: it has not answered this sidecar either; is it started?");
+  views[0].reason = "waiting";
+  views[1].state = TaskState::kDead;
+  views[1].reason = "process 7 exited";
+  AnnotateBlocked(views, Spec());
+  EXPECT_EQ(views[0].reason, "waiting; ps:0 is dead (process 7 exited)");
 }
 
 TEST(MarkPartitions, UpTaskThatPeersCannotReach) {
