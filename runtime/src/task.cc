@@ -668,6 +668,9 @@ absl::Status Task::Impl::FinishTraining() {
 }
 
 void Task::Impl::Shutdown() {
+  // A task that finished answers a little longer, so that its watchers see a clean end (phase
+  // done) rather than a process that vanished.
+  if (status_.phase() == Phase::kDone) SleepFor(300);
   Stop();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   signal_thread_quit_.store(true);

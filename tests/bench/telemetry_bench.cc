@@ -1,0 +1,189 @@
+// What telemetry costs, measured in one run:
+//  1. Pull+Push round trips of a worker against a ps with telemetry fully on (A66 metrics,
+//     per-peer counters, a span per call on both sides at 100% sampling, exported over OTLP to
+//     an in-process collector) versus off, interleaved rounds; the ratio of their rates.
+//  2. The recorders alone, in ns per call: prometheus-cpp's Histogram::Observe (a mutex) and
+//     our AtomicHistogram::Observe, on one thread and on two threads contending, and one
+//     call's full client-side recording.
+//
+//   build/bin/telemetry_bench [--rounds 15] [--seconds_per_round 0.3]
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "opentelemetry/proto/collector/trace/v1/trace_service.grpc.pb.h"
+#include "process.h"
+#include "prometheus/histogram.h"
+#include "spdlog/spdlog.h"
+#include "trainscope/runtime/cluster_spec.h"
+#include "trainscope/runtime/parameter_client.h"
+#include "trainscope/runtime/task.h"
+#include "trainscope/runtime/telemetry/metrics.h"
+#include "trainscope/runtime/telemetry/names.h"
+
+namespace trainscope {
+namespace {
+
+namespace otlp = opentelemetry::proto::collector::trace::v1;
+using Clock = std::chrono::steady_clock;
+
+// Accepts spans and counts them, as a collector would.
+class Collector final : public otlp::TraceService::Service {
+ public:
+  grpc::Status Export(grpc::ServerContext*, const otlp::ExportTraceServiceRequest* request,
+                      otlp::ExportTraceServiceResponse*) override {
+    for (const auto& rs : request->resource_spans()) {
+      for (const auto& ss : rs.scope_spans()) spans += ss.spans_size();
+    }
+    return grpc::Status::OK;
+  }
+  std::atomic<int64_t> spans{0};
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <typename Op>
+double SecondsPerOp(double seconds, Op op) {
+  int64_t n = 0;
+  const auto start = Clock::now();
+  double elapsed = 0;
+  do {
+    for (int i = 0; i < 16; ++i) op();
+    n += 16;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (elapsed < seconds);
+  return elapsed / n;
+}
+
+// ns per call of `op` run by `threads` threads at once (each thread's own mean, averaged).
+template <typename Op>
+double NanosPerCall(int threads, Op op) {
+  constexpr int64_t kCalls = 2'000'000;
+  std::vector<double> per_thread(threads);
+  std::vector<std::thread> pool;
+  std::atomic<int> ready{0};
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (ready.load() < threads) {
+      }
+      const auto start = Clock::now();
+      for (int64_t i = 0; i < kCalls; ++i) op(static_cast<double>(i % 1000) * 1e-5);
+      per_thread[t] = std::chrono::duration<double, std::nano>(Clock::now() - start).count() /
+                      kCalls;
+    });
+  }
+  for (auto& th : pool) th.join();
+  double sum = 0;
+  for (double v : per_thread) sum += v;
+  return sum / threads;
+}
+
+struct Pair {
+  std::unique_ptr<Task> ps;
+  std::unique_ptr<Task> worker;
+  ParameterClient* client = nullptr;
+};
+
+Pair StartPair(bool telemetry) {
+  const std::string ps_addr = "127.0.0.1:" + std::to_string(testing::FreePort());
+  const std::string worker_addr = "127.0.0.1:" + std::to_string(testing::FreePort());
+  auto spec = ClusterSpec::FromJobs({{"ps", {ps_addr}}, {"worker", {worker_addr}}});
+  RuntimeOptions options;
+  options.rpc_deadline_ms = 60000;
+  options.telemetry = telemetry;
+  options.metrics_port = telemetry ? 0 : -1;
+  Pair p;
+  p.ps = *Task::Start(options, TfConfig{*spec, TaskRef{"ps", 0}});
+  p.worker = *Task::Start(options, TfConfig{*spec, TaskRef{"worker", 0}});
+  p.client = *p.worker->CreateSession();
+  std::vector<VariableDef> vars = {{"w", {DType::kFloat, {1024}}, std::string(4096, '\0')}};
+  if (!p.client->CreateVariables(vars).ok()) std::abort();
+  return p;
+}
+
+int Run(int rounds, double seconds_per_round) {
+  spdlog::set_level(spdlog::level::warn);
+  // An in-process OTLP collector for the spans.
+  Collector collector;
+  const int collector_port = testing::FreePort();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:" + std::to_string(collector_port),
+                           grpc::InsecureServerCredentials());
+  builder.RegisterService(&collector);
+  auto server = builder.BuildAndStart();
+  setenv("OTEL_EXPORTER_OTLP_ENDPOINT",
+         ("http://127.0.0.1:" + std::to_string(collector_port)).c_str(), 1);
+  setenv("OTEL_TRACES_SAMPLER", "always_on", 1);
+
+  Pair on = StartPair(true);
+  Pair off = StartPair(false);
+  const std::string gradient(4096, '\0');
+  std::vector<std::string> values;
+  auto round_trip = [&](Pair& p) {
+    if (!p.client->PullAll(&values).ok() || !p.client->Push(0, gradient, 0.0f).ok()) std::abort();
+  };
+  std::vector<double> t_on, t_off;
+  for (int r = 0; r < rounds; ++r) {
+    t_off.push_back(SecondsPerOp(seconds_per_round, [&] { round_trip(off); }));
+    t_on.push_back(SecondsPerOp(seconds_per_round, [&] { round_trip(on); }));
+  }
+  const double on_us = Median(t_on) * 1e6;
+  const double off_us = Median(t_off) * 1e6;
+  printf("Pull+Push of a 4 KiB variable, worker and ps on loopback, %d interleaved rounds\n",
+         rounds);
+  printf("  telemetry off: %8.1f us per round trip\n", off_us);
+  printf("  telemetry on:  %8.1f us per round trip (100%% sampling, 4 spans per round trip)\n",
+         on_us);
+  printf("  rate with telemetry on / off: %.3f\n", off_us / on_us);
+  on.worker.reset();
+  on.ps.reset();
+  printf("  spans received by the collector: %lld\n",
+         static_cast<long long>(collector.spans.load()));
+
+  printf("\nRecorders, ns per call (1 thread / 2 threads contending on one series)\n");
+  prometheus::Histogram prom(std::vector<double>(std::begin(telemetry::names::kLatencyBuckets),
+                                                 std::end(telemetry::names::kLatencyBuckets)));
+  telemetry::AtomicHistogram ours(telemetry::names::kLatencyBuckets);
+  auto prom_observe = [&](double v) { prom.Observe(v); };
+  auto our_observe = [&](double v) { ours.Observe(v); };
+  printf("  prometheus::Histogram::Observe:     %6.1f / %6.1f\n", NanosPerCall(1, prom_observe),
+         NanosPerCall(2, prom_observe));
+  printf("  AtomicHistogram::Observe:           %6.1f / %6.1f\n", NanosPerCall(1, our_observe),
+         NanosPerCall(2, our_observe));
+  telemetry::RpcMetrics rpc({{"ps", 0}, {"worker", 0}});
+  const int method = telemetry::RpcMetrics::MethodIndex("trainscope.v1.ParameterService/Pull");
+  const int role = rpc.RoleIndex("ps");
+  auto client_call = [&](double v) {
+    rpc.ClientAttemptStarted(method, role);
+    rpc.ClientAttemptEnded(method, 0, role, 0, v, 120, 4200, 5.0);
+  };
+  printf("  one client call's metrics (A66 +    %6.1f / %6.1f\n", NanosPerCall(1, client_call),
+         NanosPerCall(2, client_call));
+  printf("    sizes, deadline, per-peer)\n");
+  server->Shutdown();
+  return 0;
+}
+
+}  // namespace
+}  // namespace trainscope
+
+int main(int argc, char** argv) {
+  int rounds = 15;
+  double seconds = 0.3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--seconds_per_round") == 0) seconds = std::atof(argv[i + 1]);
+  }
+  return trainscope::Run(rounds, seconds);
+}
