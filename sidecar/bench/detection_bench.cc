@@ -257,6 +257,7 @@ bool PortFree(int port) {
 struct ProcSample {
   double cpu = 0;
   double rss_mib = 0;
+  double anon_mib = 0;  // Private memory; the rest of RSS is shared library pages.
 };
 
 ProcSample Sample(pid_t pid) {
@@ -272,6 +273,11 @@ ProcSample Sample(pid_t pid) {
   if (f.size() > 22) {
     s.cpu = (std::stod(f[11]) + std::stod(f[12])) / kTicks;
     s.rss_mib = std::stod(f[21]) * sysconf(_SC_PAGESIZE) / 1048576.0;
+  }
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("RssAnon:", 0) == 0) s.anon_mib = std::strtod(line.c_str() + 8, nullptr) / 1024;
   }
   return s;
 }
@@ -306,8 +312,10 @@ void Footprint(int tasks, int seconds) {
   double wall = std::chrono::duration<double>(Clock::now() - t0).count();
   std::printf("footprint: one sidecar watching %d tasks (%d up) at 100 ms, over %d s\n", tasks, up,
               seconds);
-  std::printf("  RSS %.1f MiB, CPU %.2f%% of one core\n", b.rss_mib,
-              100.0 * (b.cpu - a.cpu) / wall);
+  std::printf(
+      "  RSS %.1f MiB (%.1f MiB private, the rest shared library pages), CPU %.2f%% of "
+      "one core\n",
+      b.rss_mib, b.anon_mib, 100.0 * (b.cpu - a.cpu) / wall);
 }
 
 }  // namespace
