@@ -106,7 +106,7 @@ void AnnotateBlocked(std::vector<TaskView>& views, const ClusterSpec& spec) {
                                      pv->source.empty() ? "this sidecar" : pv->source,
                                      " either; is it started?"));
       } else if (pv != nullptr && pv->state != TaskState::kUp && pv->state != TaskState::kSlow &&
-          pv->state != TaskState::kBlocked && pv->state != TaskState::kStalled) {
+                 pv->state != TaskState::kBlocked && pv->state != TaskState::kStalled) {
         notes.push_back(absl::StrCat(name, " is ", std::string(StateName(pv->state)), " (",
                                      Shorten(pv->reason, 120), ")"));
       } else if (pv != nullptr && pv->state == TaskState::kBlocked) {
