@@ -1,0 +1,824 @@
+#!/usr/bin/python3
+"""The fire drill: every alert proven against a real cluster, sidecar, Prometheus and Alertmanager.
+
+Starts, all on 127.0.0.1 and free ports, in a temporary folder:
+  - a cluster of build/bin/linear_regression tasks (ps:0..2, worker:0..1, fault injection on),
+  - build/bin/trainscope-sidecar watching them,
+  - Prometheus with dashboards/prometheus/prometheus.yml and alerts.yml, rendered with 1 s
+    intervals and the drill's ports (and a few thresholds shortened; see RULE_OVERRIDES),
+  - Alertmanager with dashboards/alertmanager/alertmanager.yml delivering to
+    webhook_receiver.py (send_resolved on),
+then causes each failure for real and asserts that the right alert reaches the webhook naming the
+right task, and resolves when the failure is undone; it measures fault -> sidecar state ->
+Prometheus firing -> webhook for each. Finally it runs every panel query of every dashboard over
+the drill's time range and fails on any that errors or returns no data.
+
+Only the processes it starts are touched, by pid; every wait is bounded.
+
+Usage: fire_drill.py --bin BUILD/bin --src SOURCE_DIR [--out DIR] [--scenarios a,b] [--keep]
+Writes DIR/report.json and DIR/report.md (default DIR: a temporary folder, removed unless
+--keep or a failure). Exit 0 when every check passed. Standard library only.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLUSTER = "drill"
+STEP_DELAY_MS = 20
+FEATURES = 90  # 3 equal shards of 30 floats (120 bytes), so the ps:0 budget below is exact.
+PS0_BUDGET = 124  # bytes: 120 held = 97% (alerts above 90%), room for the 4-byte bias as well.
+
+# Thresholds of the shipped rules that a drill cannot wait for; everything else (notably the
+# `for:` of dead, hung, deadline-exceeded and sidecar-down) is used as shipped.
+RULE_OVERRIDES = [
+    # (alert, old text, new text, why)
+    ("TrainscopeTaskBlocked", "trainscope_task_blocked_seconds > 60",
+     "trainscope_task_blocked_seconds > 5", "threshold 60 s -> 5 s"),
+    ("TrainscopePsLatencyHigh", "for: 1m", "for: 10s", "for 1m -> 10s"),
+    ("TrainscopePsMemoryNearBudget", "for: 5m", "for: 5s", "for 5m -> 5s"),
+]
+INTERVALS = {"scrape": "1s", "evaluation": "1s", "http_sd_refresh": "1s",
+             "am_group_wait": "1s", "am_group_interval": "1s"}
+
+
+class DrillError(Exception):
+    pass
+
+
+def log(msg):
+    print(f"[drill {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def free_port(taken=set()):  # noqa: B006 (one set for the whole run, on purpose)
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in taken:
+            taken.add(port)
+            return port
+    raise DrillError("no free port")
+
+
+def http_get(url, timeout=2.0):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.read()
+
+
+def http_json(url, timeout=2.0):
+    status, body = http_get(url, timeout)
+    return json.loads(body)
+
+
+def wait_for(what, predicate, timeout, interval=0.1):
+    """Calls predicate until it returns a truthy value; raises DrillError after timeout."""
+    deadline = time.time() + timeout
+    last_error = None
+    while time.time() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except (OSError, ValueError, urllib.error.URLError) as e:
+            last_error = e
+        time.sleep(interval)
+    raise DrillError(f"timed out after {timeout:.0f} s waiting for {what}"
+                     + (f" (last error: {last_error})" if last_error else ""))
+
+
+class Proc:
+    """A process the drill started: its pid, its log, and how to stop it."""
+
+    def __init__(self, name, argv, logdir, env=None):
+        self.name, self.argv, self.env = name, argv, env
+        self.log_path = os.path.join(logdir, name.replace(":", "-") + ".log")
+        self.popen = None
+        self.stopped = False  # SIGSTOPped by us
+
+    def start(self):
+        logf = open(self.log_path, "ab")
+        logf.write(f"\n=== {time.strftime('%H:%M:%S')} {' '.join(self.argv)}\n".encode())
+        logf.flush()
+        env = dict(os.environ)
+        env.update(self.env or {})
+        self.popen = subprocess.Popen(self.argv, stdout=logf, stderr=subprocess.STDOUT, env=env,
+                                      stdin=subprocess.DEVNULL)
+        logf.close()
+        return self
+
+    @property
+    def pid(self):
+        return self.popen.pid if self.popen else None
+
+    def alive(self):
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal(self, sig):
+        if self.alive():
+            os.kill(self.popen.pid, sig)
+            if sig == signal.SIGSTOP:
+                self.stopped = True
+            elif sig == signal.SIGCONT:
+                self.stopped = False
+
+    def stop(self, timeout=5.0):
+        if not self.alive():
+            return
+        if self.stopped:
+            self.signal(signal.SIGCONT)
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(5)
+
+    def kill9(self):
+        if self.alive():
+            self.popen.kill()
+            self.popen.wait(5)
+
+    def tail(self, n=15):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+
+def replace_counted(text, old, new, count, what):
+    found = text.count(old)
+    if found != count:
+        raise DrillError(f"rendering {what}: expected {count}x {old!r}, found {found}: "
+                         "the shipped file changed; update the drill")
+    return text.replace(old, new)
+
+
+class Drill:
+    def __init__(self, args):
+        self.args = args
+        self.bin = os.path.abspath(args.bin)
+        self.src = os.path.abspath(args.src)
+        self.dir = os.path.abspath(args.out) if args.out else tempfile.mkdtemp(prefix="drill-")
+        os.makedirs(self.dir, exist_ok=True)
+        # A folder reused from an earlier run: start from empty data (only what we write).
+        for old in ("prom-data", "am-data", "logs"):
+            shutil.rmtree(os.path.join(self.dir, old), ignore_errors=True)
+        self.logdir = os.path.join(self.dir, "logs")
+        os.makedirs(self.logdir, exist_ok=True)
+        self.procs = []
+        self.tasks = {}  # "ps:0" -> Proc
+        self.results = []
+        self.failures = []
+        self.notes = []
+        self.start_time = time.time()
+
+    # ---------------------------------------------------------------- set-up
+
+    def need(self, path, what):
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise DrillError(f"MISSING: {what} ({path})")
+        return path
+
+    def preflight(self):
+        self.lr = self.need(os.path.join(self.bin, "linear_regression"), "the example program")
+        self.sidecar_bin = self.need(os.path.join(self.bin, "trainscope-sidecar"), "the sidecar")
+        self.ctl = self.need(os.path.join(self.bin, "trainscopectl"), "trainscopectl")
+        self.prometheus = self.need(shutil.which("prometheus") or "/usr/bin/prometheus",
+                                    "prometheus (apt-get install prometheus)")
+        self.promtool = self.need(shutil.which("promtool") or "/usr/bin/promtool", "promtool")
+        self.alertmanager = self.need(
+            shutil.which("prometheus-alertmanager") or "/usr/bin/prometheus-alertmanager",
+            "prometheus-alertmanager (apt-get install prometheus-alertmanager)")
+        helptext = subprocess.run([self.lr, "--help"], capture_output=True, text=True).stdout
+        for flag in ("--enable_fault_injection", "--cluster_name", "--rpc_deadline_ms",
+                     "--ps_memory_limit_bytes", "--step_delay_ms"):
+            if flag not in helptext:
+                raise DrillError(f"MISSING: linear_regression has no {flag}")
+        self.has_metrics_port = "--metrics_port" in helptext
+
+    def register(self, proc):
+        self.procs.append(proc)
+        return proc
+
+    def start_cluster(self):
+        roles = {"ps": 3, "worker": 2}
+        self.addr = {f"{r}:{i}": f"127.0.0.1:{free_port()}" for r, n in roles.items()
+                     for i in range(n)}
+        self.spec = {"cluster": {r: [self.addr[f"{r}:{i}"] for i in range(n)]
+                                 for r, n in roles.items()}}
+        with open(os.path.join(self.dir, "cluster_spec.json"), "w") as f:
+            json.dump(self.spec, f)
+
+    def task_argv(self, name):
+        role, index = name.split(":")
+        argv = [self.lr, "--cluster_name", CLUSTER, "--enable_fault_injection",
+                "--features", str(FEATURES), "--steps", "100000000",
+                "--step_delay_ms", str(STEP_DELAY_MS), "--log_every", "2000"]
+        if self.has_metrics_port:
+            argv += ["--metrics_port", "0"]
+        if name == "ps:0":
+            argv += ["--ps_memory_limit_bytes", str(PS0_BUDGET)]
+        if name == "worker:0":
+            # Short deadline: the deadline scenario makes its calls to ps:0 fail; it keeps
+            # retrying its steps meanwhile, as a resilient job would, instead of giving up
+            # after 10 failed steps.
+            argv += ["--rpc_deadline_ms", "1000", "--max_step_failures", "1000000"]
+        elif role == "worker":
+            # Long deadline: worker:1 rides out a stopped ps.
+            argv += ["--rpc_deadline_ms", "60000"]
+        return argv
+
+    def start_task(self, name):
+        role, index = name.split(":")
+        tf = dict(self.spec, task={"type": role, "index": int(index)})
+        env = {"TF_CONFIG": json.dumps(tf),
+               "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.otlp_port}",
+               "OTEL_SERVICE_NAME": f"{CLUSTER}-{role}"}
+        p = self.tasks.get(name)
+        if p is None:
+            p = self.register(Proc(name, self.task_argv(name), self.logdir, env))
+            self.tasks[name] = p
+        p.start()
+        return p
+
+    def start_sidecar(self):
+        """(Re)starts the sidecar process on its port and waits for /healthz."""
+        self.sidecar.start()
+        wait_for("the sidecar's /healthz", lambda: http_get(
+            f"http://127.0.0.1:{self.sidecar_port}/healthz")[0] == 200, 20)
+
+    def sidecar_extra_args(self):
+        helptext = subprocess.run([self.sidecar_bin, "--help"], capture_output=True,
+                                  text=True).stdout
+        extra = []
+        if "--otlp_port" in helptext:
+            extra += ["--otlp_port", str(self.otlp_port)]
+        return extra
+
+    def render_configs(self):
+        d = self.dir
+        # Rules: the shipped file with RULE_OVERRIDES.
+        with open(os.path.join(self.src, "dashboards/prometheus/alerts.yml")) as f:
+            rules = f.read()
+        blocks = re.split(r"(?m)^(?=      - alert: )", rules)
+        for alert, old, new, _ in RULE_OVERRIDES:
+            hits = [i for i, b in enumerate(blocks) if b.startswith(f"      - alert: {alert}\n")]
+            if len(hits) != 1 or blocks[hits[0]].count(old) != 1:
+                raise DrillError(f"rendering rules: {alert} with one {old!r} not found")
+            blocks[hits[0]] = blocks[hits[0]].replace(old, new)
+        self.rules_path = os.path.join(d, "alerts.drill.yml")
+        with open(self.rules_path, "w") as f:
+            f.write("".join(blocks))
+        r = subprocess.run([self.promtool, "check", "rules", self.rules_path],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise DrillError("rendered rules do not pass promtool:\n" + r.stdout + r.stderr)
+
+        # Prometheus: the shipped file, with 1 s intervals and the drill's addresses.
+        with open(os.path.join(self.src, "dashboards/prometheus/prometheus.yml")) as f:
+            cfg = f.read()
+        s = INTERVALS["scrape"]
+        cfg = replace_counted(cfg, "scrape_interval: 15s", f"scrape_interval: {s}", 1, "config")
+        cfg = replace_counted(cfg, "scrape_timeout: 10s", f"scrape_timeout: {s}", 1, "config")
+        cfg = replace_counted(cfg, "scrape_interval: 5s", f"scrape_interval: {s}", 1, "config")
+        cfg = replace_counted(cfg, "scrape_timeout: 4s", f"scrape_timeout: {s}", 1, "config")
+        cfg = replace_counted(cfg, "evaluation_interval: 5s",
+                              f"evaluation_interval: {INTERVALS['evaluation']}", 1, "config")
+        cfg = replace_counted(cfg, "  - alerts.yml", f"  - {self.rules_path}", 1, "config")
+        cfg = replace_counted(cfg, '["127.0.0.1:9093"]', f'["127.0.0.1:{self.am_port}"]', 1,
+                              "config")
+        sidecars_file = os.path.join(d, "sidecars.yml")
+        with open(sidecars_file, "w") as f:
+            f.write(f'- targets: ["127.0.0.1:{self.sidecar_port}"]\n')
+        cfg = replace_counted(cfg, '["sidecars/*.yml"]', json.dumps([sidecars_file]), 1,
+                              "config")
+        cfg = replace_counted(cfg, "http://127.0.0.1:9400/api/v1/sd",
+                              f"http://127.0.0.1:{self.sidecar_port}/api/v1/sd", 1, "config")
+        cfg = replace_counted(cfg, "refresh_interval: 5s",
+                              f"refresh_interval: {INTERVALS['http_sd_refresh']}", 1, "config")
+        self.prom_config = os.path.join(d, "prometheus.yml")
+        with open(self.prom_config, "w") as f:
+            f.write(cfg)
+        r = subprocess.run([self.promtool, "check", "config", self.prom_config],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise DrillError("rendered config does not pass promtool:\n" + r.stdout + r.stderr)
+
+        # Alertmanager: the shipped file, with short group timings and the webhook.
+        with open(os.path.join(self.src, "dashboards/alertmanager/alertmanager.yml")) as f:
+            am = f.read()
+        am = replace_counted(am, "http://127.0.0.1:9095/alerts",
+                             f"http://127.0.0.1:{self.webhook_port}/alerts", 1, "alertmanager")
+        am = replace_counted(am, "group_wait: 10s",
+                             f"group_wait: {INTERVALS['am_group_wait']}", 1, "alertmanager")
+        am = replace_counted(am, "group_wait: 30s",
+                             f"group_wait: {INTERVALS['am_group_wait']}", 1, "alertmanager")
+        am = replace_counted(am, "group_interval: 1m",
+                             f"group_interval: {INTERVALS['am_group_interval']}", 1,
+                             "alertmanager")
+        self.am_config = os.path.join(d, "alertmanager.yml")
+        with open(self.am_config, "w") as f:
+            f.write(am)
+
+    def start_monitoring(self):
+        self.webhook_log = os.path.join(self.dir, "webhook.jsonl")
+        open(self.webhook_log, "w").close()
+        self.webhook = self.register(Proc("webhook", [
+            sys.executable, os.path.join(HERE, "webhook_receiver.py"), "--port",
+            str(self.webhook_port), "--out", self.webhook_log], self.logdir)).start()
+        self.am = self.register(Proc("alertmanager", [
+            self.alertmanager, f"--config.file={self.am_config}",
+            f"--storage.path={os.path.join(self.dir, 'am-data')}",
+            f"--web.listen-address=127.0.0.1:{self.am_port}", "--cluster.listen-address=",
+            "--log.level=warn"], self.logdir)).start()
+        self.prom = self.register(Proc("prometheus", [
+            self.prometheus, f"--config.file={self.prom_config}",
+            f"--storage.tsdb.path={os.path.join(self.dir, 'prom-data')}",
+            f"--web.listen-address=127.0.0.1:{self.prom_port}", "--log.level=warn",
+            "--storage.tsdb.retention.time=1d"], self.logdir)).start()
+        wait_for("the webhook receiver", lambda: http_get(
+            f"http://127.0.0.1:{self.webhook_port}/")[0] == 200, 15)
+        wait_for("Alertmanager ready", lambda: http_get(
+            f"http://127.0.0.1:{self.am_port}/-/ready")[0] == 200, 30)
+        wait_for("Prometheus ready", lambda: http_get(
+            f"http://127.0.0.1:{self.prom_port}/-/ready")[0] == 200, 30)
+
+    # ---------------------------------------------------------------- observing
+
+    def tasks_view(self):
+        body = http_json(f"http://127.0.0.1:{self.sidecar_port}/api/v1/tasks?local=1")
+        return body["tasks"] if isinstance(body, dict) else body
+
+    def state_of(self, name):
+        for t in self.tasks_view():
+            if f"{t.get('role')}:{t.get('task')}" == name:
+                return t.get("state")
+        return None
+
+    def prom_query(self, expr, at=None):
+        q = {"query": expr}
+        if at:
+            q["time"] = f"{at:.3f}"
+        body = http_json(f"http://127.0.0.1:{self.prom_port}/api/v1/query?"
+                         + urllib.parse.urlencode(q), timeout=10)
+        if body.get("status") != "success":
+            raise DrillError(f"query failed: {expr}: {body}")
+        return body["data"]["result"]
+
+    def notifications(self, since):
+        out = []
+        with open(self.webhook_log) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if rec["received"] < since:
+                    continue
+                for a in rec["payload"].get("alerts", []):
+                    out.append((rec["received"], a))
+        return out
+
+    def find_notification(self, since, alertname, labels, status):
+        for received, a in self.notifications(since):
+            lab = a.get("labels", {})
+            if (lab.get("alertname") == alertname and a.get("status") == status
+                    and all(lab.get(k) == v for k, v in labels.items())):
+                return received, a
+        return None
+
+    def firing_in_prometheus(self, alertname, labels):
+        sel = ",".join([f'alertname="{alertname}"', 'alertstate="firing"']
+                       + [f'{k}="{v}"' for k, v in labels.items()])
+        return bool(self.prom_query(f"ALERTS{{{sel}}}"))
+
+    # ---------------------------------------------------------------- scenarios
+
+    def wait_healthy(self, timeout=60):
+        """Restarts tasks that exited (as a supervisor would) and waits until all are up."""
+        for name, p in self.tasks.items():
+            if not p.alive() and name in self.should_run:
+                last = self.results[-1]["scenario"] if self.results else "start-up"
+                log(f"{name} exited (code {p.popen.returncode}); restarting it")
+                self.notes.append(f"{name} exited with code {p.popen.returncode} during "
+                                  f"{last} and was restarted")
+                self.start_task(name)
+
+        def all_up():
+            view = {f"{t['role']}:{t['task']}": t["state"] for t in self.tasks_view()}
+            bad = {n: view.get(n) for n in self.should_run if view.get(n) != "up"}
+            self._not_up = bad
+            return not bad
+        try:
+            wait_for("every task up", all_up, timeout, 0.2)
+        except DrillError as e:
+            raise DrillError(f"{e}; not up: {self._not_up}")
+
+    def run_scenario(self, name, alertname, labels, fault, undo, detect=None, resolve=True,
+                     timeout=120, resolve_timeout=150):
+        """fault() starts the failure and returns its time; undo() ends it."""
+        log(f"scenario {name}: expecting {alertname} {labels}")
+        res = {"scenario": name, "alert": alertname, "labels": labels, "ok": False}
+        self.results.append(res)
+        try:
+            t0 = fault()
+            res["fault_at"] = t0
+            t_detect = t_prom = None
+            deadline = t0 + timeout
+            while time.time() < deadline:
+                now = time.time()
+                if detect and t_detect is None:
+                    try:
+                        if self.state_of(detect[0]) == detect[1]:
+                            t_detect = now
+                    except (OSError, ValueError):
+                        pass
+                if t_prom is None:
+                    try:
+                        if self.firing_in_prometheus(alertname, labels):
+                            t_prom = now
+                    except (OSError, ValueError, DrillError):
+                        pass
+                hit = self.find_notification(t0, alertname, labels, "firing")
+                if hit:
+                    break
+                time.sleep(0.1)
+            else:
+                firing = self.prom_query('ALERTS{alertstate="firing"}')
+                raise DrillError(
+                    f"no firing {alertname} {labels} at the webhook within {timeout} s; "
+                    f"firing in Prometheus: "
+                    f"{[(a['metric'].get('alertname'), a['metric'].get('role'), a['metric'].get('task')) for a in firing]}")
+            t_hook, alert = hit
+            res["webhook_firing_s"] = round(t_hook - t0, 2)
+            if t_detect:
+                res["sidecar_state_s"] = round(t_detect - t0, 2)
+            if t_prom:
+                res["prometheus_firing_s"] = round(t_prom - t0, 2)
+            res["summary"] = alert.get("annotations", {}).get("summary", "")
+            res["description"] = alert.get("annotations", {}).get("description", "")
+            log(f"  firing at the webhook after {t_hook - t0:.1f} s: {res['summary']}")
+            want = f"{labels.get('role', '')}:{labels.get('task', '')}"
+            if "role" in labels and want not in res["summary"] + res["description"]:
+                raise DrillError(f"the alert does not name {want}: {res['summary']}")
+            if not resolve:
+                res["ok"] = True
+                res["resolved"] = "not exercised"
+                return res
+            t_undo = undo()
+            res["undo_at"] = t_undo
+            hit = wait_for(f"resolved {alertname} {labels} at the webhook",
+                           lambda: self.find_notification(t_undo, alertname, labels, "resolved"),
+                           resolve_timeout, 0.2)
+            res["webhook_resolved_s"] = round(hit[0] - t_undo, 2)
+            log(f"  resolved at the webhook {hit[0] - t_undo:.1f} s after the fault was undone")
+            res["ok"] = True
+        except DrillError as e:
+            res["error"] = str(e)
+            self.failures.append(f"scenario {name}: {e}")
+            log(f"  FAILED: {e}")
+            try:
+                if undo and "undo_at" not in res and "fault_at" in res:
+                    undo()
+            except Exception as e2:  # noqa: BLE001 (best effort clean-up)
+                log(f"  undo failed: {e2}")
+        return res
+
+    def scenario_blocked(self):
+        # The cluster started without ps:2: both workers wait for it in CreateSession.
+        def fault():
+            return self.workers_started_at
+
+        def undo():
+            t = time.time()
+            self.start_task("ps:2")
+            self.should_run.add("ps:2")
+            self.variables_placed_at = t  # CreateSession completes, variables get placed
+            return t
+        self.run_scenario("ps-never-starts", "TrainscopeTaskBlocked",
+                          {"cluster": CLUSTER, "role": "worker", "task": "0", "peer_role": "ps",
+                           "peer_task": "2"}, fault, undo, detect=("worker:0", "blocked"))
+
+    def scenario_memory(self):
+        # ps:0 has a budget its variables fill to 97%; measured from the moment the workers
+        # could place them (ps:2 started, CreateSession done).
+        self.run_scenario("ps-memory-near-budget", "TrainscopePsMemoryNearBudget",
+                          {"cluster": CLUSTER, "role": "ps", "task": "0"},
+                          lambda: getattr(self, "variables_placed_at", self.ps0_started_at),
+                          None, resolve=False)
+
+    def scenario_kill_worker(self):
+        def fault():
+            t = time.time()
+            self.tasks["worker:1"].kill9()
+            return t
+
+        def undo():
+            t = time.time()
+            self.start_task("worker:1")
+            return t
+        self.run_scenario("kill-9-worker", "TrainscopeTaskDead",
+                          {"cluster": CLUSTER, "role": "worker", "task": "1"}, fault, undo,
+                          detect=("worker:1", "dead"))
+
+    def scenario_stop_ps(self):
+        def fault():
+            t = time.time()
+            self.tasks["ps:1"].signal(signal.SIGSTOP)
+            return t
+
+        def undo():
+            t = time.time()
+            self.tasks["ps:1"].signal(signal.SIGCONT)
+            return t
+        self.run_scenario("sigstop-ps", "TrainscopeTaskHung",
+                          {"cluster": CLUSTER, "role": "ps", "task": "1"}, fault, undo,
+                          detect=("ps:1", "hung"))
+
+    def inject(self, task, delay_ms):
+        r = subprocess.run([self.ctl, "fault", "--task", self.addr[task],
+                            "--parameter_delay_ms", str(delay_ms)],
+                           capture_output=True, text=True, timeout=20)
+        if r.returncode != 0:
+            raise DrillError(f"trainscopectl fault on {task} failed: {r.stdout}{r.stderr}")
+        return time.time()
+
+    def scenario_slow_ps(self):
+        # Slower than the 500 ms threshold, well inside the workers' deadlines.
+        self.run_scenario("slow-ps", "TrainscopePsLatencyHigh",
+                          {"cluster": CLUSTER, "role": "ps", "task": "2"},
+                          lambda: self.inject("ps:2", 700), lambda: self.inject("ps:2", 0),
+                          resolve_timeout=150)
+
+    def scenario_deadline(self):
+        # Past worker:0's 1 s deadline.
+        self.run_scenario("ps-past-deadline", "TrainscopeDeadlineExceededRateHigh",
+                          {"cluster": CLUSTER, "role": "ps", "task": "0"},
+                          lambda: self.inject("ps:0", 1500), lambda: self.inject("ps:0", 0),
+                          resolve_timeout=150)
+
+    def scenario_restarts(self):
+        # worker:1 is killed and restarted until the sidecar has counted 3 restarts (a crash
+        # loop): TrainscopeTaskRestarting, measured from the third restart.
+        def restarts():
+            for t in self.tasks_view():
+                if f"{t['role']}:{t['task']}" == "worker:1":
+                    return int(t.get("restarts", 0))
+            return 0
+
+        def fault():
+            t = time.time()
+            for _ in range(4):
+                if restarts() >= 3:
+                    break
+                t = time.time()
+                self.tasks["worker:1"].kill9()
+                self.start_task("worker:1")
+                wait_for("worker:1 up again", lambda: self.state_of("worker:1") == "up", 30, 0.1)
+            return t
+        self.run_scenario("crash-loop", "TrainscopeTaskRestarting",
+                          {"cluster": CLUSTER, "role": "worker", "task": "1"}, fault, None,
+                          resolve=False, timeout=60)
+
+    def scenario_sidecar_down(self):
+        instance = f"127.0.0.1:{self.sidecar_port}"
+
+        def fault():
+            t = time.time()
+            self.sidecar.kill9()
+            return t
+
+        def undo():
+            t = time.time()
+            self.start_sidecar()
+            return t
+        self.run_scenario("sidecar-down", "TrainscopeSidecarDown",
+                          {"job": "trainscope-sidecars", "instance": instance}, fault, undo)
+
+    # ---------------------------------------------------------------- dashboards
+
+    def run_panel_queries(self):
+        sys.path.insert(0, os.path.join(self.src, "dashboards/tools"))
+        import check_dashboards  # noqa: E402 (lives in the source tree)
+        errors, queries = check_dashboards.check(self.src)
+        if errors:
+            self.failures += [f"dashboard structure: {e}" for e in errors]
+        has_gpu = os.path.exists("/dev/nvidiactl") or subprocess.run(
+            "ldconfig -p | grep -q libnvidia-ml.so.1", shell=True).returncode == 0
+        end = time.time()
+        start = self.start_time
+        rng = f"{int(end - start) + 1}s"
+        values = {"cluster": CLUSTER, "role": ".*", "task": ".*",
+                  "sidecar": f"127.0.0.1:{self.sidecar_port}",
+                  "__rate_interval": "4s", "__interval": "2s", "__range": rng,
+                  "datasource": "prometheus", "trace_url": "http://localhost:16686/trace/"}
+        qres = []
+        for q in queries:
+            expr = check_dashboards.substitute(q["expr"], values)
+            entry = {"dashboard": q["dashboard"], "panel": q["title"], "ref_id": q["ref_id"],
+                     "expr": expr}
+            url = (f"http://127.0.0.1:{self.prom_port}/api/v1/query_range?"
+                   + urllib.parse.urlencode({"query": expr, "start": f"{start:.0f}",
+                                             "end": f"{end:.0f}", "step": "2"}))
+            try:
+                body = http_json(url, timeout=30)
+            except urllib.error.HTTPError as e:
+                body = json.loads(e.read() or b"{}")
+            except (OSError, ValueError) as e:
+                body = {"status": "error", "error": str(e)}
+            if body.get("status") != "success":
+                entry["result"] = f"error: {body.get('error')}"
+            else:
+                series = [r for r in body["data"]["result"]
+                          if any(v[1] not in ("NaN", "+Inf", "-Inf") for v in r["values"])]
+                entry["series"] = len(series)
+                if series:
+                    entry["result"] = "data"
+                elif q["may_be_empty"] == "no-gpu" and not has_gpu:
+                    entry["result"] = "empty (allowed: no GPU on this machine)"
+                else:
+                    entry["result"] = "no data"
+            if entry["result"].startswith(("error", "no data")):
+                self.failures.append(f"panel query {q['dashboard']} / {q['title']} "
+                                     f"{q['ref_id']}: {entry['result']}: {expr}")
+            qres.append(entry)
+        self.query_results = qres
+        ok = sum(1 for e in qres if e["result"] == "data")
+        log(f"panel queries: {ok} of {len(qres)} returned data; "
+            f"{sum(1 for e in qres if e['result'].startswith('empty'))} allowed empty")
+        # The sidecar's slow-request list (the Parameter servers dashboard's trace table).
+        try:
+            status, body = http_get(f"http://127.0.0.1:{self.sidecar_port}/api/v1/traces/slow")
+            slow = json.loads(body)
+            self.slow_traces = slow
+            if not slow:
+                self.failures.append("the sidecar's /api/v1/traces/slow is empty after a "
+                                     "ps was slowed on purpose")
+        except urllib.error.HTTPError as e:
+            self.failures.append(f"MISSING: the sidecar's /api/v1/traces/slow answers {e.code} "
+                                 "(issue 4; the Parameter servers dashboard's trace table)")
+        except (OSError, ValueError) as e:
+            self.failures.append(f"the sidecar's /api/v1/traces/slow: {e}")
+
+    # ---------------------------------------------------------------- the run
+
+    def run(self):
+        self.preflight()
+        if not self.has_metrics_port:
+            self.notes.append("linear_regression has no --metrics_port yet: tasks cannot be "
+                              "scraped, RPC/ps/training alerts and panels cannot pass")
+        for attr in ("am_port", "prom_port", "webhook_port", "otlp_port"):
+            setattr(self, attr, free_port())
+        self.start_cluster()
+        self.sidecar_port = free_port()  # the configs name it
+        self.render_configs()
+        self.start_monitoring()
+        self.should_run = {"ps:0", "ps:1", "worker:0", "worker:1"}
+        self.start_sidecar_proc()
+        for name in ("ps:0", "ps:1"):
+            self.start_task(name)
+        self.ps0_started_at = time.time()
+        for name in ("worker:0", "worker:1"):
+            self.start_task(name)
+        self.workers_started_at = time.time()
+        wanted = [s.strip() for s in self.args.scenarios.split(",")] if self.args.scenarios \
+            else None
+        scenarios = [
+            ("ps-never-starts", self.scenario_blocked),
+            ("ps-memory-near-budget", self.scenario_memory),
+            ("kill-9-worker", self.scenario_kill_worker),
+            ("sigstop-ps", self.scenario_stop_ps),
+            ("slow-ps", self.scenario_slow_ps),
+            ("ps-past-deadline", self.scenario_deadline),
+            ("crash-loop", self.scenario_restarts),
+            ("sidecar-down", self.scenario_sidecar_down),
+        ]
+        if wanted is None or "ps-never-starts" in wanted:
+            scenarios[0][1]()
+        else:
+            self.start_task("ps:2")
+            self.should_run.add("ps:2")
+        for name, fn in scenarios[1:]:
+            if wanted is not None and name not in wanted:
+                continue
+            try:
+                self.wait_healthy()
+            except DrillError as e:
+                self.failures.append(f"before {name}: {e}")
+                log(f"FAILED before {name}: {e}")
+                break
+            fn()
+        if not self.args.skip_queries:
+            self.run_panel_queries()
+
+    def start_sidecar_proc(self):
+        self.sidecar = self.register(Proc("sidecar", [
+            self.sidecar_bin, "--cluster_spec", os.path.join(self.dir, "cluster_spec.json"),
+            "--cluster_name", CLUSTER, "--local_tasks", ",".join(sorted(self.addr)),
+            "--http_address", "127.0.0.1", "--http_port", str(self.sidecar_port),
+            "--grpc_port", "-1", "--peer_sidecars", "none"] + self.sidecar_extra_args(),
+            self.logdir))
+        self.start_sidecar()
+
+    def stop_all(self):
+        # Workers first (they would log their ps leaving), then the ps, then the rest.
+        order = sorted(self.procs, key=lambda p: (0 if p.name.startswith("worker") else
+                                                  1 if p.name.startswith("ps") else 2))
+        for p in order:
+            try:
+                p.stop()
+            except Exception as e:  # noqa: BLE001 (clean-up goes on)
+                log(f"stopping {p.name} (pid {p.pid}): {e}")
+
+    def report(self):
+        rep = {"ok": not self.failures, "failures": self.failures, "notes": self.notes,
+               "intervals": INTERVALS,
+               "rule_overrides": [{"alert": a, "change": why} for a, _, _, why in RULE_OVERRIDES],
+               "scenarios": self.results,
+               "panel_queries": getattr(self, "query_results", []),
+               "duration_s": round(time.time() - self.start_time, 1)}
+        with open(os.path.join(self.dir, "report.json"), "w") as f:
+            json.dump(rep, f, indent=1)
+        lines = ["| scenario | alert (task) | sidecar state | Prometheus firing | webhook "
+                 "firing | webhook resolved after undo |", "| --- | --- | --- | --- | --- | --- |"]
+        for r in self.results:
+            who = f"{r['labels'].get('role', r['labels'].get('instance', ''))}"
+            if "task" in r["labels"]:
+                who += f":{r['labels']['task']}"
+            if "peer_task" in r["labels"]:
+                who += f" -> {r['labels']['peer_role']}:{r['labels']['peer_task']}"
+
+            def fmt(key):
+                v = r.get(key)
+                return f"{v:.1f} s" if isinstance(v, (int, float)) else (v or "-")
+            lines.append(f"| {r['scenario']} | {r['alert']} ({who}) | {fmt('sidecar_state_s')} "
+                         f"| {fmt('prometheus_firing_s')} | {fmt('webhook_firing_s')} | "
+                         f"{fmt('webhook_resolved_s') if r.get('ok') else 'FAILED'} |")
+        md = "\n".join(lines) + "\n"
+        with open(os.path.join(self.dir, "report.md"), "w") as f:
+            f.write(md)
+        print(md)
+        for n in self.notes:
+            log(f"note: {n}")
+        return rep
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", required=True, help="folder with linear_regression, "
+                                                 "trainscope-sidecar, trainscopectl")
+    ap.add_argument("--src", required=True, help="the source tree (dashboards/ and docs)")
+    ap.add_argument("--out", help="folder for configs, data, logs and the report")
+    ap.add_argument("--scenarios", help="comma-separated subset (default: all)")
+    ap.add_argument("--skip_queries", action="store_true", help="do not run the panel queries")
+    ap.add_argument("--keep", action="store_true", help="keep the folder even when passing")
+    args = ap.parse_args()
+    drill = Drill(args)
+    log(f"working in {drill.dir}")
+
+    def on_signal(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        drill.run()
+    except DrillError as e:
+        drill.failures.append(str(e))
+        log(f"FAILED: {e}")
+    except KeyboardInterrupt:
+        drill.failures.append("interrupted")
+    except Exception as e:  # noqa: BLE001 (a bug in the drill: still stop everything, report)
+        import traceback
+        traceback.print_exc()
+        drill.failures.append(f"drill error: {e!r}")
+    finally:
+        drill.stop_all()
+    rep = drill.report()
+    if drill.failures:
+        log("failures:\n  " + "\n  ".join(drill.failures))
+        for p in drill.procs:
+            if p.name in ("sidecar", "prometheus", "alertmanager") or p.name in drill.tasks:
+                log(f"--- last lines of {p.name} ({p.log_path}):\n{p.tail(8)}")
+        log(f"everything is in {drill.dir}")
+        return 1
+    log(f"PASSED in {rep['duration_s']} s")
+    if not args.keep and not args.out:
+        shutil.rmtree(drill.dir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
