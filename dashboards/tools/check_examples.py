@@ -1,0 +1,268 @@
+#!/usr/bin/python3
+"""Checks the deployment examples as far as tools here allow.
+
+examples/kubernetes/*.yaml: every document parses; apiVersion/kind is a pair the real API has;
+metadata.name is set; workloads have containers with a name and an image; named ports used by
+probes exist; selectors match the pods they select; ConfigMaps, Services and ServiceAccounts that
+are referenced exist (or are listed as created by hand); the cluster spec names the pods' DNS names
+(<job>-<index>.<subdomain>); the embedded Prometheus configuration passes `promtool check config`.
+examples/systemd/*.service: `systemd-analyze verify` in a scratch root (no warning allowed).
+dashboards/grafana/provisioning/**: parses, apiVersion 1, the provider points at the dashboards.
+
+Usage: check_examples.py SOURCE_DIR [--promtool PATH]
+Needs python3-yaml.
+"""
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+# apiVersion -> kinds, as the Kubernetes API (and the Prometheus Operator's CRDs) define them.
+KNOWN = {
+    "v1": {"ConfigMap", "Secret", "Service", "ServiceAccount", "Namespace", "Pod",
+           "PersistentVolumeClaim"},
+    "apps/v1": {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet"},
+    "batch/v1": {"Job", "CronJob"},
+    "rbac.authorization.k8s.io/v1": {"Role", "RoleBinding", "ClusterRole",
+                                     "ClusterRoleBinding"},
+    "monitoring.coreos.com/v1": {"ServiceMonitor", "PodMonitor", "PrometheusRule", "Prometheus",
+                                 "Alertmanager", "Probe"},
+    "monitoring.coreos.com/v1alpha1": {"ScrapeConfig", "AlertmanagerConfig"},
+}
+WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"}
+# Objects the examples reference that the user creates by hand (the comments say how).
+CREATED_BY_HAND = {("ConfigMap", "trainscope-alerts")}
+
+
+def check_kubernetes(src, promtool, errors):
+    docs = []
+    files = sorted(glob.glob(os.path.join(src, "examples/kubernetes/*.yaml")))
+    if not files:
+        errors.append("no examples/kubernetes/*.yaml")
+    for path in files:
+        rel = os.path.relpath(path, src)
+        try:
+            with open(path) as f:
+                for d in yaml.safe_load_all(f):
+                    if d is not None:
+                        docs.append((rel, d))
+        except yaml.YAMLError as e:
+            errors.append(f"{rel}: does not parse: {e}")
+    objects = {(d.get("kind"), (d.get("metadata") or {}).get("name")) for _, d in docs}
+    pod_templates = []
+    for rel, d in docs:
+        api, kind = d.get("apiVersion"), d.get("kind")
+        name = (d.get("metadata") or {}).get("name")
+        where = f"{rel}: {kind} {name}"
+        if kind not in KNOWN.get(api, set()):
+            errors.append(f"{where}: apiVersion {api!r} has no kind {kind!r}")
+        if not name:
+            errors.append(f"{rel}: {kind} without metadata.name")
+        if kind in WORKLOADS:
+            spec = d.get("spec") or {}
+            tmpl = spec.get("template") or {}
+            labels = (tmpl.get("metadata") or {}).get("labels") or {}
+            pod = tmpl.get("spec") or {}
+            pod_templates.append((where, d, labels, pod))
+            sel = (spec.get("selector") or {}).get("matchLabels")
+            if kind != "Job" and (not sel or any(labels.get(k) != v for k, v in sel.items())):
+                errors.append(f"{where}: selector {sel} does not match template labels {labels}")
+            if kind == "Job":
+                if pod.get("restartPolicy") not in ("OnFailure", "Never"):
+                    errors.append(f"{where}: a Job's pods need restartPolicy OnFailure or Never")
+                if spec.get("completionMode") not in (None, "NonIndexed", "Indexed"):
+                    errors.append(f"{where}: completionMode {spec.get('completionMode')}")
+            containers = pod.get("containers") or []
+            if not containers:
+                errors.append(f"{where}: no containers")
+            for c in containers + (pod.get("initContainers") or []):
+                cwhere = f"{where} container {c.get('name')}"
+                if not c.get("name") or not c.get("image"):
+                    errors.append(f"{cwhere}: needs name and image")
+                if c in containers and "restartPolicy" in c:
+                    errors.append(f"{cwhere}: restartPolicy only on initContainers (sidecars)")
+                if c.get("restartPolicy") not in (None, "Always"):
+                    errors.append(f"{cwhere}: container restartPolicy must be Always")
+                port_names = set()
+                for p in c.get("ports") or []:
+                    if not isinstance(p.get("containerPort"), int) or \
+                            not 0 < p["containerPort"] < 65536:
+                        errors.append(f"{cwhere}: bad containerPort {p.get('containerPort')}")
+                    if p.get("name"):
+                        if len(p["name"]) > 15:
+                            errors.append(f"{cwhere}: port name {p['name']} over 15 chars")
+                        port_names.add(p["name"])
+                for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+                    port = ((c.get(probe) or {}).get("httpGet") or {}).get("port")
+                    if isinstance(port, str) and port not in port_names:
+                        errors.append(f"{cwhere}: {probe} uses unknown port {port}")
+                for vm in c.get("volumeMounts") or []:
+                    if vm.get("name") not in {v.get("name") for v in pod.get("volumes") or []}:
+                        errors.append(f"{cwhere}: mounts unknown volume {vm.get('name')}")
+            for v in pod.get("volumes") or []:
+                cm = (v.get("configMap") or {}).get("name")
+                if cm and ("ConfigMap", cm) not in objects | CREATED_BY_HAND:
+                    errors.append(f"{where}: volume uses ConfigMap {cm}, not defined")
+            sa = pod.get("serviceAccountName")
+            if sa and ("ServiceAccount", sa) not in objects:
+                errors.append(f"{where}: serviceAccountName {sa} not defined")
+            sub = pod.get("subdomain")
+            if sub and ("Service", sub) not in objects:
+                errors.append(f"{where}: subdomain {sub} has no headless Service")
+    for rel, d in docs:
+        kind, name = d.get("kind"), (d.get("metadata") or {}).get("name")
+        if kind == "Service":
+            sel = (d.get("spec") or {}).get("selector") or {}
+            if sel and not any(all(l.get(k) == v for k, v in sel.items())
+                               for _, _, l, _ in pod_templates):
+                errors.append(f"{rel}: Service {name} selects no pod of the examples: {sel}")
+        if kind in ("RoleBinding", "ClusterRoleBinding"):
+            ref = d.get("roleRef") or {}
+            if (ref.get("kind"), ref.get("name")) not in objects:
+                errors.append(f"{rel}: {kind} {name} refers to missing {ref}")
+        if kind == "PodMonitor":
+            for ep in (d.get("spec") or {}).get("podMetricsEndpoints") or []:
+                if not ep.get("port"):
+                    errors.append(f"{rel}: PodMonitor {name} endpoint without port")
+        if kind == "ScrapeConfig":
+            for sd in (d.get("spec") or {}).get("httpSDConfigs") or []:
+                if not str(sd.get("url", "")).startswith("http"):
+                    errors.append(f"{rel}: ScrapeConfig {name} httpSDConfigs without url")
+        if kind == "ConfigMap":
+            data = d.get("data") or {}
+            for key, text in data.items():
+                if key.endswith(".json"):
+                    try:
+                        json.loads(text)
+                    except ValueError as e:
+                        errors.append(f"{rel}: ConfigMap {name} {key} is not JSON: {e}")
+                if key == "prometheus.yml" and promtool:
+                    check_prometheus_config(src, rel, name, text, promtool, errors)
+            if "cluster.json" in data:
+                check_cluster_spec(rel, json.loads(data["cluster.json"]), pod_templates, errors)
+
+
+def check_cluster_spec(rel, cluster, pod_templates, errors):
+    """Every host of the spec is the DNS name of an Indexed Job pod: <job>-<i>.<subdomain>."""
+    names = set()
+    for _, d, labels, pod in pod_templates:
+        spec = d.get("spec") or {}
+        if d.get("kind") == "Job" and spec.get("completionMode") == "Indexed":
+            for i in range(spec.get("completions", 0)):
+                names.add(f"{d['metadata']['name']}-{i}.{pod.get('subdomain')}")
+    for role, addrs in cluster.items():
+        for a in addrs:
+            host = a.rsplit(":", 1)[0]
+            if host not in names:
+                errors.append(f"{rel}: cluster spec {role} address {a}: no pod is named {host}")
+
+
+def check_prometheus_config(src, rel, name, text, promtool, errors):
+    tmp = tempfile.mkdtemp()
+    try:
+        cfg = yaml.safe_load(text)
+        cfg["rule_files"] = [os.path.join(src, "dashboards/prometheus/alerts.yml")]
+        path = os.path.join(tmp, "prometheus.yml")
+        with open(path, "w") as f:
+            yaml.safe_dump(cfg, f)
+        r = subprocess.run([promtool, "check", "config", path], capture_output=True, text=True)
+        if r.returncode != 0 and "field kubernetes_sd_configs not found" in r.stdout + r.stderr:
+            # Debian's Prometheus is built without Kubernetes discovery: check the rest of the
+            # configuration with the discovery replaced by a static target.
+            print(f"note: {promtool} has no kubernetes_sd_configs (Debian builds it without); "
+                  "checking the rest of the configuration")
+            for job in cfg.get("scrape_configs", []):
+                if job.pop("kubernetes_sd_configs", None) is not None:
+                    job["static_configs"] = [{"targets": ["pod.example:9400"]}]
+            with open(path, "w") as f:
+                yaml.safe_dump(cfg, f)
+            r = subprocess.run([promtool, "check", "config", path], capture_output=True,
+                               text=True)
+        if r.returncode != 0:
+            errors.append(f"{rel}: ConfigMap {name} prometheus.yml fails promtool: "
+                          f"{r.stdout}{r.stderr}")
+        jobs = {j.get("job_name") for j in cfg.get("scrape_configs", [])}
+        if not {"trainscope-sidecars", "trainscope-tasks"} <= jobs:
+            errors.append(f"{rel}: ConfigMap {name}: jobs {jobs}; the rules need "
+                          "trainscope-sidecars and trainscope-tasks")
+    finally:
+        shutil.rmtree(tmp)
+
+
+def check_systemd(src, errors):
+    units = sorted(glob.glob(os.path.join(src, "examples/systemd/*.service")))
+    if not units:
+        errors.append("no examples/systemd/*.service")
+    analyze = shutil.which("systemd-analyze")
+    for u in units:
+        text = open(u).read()
+        for section, key in (("[Unit]", "Description="), ("[Service]", "ExecStart="),
+                             ("[Install]", "WantedBy=")):
+            if section not in text or key not in text:
+                errors.append(f"{os.path.relpath(u, src)}: needs {section} {key}")
+    if not analyze:
+        print("note: systemd-analyze not found; unit files checked for their keys only")
+        return
+    root = tempfile.mkdtemp()
+    try:
+        os.makedirs(os.path.join(root, "usr/local/bin"))
+        os.makedirs(os.path.join(root, "etc/systemd/system"))
+        shutil.copytree("/usr/lib/systemd/system", os.path.join(root, "usr/lib/systemd/system"),
+                        symlinks=True)
+        for exe in ("trainscope-sidecar", "linear_regression", "trainscopectl"):
+            p = os.path.join(root, "usr/local/bin", exe)
+            with open(p, "w") as f:
+                f.write("#!/bin/sh\n")
+            os.chmod(p, 0o755)
+        names = []
+        for u in units:
+            shutil.copy(u, os.path.join(root, "etc/systemd/system"))
+            base = os.path.basename(u)
+            names.append(base.replace("@.service", "@ps-0.service"))
+        r = subprocess.run([analyze, "verify", "--man=no", f"--root={root}"] + names,
+                           capture_output=True, text=True)
+        out = (r.stdout + r.stderr).strip()
+        if r.returncode != 0 or out:
+            errors.append(f"systemd-analyze verify: {out or r.returncode}")
+    finally:
+        shutil.rmtree(root)
+
+
+def check_provisioning(src, errors):
+    base = os.path.join(src, "dashboards/grafana/provisioning")
+    ds = yaml.safe_load(open(os.path.join(base, "datasources/trainscope.yml")))
+    if ds.get("apiVersion") != 1 or not any(d.get("type") == "prometheus"
+                                            for d in ds.get("datasources", [])):
+        errors.append("provisioning/datasources: needs apiVersion 1 and a prometheus source")
+    uids = {d.get("uid") for d in ds.get("datasources", [])}
+    if "trainscope-sidecars" not in uids:
+        errors.append("provisioning/datasources: the sidecars' JSON source (uid "
+                      "trainscope-sidecars) the Parameter servers dashboard uses is missing")
+    prov = yaml.safe_load(open(os.path.join(base, "dashboards/trainscope.yml")))
+    ps = prov.get("providers", [])
+    if prov.get("apiVersion") != 1 or not ps or ps[0].get("type") != "file" or \
+            "path" not in (ps[0].get("options") or {}):
+        errors.append("provisioning/dashboards: needs apiVersion 1 and a file provider with a path")
+
+
+def main():
+    src = os.path.abspath(sys.argv[1])
+    promtool = sys.argv[sys.argv.index("--promtool") + 1] if "--promtool" in sys.argv else None
+    errors = []
+    check_kubernetes(src, promtool, errors)
+    check_systemd(src, errors)
+    check_provisioning(src, errors)
+    for e in errors:
+        print("FAIL:", e)
+    print(f"{len(errors)} problems")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
