@@ -112,82 +112,28 @@ namespace {
 // What a ParameterService handler records: in-flight count, the trace id on its log lines, and
 // where its time went (queue, read/apply) as child spans of the call's server span and as
 // histograms.
-class CallScope {
+// Counts a ParameterService call in flight for its lifetime.
+class Inflight {
  public:
-  CallScope(Task::Impl* task, const grpc::ServerContext& context)
-      : t_(task->telemetry_.get()),
-        start_(std::chrono::steady_clock::now()),
-        mark_unix_(telemetry::NowUnixNanos()) {
-    if (t_ == nullptr) return;
-    t_->ps_inflight().fetch_add(1, std::memory_order_relaxed);
-    span_ = telemetry::ServerSpanContext(context);
-    if (span_) scope_.emplace(*span_);
+  explicit Inflight(telemetry::Telemetry* t) : t_(t) {
+    if (t_) t_->ps_inflight().fetch_add(1, std::memory_order_relaxed);
   }
-  ~CallScope() {
-    if (t_ != nullptr) t_->ps_inflight().fetch_sub(1, std::memory_order_relaxed);
-  }
-
-  // The status to send: a call that finished after its caller's deadline is reported as
-  // DEADLINE_EXCEEDED on this side too, so the ps's own metrics show who was too slow.
-  grpc::Status Finish(grpc::Status status, const grpc::ServerContext& context,
-                      const char* method) const {
-    const auto late = std::chrono::system_clock::now() - context.deadline();
-    if (!status.ok() || late <= std::chrono::system_clock::duration::zero()) return status;
-    return grpc::Status(
-        grpc::StatusCode::DEADLINE_EXCEEDED,
-        absl::StrCat(method, " finished ",
-                     std::chrono::duration_cast<std::chrono::milliseconds>(late).count(),
-                     " ms after the caller's deadline"));
-  }
-
-  // Ends a phase that began where the previous one ended (or at the call's start).
-  void Phase(const char* name) {
-    const uint64_t now = telemetry::NowUnixNanos();
-    if (span_ && span_->sampled) Child(name, mark_unix_, now);
-    mark_unix_ = now;
-  }
-
-  // A Push: the injected delay and the wait for the variable are queueing; then the update.
-  void PushDone(const ParameterStore::Timing& timing) {
-    if (t_ == nullptr) return;
-    const double total =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    const double queue = std::max(0.0, total - timing.apply_seconds);
-    t_->ps_queue().Observe(queue);
-    t_->ps_apply().Observe(timing.apply_seconds);
-    t_->ps_push_to_apply().Observe(total);
-    if (span_ && span_->sampled) {
-      const uint64_t queue_end = mark_unix_ + static_cast<uint64_t>(queue * 1e9);
-      Child("ps.queue", mark_unix_, queue_end);
-      Child("ps.apply", queue_end, queue_end + static_cast<uint64_t>(timing.apply_seconds * 1e9));
-    }
+  ~Inflight() {
+    if (t_) t_->ps_inflight().fetch_sub(1, std::memory_order_relaxed);
   }
 
  private:
-  void Child(const char* name, uint64_t start, uint64_t end) {
-    telemetry::SpanData child;
-    child.context = t_->tracer().NewContext(&*span_);
-    child.parent_span_id = span_->span_id;
-    child.name = name;
-    child.kind = telemetry::SpanKind::kInternal;
-    child.start_unix_nano = start;
-    child.end_unix_nano = end;
-    t_->tracer().End(std::move(child));
-  }
-
   telemetry::Telemetry* t_;
-  std::chrono::steady_clock::time_point start_;
-  uint64_t mark_unix_;
-  std::optional<telemetry::SpanContext> span_;
-  std::optional<telemetry::ScopedSpanContext> scope_;
 };
 
 class TaskServiceImpl final : public v1::TaskService::Service {
  public:
   explicit TaskServiceImpl(Task::Impl* task) : task_(task) {}
 
-  grpc::Status Handshake(grpc::ServerContext*, const v1::HandshakeRequest* request,
+  grpc::Status Handshake(grpc::ServerContext* context, const v1::HandshakeRequest* request,
                          v1::HandshakeResponse* response) override {
+    telemetry::ServerCall call(task_->telemetry_.get(), *context,
+                               "trainscope.v1.TaskService/Handshake", *request);
     *response->mutable_identity() = task_->Identity();
     const v1::TaskIdentity& from = request->from();
     const v1::TaskIdentity& me = response->identity();
@@ -199,31 +145,36 @@ class TaskServiceImpl final : public v1::TaskService::Service {
           TaskIdFromProto(from.task()).ShortName(), from.listen_address(), from.protocol_version(),
           from.cluster_fingerprint(), me.protocol_version(), me.cluster_fingerprint());
     }
-    return grpc::Status::OK;
+    return call.Finish(grpc::Status::OK, response);
   }
 
-  grpc::Status Done(grpc::ServerContext*, const v1::DoneRequest* request,
+  grpc::Status Done(grpc::ServerContext* context, const v1::DoneRequest* request,
                     v1::DoneResponse* response) override {
-    TaskRef from = TaskIdFromProto(request->from());
-    int remaining = task_->MarkDone(from);
-    response->set_workers_remaining(remaining);
-    return grpc::Status::OK;
+    telemetry::ServerCall call(task_->telemetry_.get(), *context, "trainscope.v1.TaskService/Done",
+                               *request);
+    response->set_workers_remaining(task_->MarkDone(TaskIdFromProto(request->from())));
+    return call.Finish(grpc::Status::OK, response);
   }
 
-  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*,
+  grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
                          v1::HeartbeatResponse* response) override {
+    telemetry::ServerCall call(task_->telemetry_.get(), *context,
+                               "trainscope.v1.TaskService/Heartbeat", *request);
     SleepFor(task_->heartbeat_delay_ms_.load());
     task_->FillHeartbeat(response);
-    return grpc::Status::OK;
+    return call.Finish(grpc::Status::OK, response);
   }
 
-  grpc::Status InjectFault(grpc::ServerContext*, const v1::InjectFaultRequest* request,
+  grpc::Status InjectFault(grpc::ServerContext* context, const v1::InjectFaultRequest* request,
                            v1::InjectFaultResponse* response) override {
+    telemetry::ServerCall call(task_->telemetry_.get(), *context,
+                               "trainscope.v1.TaskService/InjectFault", *request);
     if (!task_->options_.enable_fault_injection) {
-      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                          task_->self_.ShortName() +
-                              " does not accept injected faults: start it with "
-                              "--enable_fault_injection");
+      return call.Finish(
+          grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                       task_->self_.ShortName() + " does not accept injected faults: start it with "
+                                                  "--enable_fault_injection"),
+          nullptr);
     }
     task_->parameter_delay_ms_.store(std::max<int64_t>(0, request->parameter_delay_ms()));
     task_->heartbeat_delay_ms_.store(std::max<int64_t>(0, request->heartbeat_delay_ms()));
@@ -231,7 +182,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
                  task_->parameter_delay_ms_.load(), task_->heartbeat_delay_ms_.load());
     response->set_parameter_delay_ms(task_->parameter_delay_ms_.load());
     response->set_heartbeat_delay_ms(task_->heartbeat_delay_ms_.load());
-    return grpc::Status::OK;
+    return call.Finish(grpc::Status::OK, response);
   }
 
  private:
@@ -245,7 +196,9 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
   grpc::Status CreateVariable(grpc::ServerContext* context,
                               const v1::CreateVariableRequest* request,
                               v1::CreateVariableResponse* response) override {
-    CallScope scope(task_, *context);
+    telemetry::ServerCall call(task_->telemetry_.get(), *context,
+                               "trainscope.v1.ParameterService/CreateVariable", *request);
+    Inflight inflight(task_->telemetry_.get());
     SleepFor(task_->parameter_delay_ms_.load());
     const std::string from = TaskIdFromProto(request->from()).ShortName();
     auto existed = task_->store_->Create(request->name(), SpecFromProto(request->initial()),
@@ -253,7 +206,7 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
     if (!existed.ok()) {
       spdlog::error("CreateVariable from {} refused: {}", from,
                     std::string(existed.status().message()));
-      return ToGrpcStatus(existed.status());
+      return call.Finish(ToGrpcStatus(existed.status()), nullptr);
     }
     if (!*existed) {
       spdlog::info("created variable '{}' {} for {}; holding {} in {} variables", request->name(),
@@ -261,43 +214,55 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
                    HumanBytes(task_->store_->bytes_held()), task_->store_->num_variables());
     }
     response->set_existed(*existed);
-    return scope.Finish(grpc::Status::OK, *context, "CreateVariable");
+    return call.Finish(grpc::Status::OK, response);
   }
 
   grpc::Status Pull(grpc::ServerContext* context, const v1::PullRequest* request,
                     v1::PullResponse* response) override {
-    CallScope scope(task_, *context);
+    telemetry::ServerCall call(task_->telemetry_.get(), *context,
+                               "trainscope.v1.ParameterService/Pull", *request);
+    Inflight inflight(task_->telemetry_.get());
     SleepFor(task_->parameter_delay_ms_.load());
-    scope.Phase("ps.queue");
+    call.Phase("ps.queue");
     for (const std::string& name : request->names()) {
       v1::Tensor* tensor = response->add_values();
       TensorSpec spec;
       absl::Status st = task_->store_->Read(name, &spec, tensor->mutable_content());
-      if (!st.ok()) return ToGrpcStatus(st);
+      if (!st.ok()) return call.Finish(ToGrpcStatus(st), nullptr);
       SpecToProto(spec, tensor);
     }
-    scope.Phase("ps.read");
+    call.Phase("ps.read");
     response->set_version(task_->store_->updates_applied());
-    return scope.Finish(grpc::Status::OK, *context, "Pull");
+    return call.Finish(grpc::Status::OK, response);
   }
 
   grpc::Status Push(grpc::ServerContext* context, const v1::PushRequest* request,
                     v1::PushResponse* response) override {
-    CallScope scope(task_, *context);
+    telemetry::ServerCall call(task_->telemetry_.get(), *context,
+                               "trainscope.v1.ParameterService/Push", *request);
+    Inflight inflight(task_->telemetry_.get());
     SleepFor(task_->parameter_delay_ms_.load());
     const std::string from = TaskIdFromProto(request->from()).ShortName();
     ParameterStore::Timing timing;
     absl::Status st = task_->store_->ApplyGradient(
         request->name(), SpecFromProto(request->gradient()), request->gradient().content(),
         request->learning_rate(), from, &timing);
-    scope.PushDone(timing);
+    // The injected delay and the wait for the variable are queueing; then the update.
+    const double total = call.Elapsed();
+    const double queue = std::max(0.0, total - timing.apply_seconds);
+    call.Phases({{"ps.queue", queue}, {"ps.apply", timing.apply_seconds}});
+    if (telemetry::Telemetry* t = task_->telemetry_.get()) {
+      t->ps_queue().Observe(queue);
+      t->ps_apply().Observe(timing.apply_seconds);
+      t->ps_push_to_apply().Observe(total);
+    }
     if (!st.ok()) {
       spdlog::error("Push from {} refused: {}", from, std::string(st.message()));
-      return ToGrpcStatus(st);
+      return call.Finish(ToGrpcStatus(st), nullptr);
     }
     task_->status_.SetSteps(static_cast<int64_t>(task_->store_->updates_applied()));
     response->set_version(task_->store_->updates_applied());
-    return scope.Finish(grpc::Status::OK, *context, "Push");
+    return call.Finish(grpc::Status::OK, response);
   }
 
  private:
@@ -421,7 +386,6 @@ absl::Status Task::Impl::Start() {
   builder.SetMaxSendMessageSize(-1);
   int bound_port = 0;
   builder.AddListeningPort(listen_address_, grpc::InsecureServerCredentials(), &bound_port);
-  builder.experimental().SetInterceptorCreators(telemetry::ServerInterceptors(telemetry_.get()));
   builder.RegisterService(task_service_.get());
   if (parameter_service_) builder.RegisterService(parameter_service_.get());
   server_ = builder.BuildAndStart();

@@ -79,8 +79,8 @@ double NanosPerCall(int threads, Op op) {
       }
       const auto start = Clock::now();
       for (int64_t i = 0; i < kCalls; ++i) op(static_cast<double>(i % 1000) * 1e-5);
-      per_thread[t] = std::chrono::duration<double, std::nano>(Clock::now() - start).count() /
-                      kCalls;
+      per_thread[t] =
+          std::chrono::duration<double, std::nano>(Clock::now() - start).count() / kCalls;
     });
   }
   for (auto& th : pool) th.join();
@@ -95,13 +95,14 @@ struct Pair {
   ParameterClient* client = nullptr;
 };
 
-Pair StartPair(bool telemetry) {
+Pair StartPair(bool telemetry, bool tracing) {
   const std::string ps_addr = "127.0.0.1:" + std::to_string(testing::FreePort());
   const std::string worker_addr = "127.0.0.1:" + std::to_string(testing::FreePort());
   auto spec = ClusterSpec::FromJobs({{"ps", {ps_addr}}, {"worker", {worker_addr}}});
   RuntimeOptions options;
   options.rpc_deadline_ms = 60000;
   options.telemetry = telemetry;
+  options.tracing = tracing;
   options.metrics_port = telemetry ? 0 : -1;
   Pair p;
   p.ps = *Task::Start(options, TfConfig{*spec, TaskRef{"ps", 0}});
@@ -126,25 +127,30 @@ int Run(int rounds, double seconds_per_round) {
          ("http://127.0.0.1:" + std::to_string(collector_port)).c_str(), 1);
   setenv("OTEL_TRACES_SAMPLER", "always_on", 1);
 
-  Pair on = StartPair(true);
-  Pair off = StartPair(false);
+  Pair on = StartPair(true, true);
+  Pair metrics_only = StartPair(true, false);
+  Pair off = StartPair(false, false);
   const std::string gradient(4096, '\0');
   std::vector<std::string> values;
   auto round_trip = [&](Pair& p) {
     if (!p.client->PullAll(&values).ok() || !p.client->Push(0, gradient, 0.0f).ok()) std::abort();
   };
-  std::vector<double> t_on, t_off;
+  std::vector<double> t_on, t_off, t_metrics;
   for (int r = 0; r < rounds; ++r) {
     t_off.push_back(SecondsPerOp(seconds_per_round, [&] { round_trip(off); }));
+    t_metrics.push_back(SecondsPerOp(seconds_per_round, [&] { round_trip(metrics_only); }));
     t_on.push_back(SecondsPerOp(seconds_per_round, [&] { round_trip(on); }));
   }
   const double on_us = Median(t_on) * 1e6;
   const double off_us = Median(t_off) * 1e6;
+  const double metrics_us = Median(t_metrics) * 1e6;
   printf("Pull+Push of a 4 KiB variable, worker and ps on loopback, %d interleaved rounds\n",
          rounds);
   printf("  telemetry off: %8.1f us per round trip\n", off_us);
-  printf("  telemetry on:  %8.1f us per round trip (100%% sampling, 4 spans per round trip)\n",
+  printf("  metrics only:     %8.1f us per round trip (no spans)\n", metrics_us);
+  printf("  telemetry on:     %8.1f us per round trip (100%% sampling, 4 spans per round trip)\n",
          on_us);
+  printf("  rate with metrics only / off: %.3f\n", off_us / metrics_us);
   printf("  rate with telemetry on / off: %.3f\n", off_us / on_us);
   on.worker.reset();
   on.ps.reset();

@@ -163,82 +163,6 @@ class ClientFactory final : public grpc::experimental::ClientInterceptorFactoryI
   const std::string address_;
 };
 
-class ServerInterceptor final : public grpc::experimental::Interceptor {
- public:
-  ServerInterceptor(Telemetry* t, grpc::experimental::ServerRpcInfo* info)
-      : t_(t), info_(info), method_(RpcMetrics::MethodIndex(info->method())) {}
-
-  void Intercept(grpc::experimental::InterceptorBatchMethods* m) override {
-    if (m->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_INITIAL_METADATA)) {
-      start_ = Clock::now();
-      auto* metadata = m->GetRecvInitialMetadata();
-      std::optional<SpanContext> parent;
-      for (const auto& [key, value] : *metadata) {
-        const std::string_view k(key.data(), key.size());
-        if (k == kCallerKey) {
-          caller_.assign(value.data(), value.size());
-          role_ = t_->rpc().RoleIndex(caller_.substr(0, caller_.find(':')));
-        } else if (k == "traceparent") {
-          parent = ParseTraceparent(absl::string_view(value.data(), value.size()));
-        }
-      }
-      if (role_ < 0) role_ = t_->rpc().RoleIndex("");
-      t_->rpc().ServerCallStarted(method_, role_);
-      Tracer& tracer = t_->tracer();
-      if (tracer.enabled() && Traced(method_)) {
-        span_.context = tracer.NewContext(parent ? &*parent : nullptr);
-        if (parent) span_.parent_span_id = parent->span_id;
-        span_.kind = SpanKind::kServer;
-        span_.start_unix_nano = NowUnixNanos();
-        span_header_ = FormatTraceparent(span_.context);
-        metadata->emplace(grpc::string_ref(kServerSpanKey), grpc::string_ref(span_header_));
-      }
-    }
-    if (m->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE)) {
-      rcvd_ += MessageSize(m->GetRecvMessage());
-    }
-    if (m->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_MESSAGE)) {
-      sent_ += MessageSize(m->GetSendMessage());
-    }
-    if (m->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
-      const grpc::Status status = m->GetSendStatus();
-      t_->rpc().ServerCallEnded(method_, status.error_code(), role_, Since(start_), sent_, rcvd_);
-      if (span_.context.sampled) {
-        RpcAttributes(info_->method(), &span_);
-        if (!caller_.empty()) span_.attributes.push_back({"trainscope.peer_task", caller_});
-        span_.attributes.push_back({"rpc.request.bytes", rcvd_});
-        span_.attributes.push_back({"rpc.response.bytes", sent_});
-        EndSpan(t_->tracer(), span_, status);
-      }
-    }
-    m->Proceed();
-  }
-
- private:
-  Telemetry* t_;
-  grpc::experimental::ServerRpcInfo* info_;
-  const int method_;
-  int role_ = -1;
-  std::string caller_;
-  Clock::time_point start_;
-  int64_t sent_ = 0;
-  int64_t rcvd_ = 0;
-  SpanData span_;
-  std::string span_header_;  // Referenced by the metadata entry for the handler.
-};
-
-class ServerFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
- public:
-  explicit ServerFactory(Telemetry* t) : t_(t) {}
-  grpc::experimental::Interceptor* CreateServerInterceptor(
-      grpc::experimental::ServerRpcInfo* info) override {
-    return new ServerInterceptor(t_, info);
-  }
-
- private:
-  Telemetry* t_;
-};
-
 }  // namespace
 
 std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
@@ -251,19 +175,80 @@ ClientInterceptors(Telemetry* telemetry, const TaskRef& self, const TaskRef& pee
   return out;
 }
 
-std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-ServerInterceptors(Telemetry* telemetry) {
-  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> out;
-  if (telemetry != nullptr && telemetry->enabled()) {
-    out.push_back(std::make_unique<ServerFactory>(telemetry));
+ServerCall::ServerCall(Telemetry* telemetry, const grpc::ServerContext& context, const char* method,
+                       const google::protobuf::MessageLite& request)
+    : t_(telemetry != nullptr && telemetry->enabled() ? telemetry : nullptr),
+      context_(context),
+      method_name_(method),
+      start_(Clock::now()) {
+  if (t_ == nullptr) return;
+  method_ = RpcMetrics::MethodIndex(method);
+  rcvd_ = static_cast<int64_t>(request.ByteSizeLong());
+  const auto& metadata = context.client_metadata();
+  std::optional<SpanContext> parent;
+  if (auto it = metadata.find(kCallerKey); it != metadata.end()) {
+    caller_.assign(it->second.data(), it->second.size());
   }
-  return out;
+  role_ = t_->rpc().RoleIndex(absl::string_view(caller_).substr(0, caller_.find(':')));
+  t_->rpc().ServerCallStarted(method_, role_);
+  Tracer& tracer = t_->tracer();
+  if (!tracer.enabled() || !Traced(method_)) return;
+  if (auto it = metadata.find("traceparent"); it != metadata.end()) {
+    parent = ParseTraceparent(absl::string_view(it->second.data(), it->second.size()));
+  }
+  span_.context = tracer.NewContext(parent ? &*parent : nullptr);
+  if (parent) span_.parent_span_id = parent->span_id;
+  span_.kind = SpanKind::kServer;
+  span_.start_unix_nano = mark_unix_ = NowUnixNanos();
+  scope_.emplace(span_.context);
 }
 
-std::optional<SpanContext> ServerSpanContext(const grpc::ServerContext& context) {
-  auto it = context.client_metadata().find(kServerSpanKey);
-  if (it == context.client_metadata().end()) return std::nullopt;
-  return ParseTraceparent(absl::string_view(it->second.data(), it->second.size()));
+ServerCall::~ServerCall() {
+  if (!finished_) Finish(grpc::Status(grpc::StatusCode::UNKNOWN, "handler ended early"), nullptr);
+}
+
+double ServerCall::Elapsed() const { return Since(start_); }
+
+void ServerCall::Phase(const char* name) {
+  if (!span_.context.sampled) return;
+  const uint64_t now = NowUnixNanos();
+  span_.events.push_back({name, now, {{"duration_ns", static_cast<int64_t>(now - mark_unix_)}}});
+  mark_unix_ = now;
+}
+
+void ServerCall::Phases(std::initializer_list<std::pair<const char*, double>> seconds) {
+  if (!span_.context.sampled) return;
+  for (const auto& [name, s] : seconds) {
+    const int64_t ns = static_cast<int64_t>(s * 1e9);
+    mark_unix_ += ns;
+    span_.events.push_back({name, mark_unix_, {{"duration_ns", ns}}});
+  }
+}
+
+grpc::Status ServerCall::Finish(grpc::Status status,
+                                const google::protobuf::MessageLite* response) {
+  finished_ = true;
+  const auto late = std::chrono::system_clock::now() - context_.deadline();
+  if (status.ok() && late > std::chrono::system_clock::duration::zero()) {
+    status = grpc::Status(
+        grpc::StatusCode::DEADLINE_EXCEEDED,
+        std::string(method_name_) + " finished " +
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(late).count()) +
+            " ms after the caller's deadline");
+  }
+  if (t_ == nullptr) return status;
+  const int64_t sent =
+      response != nullptr && status.ok() ? static_cast<int64_t>(response->ByteSizeLong()) : 0;
+  t_->rpc().ServerCallEnded(method_, status.error_code(), role_, Since(start_), sent, rcvd_);
+  if (span_.context.sampled) {
+    RpcAttributes(method_name_, &span_);
+    if (!caller_.empty()) span_.attributes.push_back({"trainscope.peer_task", caller_});
+    span_.attributes.push_back({"rpc.request.bytes", rcvd_});
+    span_.attributes.push_back({"rpc.response.bytes", sent});
+    scope_.reset();
+    EndSpan(t_->tracer(), span_, status);
+  }
+  return status;
 }
 
 namespace {
