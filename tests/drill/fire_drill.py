@@ -35,21 +35,16 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import monitoring  # noqa: E402 (beside this file)
+from monitoring import RULE_OVERRIDES  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLUSTER = "drill"
 STEP_DELAY_MS = 20
 FEATURES = 90  # 3 equal shards of 30 floats (120 bytes), so the ps:0 budget below is exact.
 PS0_BUDGET = 124  # bytes: 120 held = 97% (alerts above 90%), room for the 4-byte bias as well.
 
-# Thresholds of the shipped rules that a drill cannot wait for; everything else (notably the
-# `for:` of dead, hung, deadline-exceeded and sidecar-down) is used as shipped.
-RULE_OVERRIDES = [
-    # (alert, old text, new text, why)
-    ("TrainscopeTaskBlocked", "trainscope_task_blocked_seconds > 60",
-     "trainscope_task_blocked_seconds > 5", "threshold 60 s -> 5 s"),
-    ("TrainscopePsLatencyHigh", "for: 1m", "for: 10s", "for 1m -> 10s"),
-    ("TrainscopePsMemoryNearBudget", "for: 5m", "for: 5s", "for 5m -> 5s"),
-]
 INTERVALS = {"scrape": "1s", "evaluation": "1s", "http_sd_refresh": "1s",
              "am_group_wait": "1s", "am_group_interval": "1s"}
 
@@ -159,14 +154,6 @@ class Proc:
             return ""
 
 
-def replace_counted(text, old, new, count, what):
-    found = text.count(old)
-    if found != count:
-        raise DrillError(f"rendering {what}: expected {count}x {old!r}, found {found}: "
-                         "the shipped file changed; update the drill")
-    return text.replace(old, new)
-
-
 class Drill:
     def __init__(self, args):
         self.args = args
@@ -270,69 +257,20 @@ class Drill:
         return extra
 
     def render_configs(self):
-        d = self.dir
-        # Rules: the shipped file with RULE_OVERRIDES.
-        with open(os.path.join(self.src, "dashboards/prometheus/alerts.yml")) as f:
-            rules = f.read()
-        blocks = re.split(r"(?m)^(?=      - alert: )", rules)
-        for alert, old, new, _ in RULE_OVERRIDES:
-            hits = [i for i, b in enumerate(blocks) if b.startswith(f"      - alert: {alert}\n")]
-            if len(hits) != 1 or blocks[hits[0]].count(old) != 1:
-                raise DrillError(f"rendering rules: {alert} with one {old!r} not found")
-            blocks[hits[0]] = blocks[hits[0]].replace(old, new)
-        self.rules_path = os.path.join(d, "alerts.drill.yml")
-        with open(self.rules_path, "w") as f:
-            f.write("".join(blocks))
-        r = subprocess.run([self.promtool, "check", "rules", self.rules_path],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            raise DrillError("rendered rules do not pass promtool:\n" + r.stdout + r.stderr)
-
-        # Prometheus: the shipped file, with 1 s intervals and the drill's addresses.
-        with open(os.path.join(self.src, "dashboards/prometheus/prometheus.yml")) as f:
-            cfg = f.read()
-        s = INTERVALS["scrape"]
-        cfg = replace_counted(cfg, "scrape_interval: 15s", f"scrape_interval: {s}", 1, "config")
-        cfg = replace_counted(cfg, "scrape_timeout: 10s", f"scrape_timeout: {s}", 1, "config")
-        cfg = replace_counted(cfg, "scrape_interval: 5s", f"scrape_interval: {s}", 1, "config")
-        cfg = replace_counted(cfg, "scrape_timeout: 4s", f"scrape_timeout: {s}", 1, "config")
-        cfg = replace_counted(cfg, "evaluation_interval: 5s",
-                              f"evaluation_interval: {INTERVALS['evaluation']}", 1, "config")
-        cfg = replace_counted(cfg, "  - alerts.yml", f"  - {self.rules_path}", 1, "config")
-        cfg = replace_counted(cfg, '["127.0.0.1:9093"]', f'["127.0.0.1:{self.am_port}"]', 1,
-                              "config")
-        sidecars_file = os.path.join(d, "sidecars.yml")
-        with open(sidecars_file, "w") as f:
-            f.write(f'- targets: ["127.0.0.1:{self.sidecar_port}"]\n')
-        cfg = replace_counted(cfg, '["sidecars/*.yml"]', json.dumps([sidecars_file]), 1,
-                              "config")
-        cfg = replace_counted(cfg, "http://127.0.0.1:9400/api/v1/sd",
-                              f"http://127.0.0.1:{self.sidecar_port}/api/v1/sd", 1, "config")
-        cfg = replace_counted(cfg, "refresh_interval: 5s",
-                              f"refresh_interval: {INTERVALS['http_sd_refresh']}", 1, "config")
-        self.prom_config = os.path.join(d, "prometheus.yml")
-        with open(self.prom_config, "w") as f:
-            f.write(cfg)
-        r = subprocess.run([self.promtool, "check", "config", self.prom_config],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            raise DrillError("rendered config does not pass promtool:\n" + r.stdout + r.stderr)
-
-        # Alertmanager: the shipped file, with short group timings and the webhook.
-        with open(os.path.join(self.src, "dashboards/alertmanager/alertmanager.yml")) as f:
-            am = f.read()
-        am = replace_counted(am, "http://127.0.0.1:9095/alerts",
-                             f"http://127.0.0.1:{self.webhook_port}/alerts", 1, "alertmanager")
-        am = replace_counted(am, "group_wait: 10s",
-                             f"group_wait: {INTERVALS['am_group_wait']}", 1, "alertmanager")
-        am = replace_counted(am, "group_wait: 30s",
-                             f"group_wait: {INTERVALS['am_group_wait']}", 1, "alertmanager")
-        am = replace_counted(am, "group_interval: 1m",
-                             f"group_interval: {INTERVALS['am_group_interval']}", 1,
-                             "alertmanager")
-        self.am_config = os.path.join(d, "alertmanager.yml")
-        with open(self.am_config, "w") as f:
-            f.write(am)
+        """The shipped rules, scrape config and Alertmanager config, for this drill."""
+        try:
+            self.rules_path = os.path.join(self.dir, "alerts.drill.yml")
+            monitoring.render_rules(self.src, self.rules_path, self.promtool)
+            self.prom_config = os.path.join(self.dir, "prometheus.yml")
+            monitoring.render_prometheus(
+                self.src, self.prom_config, self.promtool, [f"127.0.0.1:{self.sidecar_port}"],
+                self.rules_path, f"127.0.0.1:{self.am_port}", INTERVALS["scrape"])
+            self.am_config = os.path.join(self.dir, "alertmanager.yml")
+            monitoring.render_alertmanager(
+                self.src, self.am_config, f"http://127.0.0.1:{self.webhook_port}/alerts",
+                INTERVALS["am_group_wait"], INTERVALS["am_group_interval"])
+        except monitoring.RenderError as e:
+            raise DrillError(str(e))
 
     def start_monitoring(self):
         self.webhook_log = os.path.join(self.dir, "webhook.jsonl")
@@ -340,16 +278,12 @@ class Drill:
         self.webhook = self.register(Proc("webhook", [
             sys.executable, os.path.join(HERE, "webhook_receiver.py"), "--port",
             str(self.webhook_port), "--out", self.webhook_log], self.logdir)).start()
-        self.am = self.register(Proc("alertmanager", [
-            self.alertmanager, f"--config.file={self.am_config}",
-            f"--storage.path={os.path.join(self.dir, 'am-data')}",
-            f"--web.listen-address=127.0.0.1:{self.am_port}", "--cluster.listen-address=",
-            "--log.level=warn"], self.logdir)).start()
-        self.prom = self.register(Proc("prometheus", [
-            self.prometheus, f"--config.file={self.prom_config}",
-            f"--storage.tsdb.path={os.path.join(self.dir, 'prom-data')}",
-            f"--web.listen-address=127.0.0.1:{self.prom_port}", "--log.level=warn",
-            "--storage.tsdb.retention.time=1d"], self.logdir)).start()
+        self.am = self.register(Proc("alertmanager", monitoring.argv_alertmanager(
+            self.alertmanager, self.am_config, os.path.join(self.dir, "am-data"), self.am_port),
+            self.logdir)).start()
+        self.prom = self.register(Proc("prometheus", monitoring.argv_prometheus(
+            self.prometheus, self.prom_config, os.path.join(self.dir, "prom-data"),
+            self.prom_port), self.logdir)).start()
         wait_for("the webhook receiver", lambda: http_get(
             f"http://127.0.0.1:{self.webhook_port}/")[0] == 200, 15)
         wait_for("Alertmanager ready", lambda: http_get(

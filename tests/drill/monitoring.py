@@ -1,0 +1,211 @@
+#!/usr/bin/python3
+"""Prometheus, Alertmanager and a webhook receiver for a running trainscope cluster, on loopback.
+
+Renders the shipped dashboards/prometheus/prometheus.yml, alerts.yml and
+dashboards/alertmanager/alertmanager.yml for the given sidecars (short intervals, these ports),
+starts the three processes, prints their addresses, and stops them on Ctrl-C or SIGTERM. The fire
+drill uses the same rendering; scripts/demo can run this beside its cluster:
+
+    tests/drill/monitoring.py --src . --sidecar 127.0.0.1:9400 --dir /tmp/ts-monitoring \
+        [--prometheus_port 9090] [--alertmanager_port 9093] [--webhook_port 9095] [--interval 1s]
+
+The webhook receiver prints one line per notification (firing/resolved, alert, task, summary).
+Standard library only.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# Thresholds of the shipped rules that a drill or a demo cannot wait for; everything else
+# (notably the `for:` of dead, hung, deadline-exceeded and sidecar-down) is used as shipped.
+RULE_OVERRIDES = [
+    # (alert, old text, new text, what changes)
+    ("TrainscopeTaskBlocked", "trainscope_task_blocked_seconds > 60",
+     "trainscope_task_blocked_seconds > 5", "threshold 60 s -> 5 s"),
+    ("TrainscopePsLatencyHigh", "for: 1m", "for: 10s", "for 1m -> 10s"),
+    ("TrainscopePsMemoryNearBudget", "for: 5m", "for: 5s", "for 5m -> 5s"),
+]
+
+
+class RenderError(Exception):
+    pass
+
+
+def replace_counted(text, old, new, count, what):
+    found = text.count(old)
+    if found != count:
+        raise RenderError(f"rendering {what}: expected {count}x {old!r}, found {found}: the "
+                          "shipped file changed; update tests/drill/monitoring.py")
+    return text.replace(old, new)
+
+
+def check(promtool, kind, path):
+    r = subprocess.run([promtool, "check", kind, path], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RenderError(f"rendered {path} does not pass promtool check {kind}:\n"
+                          + r.stdout + r.stderr)
+
+
+def render_rules(src, path, promtool, overrides=RULE_OVERRIDES):
+    with open(os.path.join(src, "dashboards/prometheus/alerts.yml")) as f:
+        rules = f.read()
+    blocks = re.split(r"(?m)^(?=      (?:# .*\n      )*- alert: )", rules)
+    for alert, old, new, _ in overrides:
+        hits = [i for i, b in enumerate(blocks) if f"- alert: {alert}\n" in b]
+        if len(hits) != 1 or blocks[hits[0]].count(old) != 1:
+            raise RenderError(f"rendering rules: {alert} with one {old!r} not found")
+        blocks[hits[0]] = blocks[hits[0]].replace(old, new)
+    with open(path, "w") as f:
+        f.write("".join(blocks))
+    check(promtool, "rules", path)
+
+
+def render_prometheus(src, path, promtool, sidecars, rules_path, alertmanager, interval="1s"):
+    """sidecars: ["host:port", ...]; the first also serves the tasks' service discovery."""
+    with open(os.path.join(src, "dashboards/prometheus/prometheus.yml")) as f:
+        cfg = f.read()
+    w = "config"
+    cfg = replace_counted(cfg, "scrape_interval: 15s", f"scrape_interval: {interval}", 1, w)
+    cfg = replace_counted(cfg, "scrape_timeout: 10s", f"scrape_timeout: {interval}", 1, w)
+    cfg = replace_counted(cfg, "scrape_interval: 5s", f"scrape_interval: {interval}", 1, w)
+    cfg = replace_counted(cfg, "scrape_timeout: 4s", f"scrape_timeout: {interval}", 1, w)
+    cfg = replace_counted(cfg, "evaluation_interval: 5s", f"evaluation_interval: {interval}", 1, w)
+    cfg = replace_counted(cfg, "  - alerts.yml", f"  - {rules_path}", 1, w)
+    cfg = replace_counted(cfg, '["127.0.0.1:9093"]', json.dumps([alertmanager]), 1, w)
+    sidecars_file = os.path.join(os.path.dirname(path), "sidecars.yml")
+    with open(sidecars_file, "w") as f:
+        f.write(f"- targets: {json.dumps(sidecars)}\n")
+    cfg = replace_counted(cfg, '["sidecars/*.yml"]', json.dumps([sidecars_file]), 1, w)
+    sd = ("      - url: http://127.0.0.1:9400/api/v1/sd\n"
+          "        refresh_interval: 5s\n")
+    cfg = replace_counted(cfg, sd, "".join(
+        f"      - url: http://{s}/api/v1/sd\n        refresh_interval: {interval}\n"
+        for s in sidecars), 1, w)
+    with open(path, "w") as f:
+        f.write(cfg)
+    check(promtool, "config", path)
+
+
+def render_alertmanager(src, path, webhook_url, group_wait="1s", group_interval="1s"):
+    with open(os.path.join(src, "dashboards/alertmanager/alertmanager.yml")) as f:
+        am = f.read()
+    w = "alertmanager"
+    am = replace_counted(am, "http://127.0.0.1:9095/alerts", webhook_url, 1, w)
+    am = replace_counted(am, "group_wait: 10s", f"group_wait: {group_wait}", 1, w)
+    am = replace_counted(am, "group_wait: 30s", f"group_wait: {group_wait}", 1, w)
+    am = replace_counted(am, "group_interval: 1m", f"group_interval: {group_interval}", 1, w)
+    with open(path, "w") as f:
+        f.write(am)
+
+
+def tool(name, package):
+    path = shutil.which(name) or f"/usr/bin/{name}"
+    if not os.access(path, os.X_OK):
+        raise RenderError(f"MISSING: {name} (apt-get install {package})")
+    return path
+
+
+def argv_prometheus(binary, config, data, port):
+    return [binary, f"--config.file={config}", f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn",
+            "--storage.tsdb.retention.time=1d"]
+
+
+def argv_alertmanager(binary, config, data, port):
+    return [binary, f"--config.file={config}", f"--storage.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
+            "--log.level=warn"]
+
+
+def wait_ready(url, timeout):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--src", required=True, help="the source tree")
+    ap.add_argument("--sidecar", action="append", required=True, help="HOST:PORT (repeatable)")
+    ap.add_argument("--dir", required=True, help="folder for configs, data and logs")
+    ap.add_argument("--prometheus_port", type=int, default=9090)
+    ap.add_argument("--alertmanager_port", type=int, default=9093)
+    ap.add_argument("--webhook_port", type=int, default=9095)
+    ap.add_argument("--interval", default="1s", help="scrape and evaluation interval")
+    ap.add_argument("--shipped_thresholds", action="store_true",
+                    help="use alerts.yml as shipped (no shortened thresholds)")
+    args = ap.parse_args()
+    src, d = os.path.abspath(args.src), os.path.abspath(args.dir)
+    os.makedirs(d, exist_ok=True)
+    try:
+        promtool = tool("promtool", "prometheus")
+        prometheus = tool("prometheus", "prometheus")
+        alertmanager = tool("prometheus-alertmanager", "prometheus-alertmanager")
+        rules = os.path.join(d, "alerts.yml")
+        render_rules(src, rules, promtool, [] if args.shipped_thresholds else RULE_OVERRIDES)
+        render_prometheus(src, os.path.join(d, "prometheus.yml"), promtool, args.sidecar, rules,
+                          f"127.0.0.1:{args.alertmanager_port}", args.interval)
+        render_alertmanager(src, os.path.join(d, "alertmanager.yml"),
+                            f"http://127.0.0.1:{args.webhook_port}/alerts")
+    except RenderError as e:
+        print(f"monitoring: {e}", file=sys.stderr)
+        return 1
+    procs = []
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    try:
+        procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "webhook_receiver.py"),
+                                       "--port", str(args.webhook_port), "--print", "--out",
+                                       os.path.join(d, "webhook.jsonl")]))
+        log = open(os.path.join(d, "alertmanager.log"), "ab")
+        procs.append(subprocess.Popen(argv_alertmanager(
+            alertmanager, os.path.join(d, "alertmanager.yml"), os.path.join(d, "am-data"),
+            args.alertmanager_port), stdout=log, stderr=subprocess.STDOUT))
+        log = open(os.path.join(d, "prometheus.log"), "ab")
+        procs.append(subprocess.Popen(argv_prometheus(
+            prometheus, os.path.join(d, "prometheus.yml"), os.path.join(d, "prom-data"),
+            args.prometheus_port), stdout=log, stderr=subprocess.STDOUT))
+        ok = (wait_ready(f"http://127.0.0.1:{args.prometheus_port}/-/ready", 30)
+              and wait_ready(f"http://127.0.0.1:{args.alertmanager_port}/-/ready", 30))
+        if not ok:
+            print(f"monitoring: Prometheus or Alertmanager did not start; logs in {d}",
+                  file=sys.stderr)
+            return 1
+        print(f"Prometheus    http://127.0.0.1:{args.prometheus_port}/alerts", flush=True)
+        print(f"Alertmanager  http://127.0.0.1:{args.alertmanager_port}/", flush=True)
+        print(f"webhook       http://127.0.0.1:{args.webhook_port}/alerts "
+              f"(notifications below and in {d}/webhook.jsonl)", flush=True)
+        while not stop and all(p.poll() is None for p in procs):
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
