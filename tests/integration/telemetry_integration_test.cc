@@ -35,6 +35,21 @@ double Sample(const std::string& metrics, const std::string& prefix) {
   return -1;
 }
 
+// The sum of every sample whose line starts with `prefix`.
+double SumSamples(const std::string& metrics, const std::string& prefix) {
+  double sum = 0;
+  size_t pos = 0;
+  while ((pos = metrics.find(prefix, pos)) != std::string::npos) {
+    if (pos == 0 || metrics[pos - 1] == '\n') {
+      size_t end = metrics.find('\n', pos);
+      std::string line = metrics.substr(pos, end - pos);
+      sum += std::stod(line.substr(line.rfind(' ') + 1));
+    }
+    pos += prefix.size();
+  }
+  return sum;
+}
+
 void InjectDelay(const std::string& address, int ms) {
   auto stub =
       v1::TaskService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
@@ -134,7 +149,7 @@ TEST(TelemetryIntegration, TaskMetricsCoverCallsDeadlinesProcessAndTraining) {
                     "ParameterService/(Pull|Push)\",grpc_status=\"DEADLINE_EXCEEDED\",peer_role="
                     "\"ps\"\\} [1-9]")))
       << w;
-  EXPECT_GT(Sample(w, "trainscope_rpc_peer_errors_total{"), 0);
+  EXPECT_GT(SumSamples(w, "trainscope_rpc_peer_errors_total{"), 0);
   std::string p = WaitForMetrics(
       ps_metrics,
       [](const std::string& m) {
