@@ -19,6 +19,7 @@ import sys
 
 import yaml
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from promql_names import metric_names  # noqa: E402
 

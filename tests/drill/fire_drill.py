@@ -35,6 +35,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import monitoring  # noqa: E402 (beside this file)
 from monitoring import RULE_OVERRIDES  # noqa: E402
@@ -247,14 +248,6 @@ class Drill:
         self.sidecar.start()
         wait_for("the sidecar's /healthz", lambda: http_get(
             f"http://127.0.0.1:{self.sidecar_port}/healthz")[0] == 200, 20)
-
-    def sidecar_extra_args(self):
-        helptext = subprocess.run([self.sidecar_bin, "--help"], capture_output=True,
-                                  text=True).stdout
-        extra = []
-        if "--otlp_port" in helptext:
-            extra += ["--otlp_port", str(self.otlp_port)]
-        return extra
 
     def render_configs(self):
         """The shipped rules, scrape config and Alertmanager config, for this drill."""
@@ -598,10 +591,19 @@ class Drill:
         try:
             status, body = http_get(f"http://127.0.0.1:{self.sidecar_port}/api/v1/traces/slow")
             slow = json.loads(body)
-            self.slow_traces = slow
-            if not slow:
+            items = slow if isinstance(slow, list) else next(
+                (v for v in slow.values() if isinstance(v, list)), [])
+            self.slow_traces = items[:20]
+            if not items:
                 self.failures.append("the sidecar's /api/v1/traces/slow is empty after a "
                                      "ps was slowed on purpose")
+            elif not all(isinstance(i, dict) and i.get("trace_id") for i in items):
+                self.failures.append("the sidecar's /api/v1/traces/slow lists requests "
+                                     "without a trace_id (the dashboard links by it)")
+            elif not any(i.get("ps") in ("ps:0", "ps:2") for i in items):
+                self.failures.append("the sidecar's /api/v1/traces/slow lists no request of "
+                                     "the ps slowed on purpose (ps:0, ps:2): "
+                                     f"{[i.get('ps') for i in items]}")
         except urllib.error.HTTPError as e:
             self.failures.append(f"MISSING: the sidecar's /api/v1/traces/slow answers {e.code} "
                                  "(issue 4; the Parameter servers dashboard's trace table)")
@@ -664,8 +666,8 @@ class Drill:
             self.sidecar_bin, "--cluster_spec", os.path.join(self.dir, "cluster_spec.json"),
             "--cluster_name", CLUSTER, "--local_tasks", ",".join(sorted(self.addr)),
             "--http_address", "127.0.0.1", "--http_port", str(self.sidecar_port),
-            "--grpc_port", "-1", "--peer_sidecars", "none"] + self.sidecar_extra_args(),
-            self.logdir))
+            # gRPC: grpc.health.v1 and the OTLP trace receiver the tasks export spans to.
+            "--grpc_port", str(self.otlp_port), "--peer_sidecars", "none"], self.logdir))
         self.start_sidecar()
 
     def stop_all(self):
