@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   trainscope::sidecar::SidecarOptions o;
   if (const char* c = std::getenv("TRAINSCOPE_CLUSTER")) o.cluster_name = c;
   if (const char* tf = std::getenv("TF_CONFIG")) o.tf_config = tf;
+  if (const char* up = std::getenv("TRAINSCOPE_OTLP_UPSTREAM")) o.otlp_upstream = up;
   CLI::App app{
       "trainscope-sidecar: watches the training tasks of this node, says which are "
       "dead, hung, blocked or slow and why, and exports it over HTTP and gRPC."};
@@ -34,9 +35,29 @@ int main(int argc, char** argv) {
   app.add_option("--http_address", o.http_address, "Address to serve HTTP and gRPC on")
       ->capture_default_str();
   app.add_option("--http_port", o.http_port,
-                 "HTTP port: /metrics, /api/v1/tasks, /api/v1/sd, /, /healthz (0: any free port)")
+                 "HTTP port: /metrics, /api/v1/tasks, /api/v1/sd, /api/v1/traces, /, /healthz (0: "
+                 "any free port)")
       ->capture_default_str();
-  app.add_option("--grpc_port", o.grpc_port, "gRPC port: grpc.health.v1 (-1: off)")
+  app.add_option("--grpc_port", o.grpc_port,
+                 "gRPC port: grpc.health.v1 and OTLP TraceService/Export (-1: off)")
+      ->capture_default_str();
+  app.add_option("--trace_memory_bytes", o.trace_memory_bytes,
+                 "Memory for the spans kept (pending joins, slow and failed requests)")
+      ->capture_default_str();
+  app.add_option("--slow_window_s", o.slow_window_s,
+                 "Sliding window of the slow ps request list, seconds")
+      ->capture_default_str();
+  app.add_option("--slow_per_key", o.slow_per_key,
+                 "Slowest requests kept per (method, ps) in the window")
+      ->capture_default_str();
+  app.add_option("--otlp_max_request_bytes", o.otlp_max_request_bytes,
+                 "Largest OTLP Export request accepted")
+      ->capture_default_str();
+  app.add_option("--otlp_upstream", o.otlp_upstream,
+                 "Forward every span received to this OTLP/gRPC endpoint, http://host:port "
+                 "(default: $TRAINSCOPE_OTLP_UPSTREAM; none)");
+  app.add_option("--otlp_queue_bytes", o.otlp_queue_bytes,
+                 "Bound of the forwarding queue; spans beyond it are dropped and counted")
       ->capture_default_str();
   app.add_option("--peer_sidecars", o.peer_sidecars,
                  "Other sidecars, host:port,... (default: every other host of the spec at "

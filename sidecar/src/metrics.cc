@@ -217,6 +217,45 @@ std::string RenderMetrics(const std::vector<TaskView>& views,
       Family(names::kSidecarPeers, "Peer sidecars asked for their views.", MetricType::Gauge);
   AddGauge(peers, {}, stats.peers);
   out.push_back(std::move(peers));
+  auto received = Family(names::kTracesSpansReceived,
+                         "Spans received over OTLP (TraceService/Export).", MetricType::Counter);
+  AddCounter(received, {}, static_cast<double>(stats.spans_received));
+  out.push_back(std::move(received));
+  auto kept =
+      Family(names::kTracesSpansKept,
+             "Spans held now (pending a join, or of slow or failed requests).", MetricType::Gauge);
+  AddGauge(kept, {}, static_cast<double>(stats.spans_kept));
+  out.push_back(std::move(kept));
+  auto kept_bytes =
+      Family(names::kTracesKeptBytes, "Estimated bytes of the spans held now.", MetricType::Gauge);
+  AddGauge(kept_bytes, {}, static_cast<double>(stats.bytes_kept));
+  out.push_back(std::move(kept_bytes));
+  auto dropped = Family(names::kTracesSpansDropped,
+                        "Spans not kept, or forgotten early, by reason.", MetricType::Counter);
+  for (auto [reason, value] : {std::pair{names::kReasonInvalid, stats.dropped_invalid},
+                               std::pair{names::kReasonEvicted, stats.dropped_evicted},
+                               std::pair{names::kReasonTraceFull, stats.dropped_trace_full},
+                               std::pair{names::kReasonDuplicate, stats.dropped_duplicate}}) {
+    AddCounter(dropped, {{std::string(names::kLabelReason), std::string(reason)}},
+               static_cast<double>(value));
+  }
+  out.push_back(std::move(dropped));
+  {  // Always exported (0 without --otlp_upstream), so a rule on them need not test presence.
+    auto fwd = Family(names::kTracesForwardedSpans, "Spans forwarded to the OTLP upstream.",
+                      MetricType::Counter);
+    AddCounter(fwd, {}, static_cast<double>(stats.forwarded_spans));
+    out.push_back(std::move(fwd));
+    auto fwd_dropped =
+        Family(names::kTracesForwardDroppedSpans,
+               "Spans not forwarded: the queue was full or the upstream refused them.",
+               MetricType::Counter);
+    AddCounter(fwd_dropped, {}, static_cast<double>(stats.forward_dropped_spans));
+    out.push_back(std::move(fwd_dropped));
+    auto fwd_fail = Family(names::kTracesForwardFailures,
+                           "Failed Export calls to the OTLP upstream.", MetricType::Counter);
+    AddCounter(fwd_fail, {}, static_cast<double>(stats.forward_failures));
+    out.push_back(std::move(fwd_fail));
+  }
   AddProcessMetrics(out);
   std::ostringstream text;
   prometheus::TextSerializer().Serialize(text, out);

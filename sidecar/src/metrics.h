@@ -16,6 +16,18 @@ struct SidecarStats {
   int64_t pauses = 0;
   int64_t peer_errors = 0;
   int peers = 0;
+  // Traces (see names.h, kTraces*).
+  int64_t spans_received = 0;
+  int64_t spans_kept = 0;
+  int64_t bytes_kept = 0;
+  int64_t dropped_invalid = 0;
+  int64_t dropped_evicted = 0;
+  int64_t dropped_trace_full = 0;
+  int64_t dropped_duplicate = 0;
+  bool forwarding = false;  // An upstream is configured.
+  int64_t forwarded_spans = 0;
+  int64_t forward_dropped_spans = 0;
+  int64_t forward_failures = 0;
 };
 
 // The text exposition format (version 0.0.4) of everything. `views` and `counters` are parallel.

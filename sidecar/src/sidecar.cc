@@ -3,7 +3,9 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -12,7 +14,9 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -25,11 +29,13 @@
 #include "poller.h"
 #include "spdlog/spdlog.h"
 #include "status_page.h"
+#include "trace_receiver.h"
 #include "trainscope/sidecar/cluster_spec.h"
 #include "trainscope/sidecar/cluster_view.h"
 #include "trainscope/sidecar/http_client.h"
 #include "trainscope/sidecar/names.h"
 #include "trainscope/sidecar/task_tracker.h"
+#include "trainscope/sidecar/trace_store.h"
 
 namespace trainscope::sidecar {
 namespace {
@@ -61,6 +67,16 @@ absl::Status Validate(const SidecarOptions& o) {
     return absl::InvalidArgumentError("ports must be within 0..65535");
   }
   if (o.cluster_name.empty()) return absl::InvalidArgumentError("--cluster_name is empty");
+  if (o.trace_memory_bytes < (64 << 10)) {
+    return absl::InvalidArgumentError("--trace_memory_bytes must be at least 65536");
+  }
+  if (o.slow_window_s < 1 || o.slow_per_key < 1 || o.slow_per_key > 1000) {
+    return absl::InvalidArgumentError(
+        "--slow_window_s must be at least 1 and --slow_per_key within 1..1000");
+  }
+  if (o.otlp_max_request_bytes < 1024) {
+    return absl::InvalidArgumentError("--otlp_max_request_bytes must be at least 1024");
+  }
   return absl::OkStatus();
 }
 
@@ -84,6 +100,50 @@ std::string SdJson(const std::vector<TaskView>& views) {
                      {std::string(names::kLabelTask), std::to_string(v.task.index)}}}});
   }
   return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// The value of `name` in a query string ("a=1&b=x%2Fy"), percent-decoded; "" when absent.
+std::string QueryParam(const std::string& query, std::string_view name) {
+  for (absl::string_view part : absl::StrSplit(query, '&')) {
+    size_t eq = part.find('=');
+    if (eq == absl::string_view::npos ||
+        part.substr(0, eq) != absl::string_view(name.data(), name.size())) {
+      continue;
+    }
+    std::string out;
+    absl::string_view v = part.substr(eq + 1);
+    for (size_t i = 0; i < v.size() && out.size() < 512; ++i) {
+      if (v[i] == '+') {
+        out.push_back(' ');
+      } else if (v[i] == '%' && i + 2 < v.size() &&
+                 std::isxdigit(static_cast<unsigned char>(v[i + 1])) &&
+                 std::isxdigit(static_cast<unsigned char>(v[i + 2]))) {
+        out.push_back(static_cast<char>(std::stoi(std::string(v.substr(i + 1, 2)), nullptr, 16)));
+        i += 2;
+      } else {
+        out.push_back(v[i]);
+      }
+    }
+    return out;
+  }
+  return "";
+}
+
+RequestFilter FilterFrom(const std::string& query) {
+  RequestFilter f;
+  f.method = QueryParam(query, "method");
+  f.ps = QueryParam(query, "ps");
+  int limit = 0;
+  if (absl::SimpleAtoi(QueryParam(query, "limit"), &limit) && limit > 0) {
+    f.limit = static_cast<size_t>(std::min(limit, 1000));
+  }
+  return f;
+}
+
+bool IsTraceId(absl::string_view id) {
+  return id.size() == 32 && std::all_of(id.begin(), id.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
 }
 
 }  // namespace
@@ -200,6 +260,41 @@ absl::Status Run(const SidecarOptions& o) {
     return merged;
   };
 
+  TraceStoreOptions trace_options;
+  trace_options.memory_bytes = o.trace_memory_bytes;
+  trace_options.slow_window_s = o.slow_window_s;
+  trace_options.slow_per_key = o.slow_per_key;
+  TraceStore trace_store(trace_options);
+  std::unique_ptr<OtlpForwarder> forwarder;
+  if (!o.otlp_upstream.empty()) {
+    auto f = OtlpForwarder::Create(o.otlp_upstream, o.otlp_queue_bytes);
+    if (!f.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--otlp_upstream: ", f.status().message()));
+    }
+    forwarder = std::move(*f);
+  }
+  TraceReceiver trace_receiver(&trace_store, forwarder.get());
+  auto trace_stats = [&](SidecarStats& stats) {
+    TraceReceiver::Stats r = trace_receiver.stats();
+    TraceStoreStats t = trace_store.stats();
+    stats.spans_received = r.spans_received;
+    stats.dropped_invalid = r.spans_invalid;
+    stats.spans_kept = t.spans_kept;
+    stats.bytes_kept = t.bytes_kept;
+    stats.dropped_evicted = t.dropped_evicted;
+    stats.dropped_trace_full = t.dropped_trace_full;
+    stats.dropped_duplicate = t.dropped_duplicate;
+    if (forwarder) {
+      OtlpForwarder::Stats f = forwarder->stats();
+      stats.forwarding = true;
+      stats.forwarded_spans = f.forwarded_spans;
+      stats.forward_dropped_spans = f.dropped_spans;
+      stats.forward_failures = f.failures;
+    }
+  };
+  const std::map<std::string, double> slow_extra = {
+      {"window_s", o.slow_window_s}, {"per_key", static_cast<double>(o.slow_per_key)}};
+
   auto handler = [&](const HttpServer::Request& req) -> HttpServer::Response {
     bool local_only = absl::StrContains(req.query, "local=1");
     if (req.path == names::kPathMetrics) {
@@ -212,6 +307,7 @@ absl::Status Run(const SidecarOptions& o) {
         counters = shared.counters;
         stats = shared.stats;
       }
+      trace_stats(stats);
       return {200, "text/plain; version=0.0.4; charset=utf-8",
               RenderMetrics(views, counters, stats)};
     }
@@ -220,6 +316,30 @@ absl::Status Run(const SidecarOptions& o) {
     }
     if (req.path == names::kPathSd) {
       return {200, "application/json", SdJson(cluster_view(local_only))};
+    }
+    if (req.path == names::kPathTracesSlow) {
+      return {
+          200, "application/json",
+          RequestsToJson(trace_store.Slow(FilterFrom(req.query), MonotonicSeconds()), slow_extra)};
+    }
+    if (req.path == names::kPathTracesErrors) {
+      return {200, "application/json",
+              RequestsToJson(trace_store.Errors(FilterFrom(req.query), MonotonicSeconds()))};
+    }
+    if (req.path.rfind(names::kPathTracesPrefix, 0) == 0) {
+      std::string id = absl::AsciiStrToLower(req.path.substr(names::kPathTracesPrefix.size()));
+      if (!IsTraceId(id)) {
+        return {400, "text/plain; charset=utf-8",
+                "a trace id is 32 hex digits: /api/v1/traces/<trace id>\n"};
+      }
+      auto detail = trace_store.Trace(id, MonotonicSeconds());
+      if (!detail) {
+        return {404, "text/plain; charset=utf-8",
+                absl::StrCat("trace ", id,
+                             " is not kept here (neither slow nor failed, or "
+                             "already forgotten)\n")};
+      }
+      return {200, "application/json", TraceDetailToJson(*detail)};
     }
     if (req.path == names::kPathHealthz) return {200, "text/plain; charset=utf-8", "ok\n"};
     if (req.path == names::kPathStatusPage || req.path == "/index.html") {
@@ -240,8 +360,10 @@ absl::Status Run(const SidecarOptions& o) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort(absl::StrCat(o.http_address, ":", o.grpc_port),
                              grpc::InsecureServerCredentials(), &grpc_port);
+    builder.SetMaxReceiveMessageSize(o.otlp_max_request_bytes);
+    builder.RegisterService(&trace_receiver);
     for (grpc::Service* s : o.extra_grpc_services) builder.RegisterService(s);
-    // With no service of our own yet, gRPC wants one polled completion queue; a thread drains it.
+    // A completion queue the health service's async machinery may use; a thread drains it.
     idle_cq = builder.AddCompletionQueue();
     builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
     builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
@@ -275,6 +397,13 @@ absl::Status Run(const SidecarOptions& o) {
                peer_sidecars.empty() ? "none" : absl::StrJoin(peer_sidecars, ", "));
   spdlog::info("trainscope-sidecar: http on {}:{}, grpc on {}", o.http_address, (*http)->port(),
                grpc_port >= 0 ? absl::StrCat(o.http_address, ":", grpc_port) : "off");
+  if (grpc_port >= 0) {
+    spdlog::info(
+        "trainscope-sidecar: OTLP traces on {}:{}; slow window {} s, {} per (method, ps); "
+        "memory {} KiB; upstream {}",
+        o.http_address, grpc_port, o.slow_window_s, o.slow_per_key, o.trace_memory_bytes >> 10,
+        forwarder ? forwarder->target() : "none");
+  }
 
   g_stop.store(false);
   struct sigaction sa {};

@@ -25,6 +25,11 @@ std::string_view StatusPageHtml() {
  .up{background:#2e9d4f}.slow{background:#c98a00}.stalled{background:#c96a00}.blocked{background:#d05a00}
  .missing{background:#7a6f8f}.unreachable{background:#6b4fa8}.hung{background:#c0392b}.dead{background:#7d1010}
  .muted{color:#6b7385;font-size:12px} .err{color:#8a1c1c}
+ h2{font-size:16px;margin:22px 0 8px} h2 .muted{font-weight:400}
+ code.tid{font:12px ui-monospace,SFMono-Regular,Menlo,monospace;background:#eef0f4;padding:2px 5px;border-radius:4px;color:#1d2330}
+ td.num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
+ .bar{display:flex;height:8px;width:140px;border-radius:3px;overflow:hidden;background:#eceef2;margin-top:3px}
+ .bar .net{background:#7a8bb0}.bar .queue{background:#d05a00}.bar .work{background:#2e9d4f}
 </style></head><body>
 <header><h1>trainscope</h1><span class="sub" id="cluster">cluster ?</span><span class="sub" id="updated"></span></header>
 <main>
@@ -32,7 +37,13 @@ std::string_view StatusPageHtml() {
 <div class="summary" id="summary"></div>
 <table><thead><tr><th>task</th><th>state</th><th>since</th><th>reason</th><th>waiting on</th><th>address</th><th>host / pid</th><th>steps</th><th>last answer</th></tr></thead>
 <tbody id="rows"></tbody></table>
-<p class="muted">Refreshes every second from <a href="/api/v1/tasks">/api/v1/tasks</a>. Also: <a href="/metrics">/metrics</a>, <a href="/api/v1/sd">/api/v1/sd</a>.</p>
+<h2>Slow ps requests <span class="muted" id="slowsub"></span></h2>
+<table><thead><tr><th>trace id</th><th>method</th><th>worker &rarr; ps</th><th>total</th><th>network</th><th>queue</th><th>apply / read</th><th>where the time went</th><th>status</th><th>when</th></tr></thead>
+<tbody id="slow"></tbody></table>
+<h2>Failed ps requests <span class="muted">(errors and deadlines exceeded, newest first)</span></h2>
+<table><thead><tr><th>trace id</th><th>method</th><th>worker &rarr; ps</th><th>total</th><th>status</th><th>error</th><th>when</th></tr></thead>
+<tbody id="errors"></tbody></table>
+<p class="muted">Refreshes every second from <a href="/api/v1/tasks">/api/v1/tasks</a>, <a href="/api/v1/traces/slow">/api/v1/traces/slow</a> and <a href="/api/v1/traces/errors">/api/v1/traces/errors</a>; a trace id opens the spans kept for it (look it up in Tempo or Jaeger when spans are forwarded). Also: <a href="/metrics">/metrics</a>, <a href="/api/v1/sd">/api/v1/sd</a>.</p>
 </main>
 <script>
 const severity={up:0,slow:1,stalled:2,blocked:3,missing:4,unreachable:5,hung:6,dead:7};
@@ -65,7 +76,33 @@ async function refresh(){
    <td class="muted">${ms(t.heartbeat_age_seconds)}</td></tr>`).join('');
  }catch(e){const b=document.getElementById('banner');b.className='banner bad';b.textContent='cannot reach the sidecar: '+e;}
 }
-refresh();setInterval(refresh,1000);
+function num(v){return v==null?'<span class="muted">?</span>':(v<10?v.toFixed(1):Math.round(v))+' ms';}
+function short(m){return esc(String(m||'').split('/').pop());}
+function tid(id){return `<a href="/api/v1/traces/${esc(id)}"><code class="tid">${esc(id)}</code></a>`;}
+function bar(r){const t=r.duration_ms||0;if(!t)return '';const pc=v=>v==null?0:Math.max(0,Math.min(100,100*v/t));
+ const work=(r.apply_ms||0)+(r.read_ms||0);
+ return `<div class="bar" title="network ${num(r.network_ms)}, queue ${num(r.queue_ms)}, apply/read ${num(work)}"><span class="net" style="width:${pc(r.network_ms)}%"></span><span class="queue" style="width:${pc(r.queue_ms)}%"></span><span class="work" style="width:${pc(work)}%"></span></div>`;}
+async function traces(){
+ try{
+  const s=await (await fetch('/api/v1/traces/slow?limit=20',{cache:'no-store'})).json();
+  document.getElementById('slowsub').textContent=`(slowest ${s.per_key} per method and ps over the last ${s.window_s} s)`;
+  const rows=s.requests||[];
+  document.getElementById('slow').innerHTML=rows.length?rows.map(r=>`<tr>
+   <td>${tid(r.trace_id)}</td><td>${short(r.method)}</td><td>${esc(r.worker||'?')} &rarr; ${esc(r.ps||'?')}</td>
+   <td class="num"><b>${num(r.duration_ms)}</b></td><td class="num">${num(r.network_ms)}</td><td class="num">${num(r.queue_ms)}</td>
+   <td class="num">${r.read_ms!=null?num(r.read_ms)+' read':num(r.apply_ms)}</td><td>${bar(r)}</td>
+   <td class="${r.status==='OK'?'':'err'}">${esc(r.status)}</td><td class="muted">${ago(r.start_unix)}</td></tr>`).join('')
+   :'<tr><td colspan="10" class="muted">no ps requests traced yet (tasks send OTLP spans to this sidecar\'s gRPC port)</td></tr>';
+  const e=await (await fetch('/api/v1/traces/errors?limit=10',{cache:'no-store'})).json();
+  const errs=e.requests||[];
+  document.getElementById('errors').innerHTML=errs.length?errs.map(r=>`<tr>
+   <td>${tid(r.trace_id)}</td><td>${short(r.method)}</td><td>${esc(r.worker||'?')} &rarr; ${esc(r.ps||'?')}</td>
+   <td class="num">${num(r.duration_ms)}</td><td class="err">${esc(r.status)}</td><td class="reason">${esc(r.error)}</td>
+   <td class="muted">${ago(r.start_unix)}</td></tr>`).join('')
+   :'<tr><td colspan="7" class="muted">none</td></tr>';
+ }catch(err){}
+}
+refresh();traces();setInterval(()=>{refresh();traces();},1000);
 </script></body></html>
 )HTML";
   return kHtml;

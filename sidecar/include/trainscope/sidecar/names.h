@@ -13,6 +13,7 @@ inline constexpr std::string_view kLabelTask = "task";
 inline constexpr std::string_view kLabelState = "state";
 inline constexpr std::string_view kLabelPeerRole = "peer_role";
 inline constexpr std::string_view kLabelPeerTask = "peer_task";
+inline constexpr std::string_view kLabelReason = "reason";
 
 // Per watched task (local tasks only: a sidecar exports what it has seen first-hand).
 // 1 when the task's state is `up`, else 0.
@@ -49,6 +50,31 @@ inline constexpr std::string_view kSidecarWatchedTasks = "trainscope_sidecar_wat
 inline constexpr std::string_view kSidecarPauses = "trainscope_sidecar_pauses_total";
 inline constexpr std::string_view kSidecarPeerErrors = "trainscope_sidecar_peer_errors_total";
 inline constexpr std::string_view kSidecarPeers = "trainscope_sidecar_peers";
+
+// The sidecar as the node's trace agent (OTLP TraceService/Export on its gRPC port).
+// Spans received (valid or not) in Export calls.
+inline constexpr std::string_view kTracesSpansReceived =
+    "trainscope_sidecar_traces_spans_received_total";
+// Spans held now (pending a join, slow or failed requests), and their estimated bytes.
+inline constexpr std::string_view kTracesSpansKept = "trainscope_sidecar_traces_spans_kept";
+inline constexpr std::string_view kTracesKeptBytes = "trainscope_sidecar_traces_kept_bytes";
+// Spans not kept or forgotten early, by `reason`: invalid (bad ids), evicted (memory budget),
+// trace_full (too many spans in one trace), duplicate (same span id twice).
+inline constexpr std::string_view kTracesSpansDropped =
+    "trainscope_sidecar_traces_spans_dropped_total";
+// Forwarding to --otlp_upstream: spans sent, spans dropped (queue full or refused), failed
+// Export calls.
+inline constexpr std::string_view kTracesForwardedSpans =
+    "trainscope_sidecar_traces_forwarded_spans_total";
+inline constexpr std::string_view kTracesForwardDroppedSpans =
+    "trainscope_sidecar_traces_forward_dropped_spans_total";
+inline constexpr std::string_view kTracesForwardFailures =
+    "trainscope_sidecar_traces_forward_failures_total";
+inline constexpr std::string_view kReasonInvalid = "invalid";
+inline constexpr std::string_view kReasonEvicted = "evicted";
+inline constexpr std::string_view kReasonTraceFull = "trace_full";
+inline constexpr std::string_view kReasonDuplicate = "duplicate";
+
 // Standard process metrics of the sidecar process.
 inline constexpr std::string_view kProcessCpuSeconds = "process_cpu_seconds_total";
 inline constexpr std::string_view kProcessResidentBytes = "process_resident_memory_bytes";
@@ -74,5 +100,9 @@ inline constexpr std::string_view kPathTasks = "/api/v1/tasks";  // ?local=1: ow
 inline constexpr std::string_view kPathSd = "/api/v1/sd";
 inline constexpr std::string_view kPathHealthz = "/healthz";
 inline constexpr std::string_view kPathStatusPage = "/";
+// Slow ps requests (?method=&ps=&limit=), failed ones, and one trace (/api/v1/traces/<32 hex>).
+inline constexpr std::string_view kPathTracesSlow = "/api/v1/traces/slow";
+inline constexpr std::string_view kPathTracesErrors = "/api/v1/traces/errors";
+inline constexpr std::string_view kPathTracesPrefix = "/api/v1/traces/";
 
 }  // namespace trainscope::sidecar::names

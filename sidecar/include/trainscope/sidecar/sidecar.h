@@ -2,8 +2,10 @@
 // The sidecar as a whole: options (a plain struct, filled by main.cc from flags) and Run(), which
 // reads the cluster spec, polls the heartbeats of the local tasks, decides their states, asks
 // the peer sidecars for theirs, and serves everything over HTTP (/metrics, /api/v1/tasks,
-// /api/v1/sd, /, /healthz) and gRPC (grpc.health.v1, plus any services a caller adds).
+// /api/v1/sd, /api/v1/traces/..., /, /healthz) and gRPC (grpc.health.v1, OTLP TraceService/Export
+// as the node's trace agent, plus any services a caller adds).
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,16 @@ struct SidecarOptions {
   // "none" = no peers.
   std::string peer_sidecars;
   int peer_poll_ms = 1000;
+  // Traces received over OTLP on grpc_port: the memory budget of what is kept, the sliding
+  // window and per-(method, ps) count of the slow list, the largest Export accepted, and an
+  // upstream OTLP endpoint ("http://host:port"; "" = none) that gets everything, through a queue
+  // of at most otlp_queue_bytes.
+  size_t trace_memory_bytes = 4 << 20;
+  double slow_window_s = 300;
+  int slow_per_key = 10;
+  int otlp_max_request_bytes = 4 << 20;
+  std::string otlp_upstream;
+  size_t otlp_queue_bytes = 8 << 20;
   // Services added to the gRPC server next to grpc.health.v1 (not owned; must outlive Run).
   std::vector<grpc::Service*> extra_grpc_services;
 };

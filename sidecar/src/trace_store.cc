@@ -1,0 +1,629 @@
+// Joining spans into ps requests and keeping the slow and failed ones; see trace_store.h.
+//
+// Layout: every trace held is an Entry (its spans, a byte estimate, pins). A trace is held while
+// it is pending (younger than join_window_s, so that its other halves can still arrive), and after
+// that only while pinned: by a failed span, or by a place in a window bucket's top-N of some
+// (method, ps). The window is a ring of buckets, each with its own top-N per key, so that the
+// slowest of the last slow_window_s survive the expiry of older ones. Over budget, pending
+// unpinned traces go first (oldest first), then the oldest of any kind.
+#include "trainscope/sidecar/trace_store.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <deque>
+#include <unordered_map>
+
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace trainscope::sidecar {
+namespace {
+
+constexpr std::string_view kQueue = "ps.queue";
+constexpr std::string_view kApply = "ps.apply";
+constexpr std::string_view kRead = "ps.read";
+
+size_t HeapBytes(const std::string& s) { return s.capacity() > 15 ? s.capacity() + 1 : 0; }
+
+// The key that both halves of a request share: the client span's id. A server span names it as
+// its parent; a server span without a parent (an untraced caller) is a request of its own.
+std::string RequestKey(const SpanRecord& s) {
+  if (s.kind == SpanKind::kClient) return s.span_id;
+  if (s.kind == SpanKind::kServer) {
+    return s.parent_span_id.empty() ? "s" + s.span_id : s.parent_span_id;
+  }
+  return "";
+}
+
+bool MethodMatches(const std::string& method, const std::string& filter) {
+  if (filter.empty() || method == filter) return true;
+  size_t slash = method.rfind('/');
+  return slash != std::string::npos && method.compare(slash + 1, std::string::npos, filter) == 0;
+}
+
+bool Matches(const RequestSummary& r, const RequestFilter& f) {
+  return MethodMatches(r.method, f.method) && (f.ps.empty() || r.ps == f.ps);
+}
+
+double Ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+}  // namespace
+
+int64_t SpanRecord::DurationNs() const {
+  if (start_unix_nano == 0 || end_unix_nano < start_unix_nano) return 0;
+  uint64_t d = end_unix_nano - start_unix_nano;
+  return d > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(d);
+}
+
+bool SpanRecord::IsError() const {
+  return status_code == 2 || (grpc_status_code > 0 && grpc_status_code <= 16);
+}
+
+size_t SpanRecord::ByteSize() const {
+  size_t n = sizeof(SpanRecord) + 64;  // The record and its share of the containers.
+  for (const std::string* s : {&trace_id, &span_id, &parent_span_id, &name, &status_message,
+                               &peer_task, &net_peer_name, &task, &service_name}) {
+    n += HeapBytes(*s);
+  }
+  n += events.capacity() * sizeof(SpanEventRecord);
+  for (const SpanEventRecord& e : events) n += HeapBytes(e.name);
+  return n;
+}
+
+std::string HexId(std::string_view bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out.push_back(kHex[c >> 4]);
+    out.push_back(kHex[c & 15]);
+  }
+  return out;
+}
+
+std::string GrpcCodeName(int code) {
+  static constexpr const char* kNames[] = {"OK",
+                                           "CANCELLED",
+                                           "UNKNOWN",
+                                           "INVALID_ARGUMENT",
+                                           "DEADLINE_EXCEEDED",
+                                           "NOT_FOUND",
+                                           "ALREADY_EXISTS",
+                                           "PERMISSION_DENIED",
+                                           "RESOURCE_EXHAUSTED",
+                                           "FAILED_PRECONDITION",
+                                           "ABORTED",
+                                           "OUT_OF_RANGE",
+                                           "UNIMPLEMENTED",
+                                           "INTERNAL",
+                                           "UNAVAILABLE",
+                                           "DATA_LOSS",
+                                           "UNAUTHENTICATED"};
+  if (code >= 0 && code <= 16) return kNames[code];
+  return absl::StrFormat("CODE_%d", code);
+}
+
+struct TraceStore::Impl {
+  struct RequestState {
+    std::string slow_key;
+    double bucket_start = -1;  // The bucket holding its rank; -1 when in none.
+  };
+  struct Entry {
+    uint64_t seq = 0;
+    double first_seen = 0;
+    std::vector<SpanRecord> spans;
+    size_t bytes = 0;
+    int slow_refs = 0;
+    bool error = false;
+    std::map<std::string, RequestState> requests;
+  };
+  struct SlowEntry {
+    int64_t duration_ns;
+    std::string trace_id;
+    std::string request;
+  };
+  struct Bucket {
+    double start;
+    std::map<std::string, std::vector<SlowEntry>> top;  // Slowest first, at most slow_per_key.
+  };
+
+  explicit Impl(const TraceStoreOptions& options) : o(options) {}
+
+  const TraceStoreOptions o;
+  std::unordered_map<std::string, Entry> traces;
+  std::map<uint64_t, std::string> by_age;  // seq -> trace id.
+  uint64_t next_seq = 0;
+  uint64_t pending_cursor = 0;  // Traces with seq below it are past the join window.
+  std::deque<Bucket> buckets;
+  std::deque<std::pair<uint64_t, std::string>> errors;  // Failed traces, oldest first.
+  size_t bytes = 0;
+  int64_t spans = 0;
+  TraceStoreStats st;
+
+  double Width() const { return o.slow_window_s / std::max(1, o.window_buckets); }
+
+  bool Pinned(const Entry& e) const { return e.slow_refs > 0 || e.error; }
+  bool Pending(const Entry& e) const { return e.seq >= pending_cursor; }
+
+  Bucket* FindBucket(double start) {
+    for (Bucket& b : buckets) {
+      if (b.start == start) return &b;
+    }
+    return nullptr;
+  }
+
+  Bucket& Current(double now) {
+    const double w = Width();
+    if (buckets.empty()) {
+      buckets.push_back({now, {}});
+    } else if (now >= buckets.back().start + w) {
+      double start = buckets.back().start + w * std::floor((now - buckets.back().start) / w);
+      buckets.push_back({start, {}});
+    }
+    return buckets.back();
+  }
+
+  void RemoveRank(const std::string& trace_id, const std::string& request, RequestState& rs) {
+    if (rs.bucket_start < 0) return;
+    if (Bucket* b = FindBucket(rs.bucket_start)) {
+      auto it = b->top.find(rs.slow_key);
+      if (it != b->top.end()) {
+        auto& v = it->second;
+        v.erase(std::remove_if(v.begin(), v.end(),
+                               [&](const SlowEntry& s) {
+                                 return s.trace_id == trace_id && s.request == request;
+                               }),
+                v.end());
+        if (v.empty()) b->top.erase(it);
+      }
+    }
+    rs.bucket_start = -1;
+  }
+
+  void Erase(std::unordered_map<std::string, Entry>::iterator it, bool evicted) {
+    Entry& e = it->second;
+    if (e.slow_refs > 0) {
+      for (auto& [request, rs] : e.requests) RemoveRank(it->first, request, rs);
+    }
+    bytes -= std::min(bytes, e.bytes);
+    spans -= static_cast<int64_t>(e.spans.size());
+    if (evicted) st.dropped_evicted += static_cast<int64_t>(e.spans.size());
+    by_age.erase(e.seq);
+    traces.erase(it);
+  }
+
+  void MaybeErase(const std::string& trace_id) {
+    auto it = traces.find(trace_id);
+    if (it != traces.end() && !Pinned(it->second) && !Pending(it->second)) Erase(it, false);
+  }
+
+  // Drops a rank held by (trace_id, request); the trace may go with it.
+  void Unrank(const std::string& trace_id, const std::string& request) {
+    auto it = traces.find(trace_id);
+    if (it == traces.end()) return;
+    auto r = it->second.requests.find(request);
+    if (r == it->second.requests.end() || r->second.bucket_start < 0) return;
+    r->second.bucket_start = -1;
+    it->second.slow_refs--;
+    MaybeErase(trace_id);
+  }
+
+  void Expire(double now) {
+    const double w = Width();
+    while (!buckets.empty() && buckets.front().start + w <= now - o.slow_window_s) {
+      std::vector<std::pair<std::string, std::string>> ranked;
+      for (auto& [key, v] : buckets.front().top) {
+        for (SlowEntry& s : v) ranked.emplace_back(std::move(s.trace_id), std::move(s.request));
+      }
+      buckets.pop_front();
+      for (const auto& [trace_id, request] : ranked) Unrank(trace_id, request);
+    }
+  }
+
+  void AdvancePending(double now) {
+    for (auto it = by_age.lower_bound(pending_cursor); it != by_age.end();) {
+      auto t = traces.find(it->second);
+      if (now - t->second.first_seen <= o.join_window_s) break;
+      pending_cursor = it->first + 1;
+      ++it;
+      if (!Pinned(t->second)) Erase(t, false);
+    }
+  }
+
+  void Evict() {
+    const size_t target = o.memory_bytes / 10 * 9;
+    // Unpinned pending traces first, oldest first.
+    for (auto it = by_age.lower_bound(pending_cursor); it != by_age.end() && bytes > target;) {
+      auto t = traces.find(it->second);
+      ++it;
+      if (!Pinned(t->second)) Erase(t, true);
+    }
+    // Then the oldest of any kind.
+    while (bytes > target && !by_age.empty()) {
+      Erase(traces.find(by_age.begin()->second), true);
+    }
+  }
+
+  void ForgetOldErrors() {
+    while (errors.size() > o.max_error_traces) {
+      auto [seq, trace_id] = std::move(errors.front());
+      errors.pop_front();
+      auto it = traces.find(trace_id);
+      if (it == traces.end() || it->second.seq != seq) continue;
+      it->second.error = false;
+      MaybeErase(trace_id);
+    }
+  }
+
+  RequestSummary Summarize(const std::string& trace_id, const Entry& e,
+                           const std::string& request) const {
+    const SpanRecord* client = nullptr;
+    const SpanRecord* server = nullptr;
+    for (const SpanRecord& s : e.spans) {
+      if (s.kind == SpanKind::kClient && client == nullptr && s.span_id == request) client = &s;
+      if (s.kind == SpanKind::kServer && server == nullptr && RequestKey(s) == request) {
+        server = &s;
+      }
+    }
+    RequestSummary r;
+    r.trace_id = trace_id;
+    const SpanRecord* main = client != nullptr ? client : server;
+    if (main == nullptr) return r;
+    r.method = main->name;
+    r.worker = client != nullptr && !client->task.empty() ? client->task
+               : server != nullptr                        ? server->peer_task
+                                                          : "";
+    r.ps = client != nullptr && !client->peer_task.empty() ? client->peer_task
+           : server != nullptr                             ? server->task
+                                                           : "";
+    r.start_unix = static_cast<double>(main->start_unix_nano) / 1e9;
+    r.duration_ms = Ms(main->DurationNs());
+    r.has_client = client != nullptr;
+    r.has_server = server != nullptr;
+    if (client != nullptr) {
+      r.client_span_id = client->span_id;
+      r.deadline_ms = client->deadline_ms;
+      r.peer_address = client->net_peer_name;
+    }
+    if (server != nullptr) {
+      r.server_span_id = server->span_id;
+      r.server_parent_span_id = server->parent_span_id;
+      r.server_ms = Ms(server->DurationNs());
+      if (client != nullptr) {
+        r.network_ms = Ms(std::max<int64_t>(0, client->DurationNs() - server->DurationNs()));
+      }
+      int64_t queue = -1, apply = -1, read = -1;
+      auto add = [](int64_t& total, int64_t d) { total = std::max<int64_t>(total, 0) + d; };
+      auto part = [&](std::string_view name, int64_t d) {
+        if (d < 0) return;
+        if (name == kQueue) add(queue, d);
+        if (name == kApply) add(apply, d);
+        if (name == kRead) add(read, d);
+      };
+      for (const SpanRecord& s : e.spans) {
+        if (s.kind != SpanKind::kClient && s.kind != SpanKind::kServer &&
+            s.parent_span_id == server->span_id) {
+          part(s.name, s.DurationNs());
+        }
+      }
+      for (const SpanEventRecord& ev : server->events) part(ev.name, ev.duration_ns);
+      if (queue >= 0) r.queue_ms = Ms(queue);
+      if (apply >= 0) r.apply_ms = Ms(apply);
+      if (read >= 0) r.read_ms = Ms(read);
+    }
+    const SpanRecord* failed = client != nullptr && client->IsError()   ? client
+                               : server != nullptr && server->IsError() ? server
+                                                                        : nullptr;
+    if (failed != nullptr) {
+      r.failed = true;
+      r.status = failed->grpc_status_code > 0 ? GrpcCodeName(failed->grpc_status_code) : "ERROR";
+      r.error = failed->status_message;
+    } else {
+      r.status = "OK";
+    }
+    return r;
+  }
+
+  std::vector<std::string> Requests(const Entry& e) const {
+    std::vector<std::string> out;
+    for (const SpanRecord& s : e.spans) {
+      std::string key = RequestKey(s);
+      if (!key.empty() && std::find(out.begin(), out.end(), key) == out.end()) out.push_back(key);
+    }
+    return out;
+  }
+
+  void Rank(const std::string& trace_id, Entry& e, const std::string& request, double now) {
+    RequestSummary s = Summarize(trace_id, e, request);
+    const int64_t d = static_cast<int64_t>(std::llround(s.duration_ms * 1e6));
+    RequestState& rs = e.requests[request];
+    if (rs.bucket_start >= 0) {
+      if (Bucket* held = FindBucket(rs.bucket_start)) {
+        auto& v = held->top[rs.slow_key];
+        for (SlowEntry& x : v) {
+          if (x.trace_id == trace_id && x.request == request)
+            x.duration_ns = std::max(x.duration_ns, d);
+        }
+        std::stable_sort(v.begin(), v.end(), [](const SlowEntry& a, const SlowEntry& b) {
+          return a.duration_ns > b.duration_ns;
+        });
+      }
+      return;
+    }
+    const std::string key = s.method + "\n" + s.ps;
+    Bucket& b = Current(now);
+    auto& v = b.top[key];
+    const size_t n = static_cast<size_t>(std::max(1, o.slow_per_key));
+    if (v.size() >= n && d <= v.back().duration_ns) {
+      if (v.empty()) b.top.erase(key);
+      return;
+    }
+    auto pos =
+        std::find_if(v.begin(), v.end(), [d](const SlowEntry& x) { return x.duration_ns < d; });
+    v.insert(pos, {d, trace_id, request});
+    rs.slow_key = key;
+    rs.bucket_start = b.start;
+    e.slow_refs++;
+    if (v.size() > n) {
+      SlowEntry out = std::move(v.back());
+      v.pop_back();
+      Unrank(out.trace_id, out.request);
+    }
+  }
+
+  void Add(std::vector<SpanRecord> in, double now) {
+    Expire(now);
+    AdvancePending(now);
+    std::vector<std::string> touched;
+    for (SpanRecord& span : in) {
+      auto [it, inserted] = traces.try_emplace(span.trace_id);
+      Entry& e = it->second;
+      if (inserted) {
+        e.seq = next_seq++;
+        e.first_seen = now;
+        by_age.emplace(e.seq, span.trace_id);
+      }
+      const std::string trace_id = it->first;
+      touched.push_back(trace_id);
+      if (e.spans.size() >= o.max_spans_per_trace) {
+        st.dropped_trace_full++;
+        continue;
+      }
+      bool dup = std::any_of(e.spans.begin(), e.spans.end(),
+                             [&](const SpanRecord& s) { return s.span_id == span.span_id; });
+      if (dup) {
+        st.dropped_duplicate++;
+        continue;
+      }
+      std::string request = RequestKey(span);
+      if (request.empty()) {
+        // A breakdown span: it belongs to the request of its parent server span, if known.
+        for (const SpanRecord& s : e.spans) {
+          if (s.kind == SpanKind::kServer && s.span_id == span.parent_span_id) {
+            request = RequestKey(s);
+          }
+        }
+      }
+      const bool failed = span.IsError();
+      const size_t b = span.ByteSize();
+      e.bytes += b;
+      bytes += b;
+      ++spans;
+      st.spans_added++;
+      e.spans.push_back(std::move(span));
+      if (failed && !e.error) {
+        e.error = true;
+        errors.emplace_back(e.seq, trace_id);
+      }
+      if (!request.empty()) Rank(trace_id, e, request, now);
+    }
+    ForgetOldErrors();
+    std::sort(touched.begin(), touched.end());
+    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+    for (const std::string& t : touched) MaybeErase(t);
+    if (bytes > o.memory_bytes) Evict();
+  }
+
+  std::vector<RequestSummary> Slow(const RequestFilter& f, double now) {
+    Expire(now);
+    AdvancePending(now);
+    std::map<std::string, std::vector<const SlowEntry*>> by_key;
+    for (const Bucket& b : buckets) {
+      for (const auto& [key, v] : b.top) {
+        for (const SlowEntry& s : v) by_key[key].push_back(&s);
+      }
+    }
+    std::vector<RequestSummary> out;
+    const size_t n = static_cast<size_t>(std::max(1, o.slow_per_key));
+    for (auto& [key, v] : by_key) {
+      std::stable_sort(v.begin(), v.end(), [](const SlowEntry* a, const SlowEntry* b) {
+        return a->duration_ns > b->duration_ns;
+      });
+      for (size_t i = 0; i < v.size() && i < n; ++i) {
+        auto t = traces.find(v[i]->trace_id);
+        if (t == traces.end()) continue;
+        RequestSummary r = Summarize(t->first, t->second, v[i]->request);
+        if (Matches(r, f)) out.push_back(std::move(r));
+      }
+    }
+    std::stable_sort(out.begin(), out.end(), [](const RequestSummary& a, const RequestSummary& b) {
+      return a.duration_ms > b.duration_ms;
+    });
+    if (out.size() > f.limit) out.resize(f.limit);
+    return out;
+  }
+
+  std::vector<RequestSummary> Errors(const RequestFilter& f, double now) {
+    Expire(now);
+    AdvancePending(now);
+    std::vector<RequestSummary> out;
+    for (auto it = errors.rbegin(); it != errors.rend() && out.size() < f.limit; ++it) {
+      auto t = traces.find(it->second);
+      if (t == traces.end() || t->second.seq != it->first) continue;
+      for (const std::string& request : Requests(t->second)) {
+        RequestSummary r = Summarize(t->first, t->second, request);
+        if (r.failed && Matches(r, f) && out.size() < f.limit) out.push_back(std::move(r));
+      }
+    }
+    return out;
+  }
+};
+
+TraceStore::TraceStore(TraceStoreOptions options)
+    : options_(options), impl_(std::make_unique<Impl>(options)) {}
+
+TraceStore::~TraceStore() = default;
+
+void TraceStore::Add(std::vector<SpanRecord> spans, double now_s) {
+  absl::MutexLock lock(&mu_);
+  impl_->Add(std::move(spans), now_s);
+}
+
+std::vector<RequestSummary> TraceStore::Slow(const RequestFilter& filter, double now_s) {
+  absl::MutexLock lock(&mu_);
+  return impl_->Slow(filter, now_s);
+}
+
+std::vector<RequestSummary> TraceStore::Errors(const RequestFilter& filter, double now_s) {
+  absl::MutexLock lock(&mu_);
+  return impl_->Errors(filter, now_s);
+}
+
+std::optional<TraceDetail> TraceStore::Trace(const std::string& trace_id, double now_s) {
+  absl::MutexLock lock(&mu_);
+  impl_->Expire(now_s);
+  impl_->AdvancePending(now_s);
+  auto it = impl_->traces.find(trace_id);
+  if (it == impl_->traces.end()) return std::nullopt;
+  TraceDetail d;
+  d.trace_id = trace_id;
+  d.spans = it->second.spans;
+  for (const std::string& r : impl_->Requests(it->second)) {
+    d.requests.push_back(impl_->Summarize(trace_id, it->second, r));
+  }
+  return d;
+}
+
+TraceStoreStats TraceStore::stats() {
+  absl::MutexLock lock(&mu_);
+  TraceStoreStats s = impl_->st;
+  s.spans_kept = impl_->spans;
+  s.bytes_kept = static_cast<int64_t>(impl_->bytes);
+  s.traces_kept = static_cast<int64_t>(impl_->traces.size());
+  return s;
+}
+
+namespace {
+
+using nlohmann::json;
+
+json Opt(const std::optional<double>& v) {
+  return v && std::isfinite(*v) ? json(*v) : json(nullptr);
+}
+json OptStr(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
+
+std::string IsoTime(double unix_s) {
+  if (!std::isfinite(unix_s) || unix_s <= 0) return "";
+  time_t secs = static_cast<time_t>(unix_s);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  int ms = static_cast<int>((unix_s - static_cast<double>(secs)) * 1000);
+  return absl::StrFormat("%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                         tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, std::clamp(ms, 0, 999));
+}
+
+json RequestJson(const RequestSummary& r) {
+  return json{{"trace_id", r.trace_id},
+              {"method", r.method},
+              {"worker", r.worker},
+              {"ps", r.ps},
+              {"start_unix", r.start_unix},
+              {"start_time", IsoTime(r.start_unix)},
+              {"duration_ms", std::isfinite(r.duration_ms) ? r.duration_ms : 0},
+              {"server_ms", Opt(r.server_ms)},
+              {"network_ms", Opt(r.network_ms)},
+              {"queue_ms", Opt(r.queue_ms)},
+              {"apply_ms", Opt(r.apply_ms)},
+              {"read_ms", Opt(r.read_ms)},
+              {"status", r.status},
+              {"error", r.error},
+              {"has_client", r.has_client},
+              {"has_server", r.has_server},
+              {"client_span_id", OptStr(r.client_span_id)},
+              {"server_span_id", OptStr(r.server_span_id)},
+              {"server_parent_span_id", OptStr(r.server_parent_span_id)},
+              {"deadline_ms", r.deadline_ms >= 0 ? json(r.deadline_ms) : json(nullptr)},
+              {"peer_address", r.peer_address}};
+}
+
+const char* KindName(SpanKind k) {
+  switch (k) {
+    case SpanKind::kInternal:
+      return "internal";
+    case SpanKind::kServer:
+      return "server";
+    case SpanKind::kClient:
+      return "client";
+    case SpanKind::kOther:
+      return "other";
+    default:
+      return "unspecified";
+  }
+}
+
+}  // namespace
+
+std::string RequestsToJson(const std::vector<RequestSummary>& requests,
+                           const std::map<std::string, double>& extra) {
+  json list = json::array();
+  for (const RequestSummary& r : requests) list.push_back(RequestJson(r));
+  json root = {{"requests", list}};
+  for (const auto& [k, v] : extra) {
+    if (!std::isfinite(v)) {
+      root[k] = 0;
+    } else if (v == std::floor(v) && std::abs(v) < 9e15) {
+      root[k] = static_cast<int64_t>(v);
+    } else {
+      root[k] = v;
+    }
+  }
+  return root.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string TraceDetailToJson(const TraceDetail& d) {
+  json spans = json::array();
+  for (const SpanRecord& s : d.spans) {
+    json events = json::array();
+    for (const SpanEventRecord& e : s.events) {
+      events.push_back({{"name", e.name},
+                        {"time_unix", static_cast<double>(e.time_unix_nano) / 1e9},
+                        {"duration_ms", e.duration_ns >= 0 ? json(Ms(e.duration_ns)) : json()}});
+    }
+    spans.push_back(
+        {{"trace_id", s.trace_id},
+         {"span_id", s.span_id},
+         {"parent_span_id", OptStr(s.parent_span_id)},
+         {"name", s.name},
+         {"kind", KindName(s.kind)},
+         {"task", s.task},
+         {"service_name", s.service_name},
+         {"start_unix", static_cast<double>(s.start_unix_nano) / 1e9},
+         {"duration_ms", Ms(s.DurationNs())},
+         {"status_code", s.status_code},
+         {"status_message", s.status_message},
+         {"grpc_status_code", s.grpc_status_code >= 0 ? json(s.grpc_status_code) : json(nullptr)},
+         {"peer_task", s.peer_task},
+         {"net_peer_name", s.net_peer_name},
+         {"deadline_ms", s.deadline_ms >= 0 ? json(s.deadline_ms) : json(nullptr)},
+         {"request_bytes", s.request_bytes >= 0 ? json(s.request_bytes) : json()},
+         {"response_bytes", s.response_bytes >= 0 ? json(s.response_bytes) : json()},
+         {"events", events}});
+  }
+  json requests = json::array();
+  for (const RequestSummary& r : d.requests) requests.push_back(RequestJson(r));
+  json root = {{"trace_id", d.trace_id}, {"spans", spans}, {"requests", requests}};
+  return root.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace trainscope::sidecar

@@ -1,0 +1,131 @@
+// The sidecar as the node's trace agent, with real processes: a ps and a worker export their spans
+// over OTLP to a real trainscope-sidecar, which joins the halves of each ps request and lists
+// the slow ones; a ps slowed on purpose shows first, with its time under queue.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "nlohmann/json.hpp"
+#include "sidecar_harness.h"
+
+namespace trainscope::testing {
+namespace {
+
+using nlohmann::json;
+using sidecar::TaskState;
+using std::chrono::seconds;
+
+json GetJson(Sidecar& sidecar, const std::string& path) {
+  json j = json::parse(sidecar.Get(path), nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() ? json::object() : j;
+}
+
+// The first slow request that satisfies `pred`, waiting up to `timeout`.
+std::optional<json> WaitForSlow(Sidecar& sidecar, const std::function<bool(const json&)>& pred,
+                                std::chrono::milliseconds timeout,
+                                const std::string& query = "?limit=100") {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    json list = GetJson(sidecar, "/api/v1/traces/slow" + query);
+    if (list.contains("requests") && list["requests"].is_array()) {
+      for (const json& r : list["requests"]) {
+        if (pred(r)) return r;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return std::nullopt;
+}
+
+int Ctl(const std::vector<std::string>& args) {
+  Process ctl(BinPath("trainscopectl"), args);
+  return ctl.Wait(seconds(10)).value_or(-1);
+}
+
+TEST(SidecarTraces, JoinsWorkerAndPsSpansAndListsTheSlowRequestFirst) {
+  Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
+  const int grpc_port = FreePort();
+  Sidecar sidecar(cluster, {"--grpc_port", std::to_string(grpc_port)});
+  const std::map<std::string, std::string> otel = {
+      {"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:" + std::to_string(grpc_port)},
+      {"OTEL_BSP_SCHEDULE_DELAY", "100"}};
+  auto env = [&](const std::string& role) {
+    auto e = otel;
+    e["TF_CONFIG"] = TfConfig(cluster, role, 0);
+    return e;
+  };
+  Process ps(BinPath("linear_regression"), {"--enable_fault_injection"}, env("ps"));
+  Process worker(BinPath("linear_regression"),
+                 {"--steps", "100000000", "--step_delay_ms", "5", "--log_every", "100000",
+                  "--rpc_deadline_ms", "2000"},
+                 env("worker"));
+  ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kUp, seconds(20), "training"))
+      << sidecar.Describe();
+
+  // Both halves of a request, joined: same trace, the ps span's parent is the worker's span.
+  auto joined = WaitForSlow(
+      sidecar,
+      [](const json& r) { return r.value("has_client", false) && r.value("has_server", false); },
+      seconds(20));
+  ASSERT_TRUE(joined) << sidecar.Get("/api/v1/traces/slow") << "\n" << ps.Output();
+  const json& r = *joined;
+  EXPECT_EQ(r["worker"], "worker:0");
+  EXPECT_EQ(r["ps"], "ps:0");
+  EXPECT_EQ(r["client_span_id"], r["server_parent_span_id"]) << r.dump();
+  const std::string trace_id = r["trace_id"];
+  ASSERT_EQ(trace_id.size(), 32u);
+  json trace = GetJson(sidecar, "/api/v1/traces/" + trace_id);
+  ASSERT_TRUE(trace.contains("spans")) << trace.dump();
+  const json* client = nullptr;
+  const json* server = nullptr;
+  for (const json& s : trace["spans"]) {
+    EXPECT_EQ(s["trace_id"], trace_id);
+    if (s["kind"] == "client") client = &s;
+    if (s["kind"] == "server") server = &s;
+  }
+  ASSERT_TRUE(client && server) << trace.dump();
+  EXPECT_EQ((*client)["task"], "worker:0");
+  EXPECT_EQ((*server)["task"], "ps:0");
+  EXPECT_EQ((*server)["parent_span_id"], (*client)["span_id"]);
+  EXPECT_EQ((*server)["peer_task"], "worker:0");
+
+  // Slow the ps on purpose for about a second: those requests lead the list, mostly queueing.
+  const std::string ps_address = cluster["ps"][0];
+  ASSERT_EQ(Ctl({"fault", "--task", ps_address, "--parameter_delay_ms", "300"}), 0);
+  std::this_thread::sleep_for(seconds(1));
+  ASSERT_EQ(Ctl({"fault", "--task", ps_address, "--parameter_delay_ms", "0"}), 0);
+  auto slowest = WaitForSlow(
+      sidecar,
+      [](const json& x) {
+        return x.value("has_client", false) && x.value("has_server", false) &&
+               x["queue_ms"].is_number();
+      },
+      seconds(10), "?limit=1");
+  ASSERT_TRUE(slowest) << sidecar.Get("/api/v1/traces/slow");
+  const json& s = *slowest;
+  EXPECT_GE(s["duration_ms"].get<double>(), 300) << s.dump();
+  EXPECT_GE(s["queue_ms"].get<double>(), 0.5 * s["duration_ms"].get<double>()) << s.dump();
+  EXPECT_TRUE(s["network_ms"].is_number()) << s.dump();
+  EXPECT_EQ(s["status"], "OK") << s.dump();
+
+  // The list is slowest first, and filters work.
+  json all = GetJson(sidecar, "/api/v1/traces/slow?limit=50");
+  double prev = 1e18;
+  for (const json& x : all["requests"]) {
+    EXPECT_LE(x["duration_ms"].get<double>(), prev);
+    prev = x["duration_ms"].get<double>();
+  }
+  json pulls = GetJson(sidecar, "/api/v1/traces/slow?method=Pull&ps=ps:0");
+  for (const json& x : pulls["requests"])
+    EXPECT_EQ(x["method"], "trainscope.v1.ParameterService/Pull");
+
+  std::string metrics = sidecar.Get("/metrics");
+  EXPECT_NE(metrics.find("trainscope_sidecar_traces_spans_received_total"), std::string::npos);
+  EXPECT_EQ(metrics.find("trainscope_sidecar_traces_spans_received_total 0\n"), std::string::npos)
+      << metrics;
+  EXPECT_NE(sidecar.Get("/").find("Slow ps requests"), std::string::npos);
+  EXPECT_EQ(sidecar.Get("/api/v1/traces/nothex"), "");  // 400, not a crash.
+}
+
+}  // namespace
+}  // namespace trainscope::testing
