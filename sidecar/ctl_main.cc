@@ -24,6 +24,8 @@ const char* Colour(TaskState s) {
   switch (s) {
     case TaskState::kUp:
       return "\033[32m";
+    case TaskState::kDone:
+      return "\033[36m";
     case TaskState::kSlow:
     case TaskState::kStalled:
     case TaskState::kBlocked:
@@ -48,7 +50,8 @@ std::string Ago(double since) {
   return buf;
 }
 
-// Exit codes: 0 all up, 1 some task not up, 2 the sidecar cannot be asked.
+// Exit codes: 0 every task up or done, 1 some task in another state, 2 the sidecar cannot be
+// asked.
 int Status(const std::string& sidecar, bool json) {
   auto resp = trainscope::sidecar::HttpGet(
       sidecar, std::string(trainscope::sidecar::names::kPathTasks), 3000);
@@ -70,9 +73,9 @@ int Status(const std::string& sidecar, bool json) {
     return 2;
   }
   trainscope::sidecar::SortForPeople(*views);
-  int not_up = 0;
-  for (const TaskView& v : *views) not_up += v.state != TaskState::kUp;
-  if (json) return not_up ? 1 : 0;
+  int problems = 0;
+  for (const TaskView& v : *views) problems += !trainscope::sidecar::IsHealthy(v.state);
+  if (json) return problems ? 1 : 0;
   bool tty = isatty(STDOUT_FILENO);
   std::printf("%-12s %-12s %-6s %-22s %s\n", "TASK", "STATE", "SINCE", "ADDRESS", "REASON");
   for (const TaskView& v : *views) {
@@ -85,8 +88,8 @@ int Status(const std::string& sidecar, bool json) {
                   Ago(v.since).c_str(), v.address.c_str(), v.reason.c_str());
     }
   }
-  std::printf("%zu task(s), %d not up\n", views->size(), not_up);
-  return not_up ? 1 : 0;
+  std::printf("%zu task(s), %d need attention\n", views->size(), problems);
+  return problems ? 1 : 0;
 }
 
 int Fault(const std::string& task, int64_t parameter_delay_ms, int64_t heartbeat_delay_ms) {
@@ -122,7 +125,8 @@ int main(int argc, char** argv) {
   std::string sidecar = "127.0.0.1:9400";
   bool json = false;
   auto* status = app.add_subcommand(
-      "status", "The cluster view as a table, problems first; exit 1 when a task is not up");
+      "status",
+      "The cluster view as a table, problems first; exit 1 when a task is neither up nor done");
   status->add_option("--sidecar", sidecar, "HOST:PORT of a sidecar's HTTP port")
       ->capture_default_str();
   status->add_flag("--json", json, "Print the sidecar's JSON instead of a table");

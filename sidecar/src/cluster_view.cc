@@ -126,7 +126,8 @@ void MarkPartitions(std::vector<TaskView>& views, double now_unix) {
     std::vector<std::string> reporters;
     std::string last_error;
     for (const TaskView& r : views) {
-      if (r.task == t.task || r.state == TaskState::kDead || r.state == TaskState::kMissing) {
+      if (r.task == t.task || r.state == TaskState::kDead || r.state == TaskState::kMissing ||
+          r.state == TaskState::kDone) {
         continue;
       }
       for (const PeerInfo& p : r.peers) {

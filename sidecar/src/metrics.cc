@@ -123,8 +123,10 @@ void AddProcessMetrics(std::vector<MetricFamily>& out) {
 std::string RenderMetrics(const std::vector<TaskView>& views,
                           const std::vector<TaskCounters>& counters, const SidecarStats& stats) {
   std::vector<MetricFamily> out;
-  auto up = Family(names::kTaskUp, "1 when the task is up (answers on time, makes progress).",
-                   MetricType::Gauge);
+  auto up =
+      Family(names::kTaskUp,
+             "1 when the task is up (answers on time, makes progress); 0 otherwise, done included.",
+             MetricType::Gauge);
   auto state = Family(names::kTaskState, "1 for the task's current state, 0 for the others.",
                       MetricType::Gauge);
   auto transitions =

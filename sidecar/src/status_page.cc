@@ -23,7 +23,7 @@ std::string_view StatusPageHtml() {
  td.reason{max-width:620px;word-break:break-word}
  .st{display:inline-block;min-width:84px;text-align:center;padding:2px 8px;border-radius:10px;font-weight:700;color:#fff}
  .up{background:#2e9d4f}.slow{background:#c98a00}.stalled{background:#c96a00}.blocked{background:#d05a00}
- .missing{background:#7a6f8f}.unreachable{background:#6b4fa8}.hung{background:#c0392b}.dead{background:#7d1010}
+ .missing{background:#7a6f8f}.unreachable{background:#6b4fa8}.hung{background:#c0392b}.dead{background:#7d1010}.done{background:#4a7fa8}
  .muted{color:#6b7385;font-size:12px} .err{color:#8a1c1c}
  h2{font-size:16px;margin:22px 0 8px} h2 .muted{font-weight:400}
  code.tid{font:12px ui-monospace,SFMono-Regular,Menlo,monospace;background:#eef0f4;padding:2px 5px;border-radius:4px;color:#1d2330}
@@ -46,7 +46,7 @@ std::string_view StatusPageHtml() {
 <p class="muted">Refreshes every second from <a href="/api/v1/tasks">/api/v1/tasks</a>, <a href="/api/v1/traces/slow">/api/v1/traces/slow</a> and <a href="/api/v1/traces/errors">/api/v1/traces/errors</a>; a trace id opens the spans kept for it (look it up in Tempo or Jaeger when spans are forwarded). Also: <a href="/metrics">/metrics</a>, <a href="/api/v1/sd">/api/v1/sd</a>.</p>
 </main>
 <script>
-const severity={up:0,slow:1,stalled:2,blocked:3,missing:4,unreachable:5,hung:6,dead:7};
+const severity={done:-1,up:0,slow:1,stalled:2,blocked:3,missing:4,unreachable:5,hung:6,dead:7};
 function esc(s){return String(s==null?'':s).replace(/[&<>"']/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[c]));}
 function ago(t){if(!t)return '';let s=Math.max(0,Date.now()/1000-t);if(s<60)return Math.round(s)+' s ago';if(s<3600)return Math.floor(s/60)+' min ago';return (s/3600).toFixed(1)+' h ago';}
 function ms(s){return s<0?'never':(s<1?Math.round(s*1000)+' ms ago':s.toFixed(1)+' s ago');}
@@ -60,10 +60,13 @@ async function refresh(){
   const counts={};tasks.forEach(t=>counts[t.state]=(counts[t.state]||0)+1);
   document.getElementById('summary').innerHTML=Object.keys(severity).filter(s=>counts[s]).sort((a,b)=>severity[b]-severity[a])
     .map(s=>`<span class="chip"><span class="st ${s}">${s}</span> ${counts[s]}</span>`).join('');
-  const bad=tasks.filter(t=>t.state!=='up');
+  const bad=tasks.filter(t=>t.state!=='up'&&t.state!=='done');
+  const done=tasks.filter(t=>t.state==='done').length;
   const b=document.getElementById('banner');
   b.className='banner '+(bad.length?'bad':'ok');
-  b.textContent=bad.length?`${bad.length} of ${tasks.length} tasks need attention`:`all ${tasks.length} tasks up`;
+  b.textContent=bad.length?`${bad.length} of ${tasks.length} tasks need attention`
+   :(done===tasks.length&&done?`all ${tasks.length} tasks finished training`
+   :done?`all ${tasks.length} tasks up or done (${done} finished)`:`all ${tasks.length} tasks up`);
   document.getElementById('rows').innerHTML=tasks.map(t=>`<tr>
    <td><b>${esc(t.role)}:${esc(t.task)}</b>${t.source?`<div class="muted">via ${esc(t.source)}</div>`:''}</td>
    <td><span class="st ${esc(t.state)}">${esc(t.state)}</span></td>

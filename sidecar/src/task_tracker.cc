@@ -343,8 +343,11 @@ TaskTracker::Decision TaskTracker::Decide(double now_s, double now_unix, const P
 
 const TaskView& TaskTracker::Evaluate(double now_s, double now_unix, const ProcReader& proc) {
   Decision d = Decide(now_s, now_unix, proc);
+  // A task that said it was done and then went away finished: done, not dead.
   if (d.state == TaskState::kDead && answered_ && last_hb_.phase == "done") {
-    d.reason = absl::StrCat("finished: exited after its last heartbeat said done; ", d.reason);
+    d = {TaskState::kDone, absl::StrCat("finished training and exited (its last heartbeat said "
+                                        "done; ",
+                                        d.reason, ")")};
   }
   if (now_s < relearn_until_s_ && IsFatal(d.state) && !IsFatal(view_.state)) {
     d = {view_.state, absl::StrCat("re-learning after the sidecar itself paused; ", view_.reason)};

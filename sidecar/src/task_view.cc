@@ -14,8 +14,9 @@ namespace {
 using nlohmann::json;
 
 constexpr std::array<std::string_view, kNumTaskStates> kStateNames = {
-    names::kStateUp,      names::kStateSlow,        names::kStateStalled, names::kStateBlocked,
-    names::kStateMissing, names::kStateUnreachable, names::kStateHung,    names::kStateDead};
+    names::kStateUp,      names::kStateSlow,    names::kStateStalled,
+    names::kStateBlocked, names::kStateMissing, names::kStateUnreachable,
+    names::kStateHung,    names::kStateDead,    names::kStateDone};
 
 // Finite numbers only: JSON has no NaN or infinity.
 double Finite(double v) { return std::isfinite(v) ? v : 0; }
@@ -79,7 +80,9 @@ bool ParseStateName(std::string_view name, TaskState* state) {
   return false;
 }
 
-int Severity(TaskState state) { return static_cast<int>(state); }
+int Severity(TaskState state) { return state == TaskState::kDone ? -1 : static_cast<int>(state); }
+
+bool IsHealthy(TaskState state) { return state == TaskState::kUp || state == TaskState::kDone; }
 
 std::vector<std::string> TaskView::WaitingOn() const {
   std::vector<std::string> out;

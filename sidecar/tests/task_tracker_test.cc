@@ -25,7 +25,7 @@ class TrackerTest : public ::testing::Test {
     hb.incarnation = incarnation_;
     hb.pid = 4242;
     hb.hostname = "host";
-    hb.phase = "training";
+    hb.phase = phase_;
     hb.steps = steps_;
     hb.expects_progress = true;
     hb.unix_seconds = kUnix0 + now_;
@@ -64,9 +64,40 @@ class TrackerTest : public ::testing::Test {
   double now_ = 0;
   int64_t steps_ = 0;
   uint64_t incarnation_ = 7;
+  std::string phase_ = "training";
   std::optional<ProcInfo> proc_state_ = ProcInfo{'S', 1.0};
   ProcReader proc_ = [this](int64_t) { return proc_state_; };
 };
+
+TEST_F(TrackerTest, DoneWhenItExitsAfterSayingDone) {
+  Run(1, true);
+  phase_ = "done";
+  Run(0.3, true, false);
+  EXPECT_EQ(Evaluate().state, TaskState::kUp);  // Still answering: up, phase done.
+  proc_state_ = std::nullopt;
+  Fail(FailureKind::kRefused, "connection refused");
+  now_ += 0.1;
+  const TaskView& v = Evaluate();
+  EXPECT_EQ(v.state, TaskState::kDone);
+  EXPECT_NE(v.reason.find("finished training and exited"), std::string::npos) << v.reason;
+  EXPECT_NE(v.reason.find("process 4242 is gone"), std::string::npos) << v.reason;
+  Run(2, false);
+  EXPECT_EQ(Evaluate().state, TaskState::kDone);
+  // Started again (a new incarnation): judged afresh.
+  phase_ = "training";
+  incarnation_++;
+  proc_state_ = ProcInfo{'S', 1.0};
+  Run(0.5, true);
+  EXPECT_EQ(Evaluate().state, TaskState::kUp);
+}
+
+TEST_F(TrackerTest, DeadWhenItExitsWithoutSayingDone) {
+  Run(1, true);
+  proc_state_ = std::nullopt;
+  Fail(FailureKind::kRefused, "connection refused");
+  now_ += 0.1;
+  EXPECT_EQ(Evaluate().state, TaskState::kDead);
+}
 
 TEST_F(TrackerTest, MissingUntilFirstAnswer) {
   Fail(FailureKind::kRefused, "connection refused");

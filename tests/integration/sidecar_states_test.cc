@@ -184,6 +184,41 @@ TEST(SidecarStates, RestartIsCountedNotAState) {
   EXPECT_NE(sidecar.process().Output().find("ps:0 restarted"), std::string::npos);
 }
 
+TEST(SidecarStates, DoneAfterTrainingEndsNotDead) {
+  Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
+  Sidecar sidecar(cluster, {});
+  auto ps = StartTask(cluster, "ps", 0);
+  auto worker = StartTask(cluster, "worker", 0,
+                          {"--steps", "400", "--step_delay_ms", "5", "--log_every", "100000"});
+  ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kUp, seconds(20), "training"))
+      << sidecar.Describe();
+  EXPECT_EQ(worker->Wait(seconds(30)), 0) << worker->Output();
+  EXPECT_EQ(ps->Wait(seconds(30)), 0) << ps->Output();
+  auto w = sidecar.WaitForState("worker:0", TaskState::kDone, seconds(10),
+                                "finished training and exited");
+  ASSERT_TRUE(w) << sidecar.Describe();
+  ASSERT_TRUE(sidecar.WaitForState("ps:0", TaskState::kDone, seconds(10))) << sidecar.Describe();
+  EXPECT_EQ(w->phase, "done");
+
+  std::string metrics = sidecar.Get("/metrics");
+  for (const std::string role : {"ps", "worker"}) {
+    const std::string labels = "cluster=\"default\",role=\"" + role + "\",task=\"0\"";
+    EXPECT_NE(metrics.find("trainscope_task_state{" + labels + ",state=\"done\"} 1"),
+              std::string::npos)
+        << metrics;
+    EXPECT_NE(metrics.find("trainscope_task_state{" + labels + ",state=\"dead\"} 0"),
+              std::string::npos);
+    EXPECT_NE(
+        metrics.find("trainscope_task_state_transitions_total{" + labels + ",state=\"dead\"} 0"),
+        std::string::npos)
+        << "went through dead on the way to done";
+    EXPECT_NE(metrics.find("trainscope_task_up{" + labels + "} 0"), std::string::npos);
+  }
+  Process ctl(BinPath("trainscopectl"), {"status", "--sidecar", sidecar.http()});
+  EXPECT_EQ(ctl.Wait(seconds(10)), 0) << ctl.Output();
+  EXPECT_NE(ctl.Output().find("done"), std::string::npos) << ctl.Output();
+}
+
 TEST(SidecarStates, TrainscopectlStatusExitCodes) {
   Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
   auto ps = StartTask(cluster, "ps", 0);

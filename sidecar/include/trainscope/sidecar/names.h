@@ -16,7 +16,7 @@ inline constexpr std::string_view kLabelPeerTask = "peer_task";
 inline constexpr std::string_view kLabelReason = "reason";
 
 // Per watched task (local tasks only: a sidecar exports what it has seen first-hand).
-// 1 when the task's state is `up`, else 0.
+// 1 when the task's state is `up`, else 0 (also 0 for `done`: alert on state="dead", not on up).
 inline constexpr std::string_view kTaskUp = "trainscope_task_up";
 // 1 for the task's current state, 0 for every other state (one series per state).
 inline constexpr std::string_view kTaskState = "trainscope_task_state";
@@ -93,6 +93,8 @@ inline constexpr std::string_view kStateStalled = "stalled";
 inline constexpr std::string_view kStateHung = "hung";
 inline constexpr std::string_view kStateUnreachable = "unreachable";
 inline constexpr std::string_view kStateDead = "dead";
+// Finished: its last heartbeat said phase done, then it exited. Not a problem.
+inline constexpr std::string_view kStateDone = "done";
 
 // HTTP paths on --http_port.
 inline constexpr std::string_view kPathMetrics = "/metrics";

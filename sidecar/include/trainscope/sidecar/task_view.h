@@ -13,15 +13,28 @@
 
 namespace trainscope::sidecar {
 
-// Task states, as DESIGN.md names them. Order = severity for sorting (worst last).
-enum class TaskState { kUp, kSlow, kStalled, kBlocked, kMissing, kUnreachable, kHung, kDead };
-inline constexpr int kNumTaskStates = 8;
+// Task states, as DESIGN.md names them, plus `done` (finished training and exited: not a
+// problem). Order = severity for sorting (worst last), except kDone, which sorts below kUp.
+enum class TaskState {
+  kUp,
+  kSlow,
+  kStalled,
+  kBlocked,
+  kMissing,
+  kUnreachable,
+  kHung,
+  kDead,
+  kDone
+};
+inline constexpr int kNumTaskStates = 9;
 
 std::string_view StateName(TaskState state);
 // Parses a state name; false when unknown.
 bool ParseStateName(std::string_view name, TaskState* state);
-// How urgent a state is for a person (higher first on the page and in the table).
+// How urgent a state is for a person (higher first on the page and in the table); done is -1.
 int Severity(TaskState state);
+// True for the states that need no attention: up, and done.
+bool IsHealthy(TaskState state);
 
 // One peer as a task sees it (a PeerView of its heartbeat).
 struct PeerInfo {
