@@ -127,5 +127,33 @@ TEST(SidecarTraces, JoinsWorkerAndPsSpansAndListsTheSlowRequestFirst) {
   EXPECT_EQ(sidecar.Get("/api/v1/traces/nothex"), "");  // 400, not a crash.
 }
 
+TEST(SidecarTraces, ForwardsEverythingToTheUpstream) {
+  Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
+  const int upstream_port = FreePort();
+  Sidecar upstream(cluster, {"--grpc_port", std::to_string(upstream_port)});
+  const int grpc_port = FreePort();
+  Sidecar sidecar(cluster, {"--grpc_port", std::to_string(grpc_port), "--otlp_upstream",
+                            "http://127.0.0.1:" + std::to_string(upstream_port)});
+  auto env = [&](const std::string& role) {
+    return std::map<std::string, std::string>{
+        {"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:" + std::to_string(grpc_port)},
+        {"OTEL_BSP_SCHEDULE_DELAY", "100"},
+        {"TF_CONFIG", TfConfig(cluster, role, 0)}};
+  };
+  Process ps(BinPath("linear_regression"), {}, env("ps"));
+  Process worker(BinPath("linear_regression"),
+                 {"--steps", "100000000", "--step_delay_ms", "5", "--log_every", "100000"},
+                 env("worker"));
+  auto both = [](const json& r) {
+    return r.value("has_client", false) && r.value("has_server", false);
+  };
+  ASSERT_TRUE(WaitForSlow(upstream, both, seconds(20))) << upstream.Describe();
+  std::string metrics = sidecar.Get("/metrics");
+  EXPECT_EQ(metrics.find("trainscope_sidecar_traces_forwarded_spans_total 0\n"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("trainscope_sidecar_traces_forward_failures_total 0\n"), std::string::npos)
+      << metrics;
+}
+
 }  // namespace
 }  // namespace trainscope::testing
