@@ -71,6 +71,9 @@ int Run(int rounds, double seconds_per_round) {
   auto spec = ClusterSpec::FromJobs({{"ps", {ps_addr}}, {"worker", {worker_addr}}});
   RuntimeOptions options;
   options.rpc_deadline_ms = 60000;
+  // The data path alone; telemetry_bench measures what telemetry adds.
+  options.telemetry = false;
+  options.metrics_port = -1;
   auto ps = Task::Start(options, TfConfig{*spec, TaskRef{"ps", 0}});
   if (!ps.ok()) {
     fprintf(stderr, "cannot start the ps: %s\n", ps.status().ToString().c_str());
