@@ -30,6 +30,8 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 NOT_PROMETHEUS = {
     ("trainscope-parameter-servers", "Slowest ps requests (from the sidecar)"):
         "yesoreyeram-infinity-datasource",
+    ("trainscope-parameter-servers", "Failed ps requests (from the sidecar)"):
+        "yesoreyeram-infinity-datasource",
 }
 # Panels allowed to return no data, and the condition under which they may.
 MAY_BE_EMPTY = {
@@ -55,8 +57,11 @@ def all_panels(panels):
         yield from all_panels(p.get("panels", []))
 
 
-def check(src):
+def check(src, json_sources=None):
+    """Returns (problems, Prometheus queries); appends the panels that read JSON over HTTP
+    (the sidecars' trace lists) to json_sources when given."""
     errors, queries = [], []
+    json_sources = [] if json_sources is None else json_sources
     files = sorted(glob.glob(os.path.join(src, "dashboards/grafana/dashboards/*.json")))
     if not files:
         errors.append("no dashboards in dashboards/grafana/dashboards")
@@ -112,6 +117,15 @@ def check(src):
             if other:
                 if p.get("datasource", {}).get("type") != other:
                     errors.append(f"{where}: expected data source type {other}")
+                for t in targets:
+                    if not t.get("url"):
+                        errors.append(f"{where}: target without url")
+                    else:
+                        json_sources.append({"dashboard": uid, "title": title,
+                                             "url": t["url"],
+                                             "root_selector": t.get("root_selector", ""),
+                                             "columns": [c.get("selector")
+                                                         for c in t.get("columns", [])]})
                 continue
             if p.get("datasource") != DS:
                 errors.append(f"{where}: datasource {p.get('datasource')}, want {DS}")

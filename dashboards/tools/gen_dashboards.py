@@ -431,22 +431,58 @@ def parameter_servers():
                 "also on [its page](http://${sidecar}/)\n"
                 "* open a trace id in your trace viewer: `${trace_url}<trace id>` (set the "
                 "*trace viewer* variable above to your Jaeger or Tempo)\n"
-                "* with the Infinity data source installed, the table below lists them; its "
+                "* [failed requests](http://${sidecar}/api/v1/traces/errors); one trace: "
+                "`http://${sidecar}/api/v1/traces/<trace id>`\n"
+                "* with the Infinity data source installed, the tables below list them; their "
                 "trace id column links to the viewer.")})
-    t = d.panel("table", "Slowest ps requests (from the sidecar)", [], w=24, h=8,
-                description="Needs the Infinity data source plugin "
-                            "(yesoreyeram-infinity-datasource), provisioned as "
-                            "'trainscope sidecars'. Reads /api/v1/traces/slow of ${sidecar}.")
-    t["datasource"] = {"type": "yesoreyeram-infinity-datasource", "uid": "trainscope-sidecars"}
-    t["targets"] = [{
-        "refId": "A", "datasource": t["datasource"], "type": "json", "source": "url",
-        "format": "table", "parser": "backend", "url": "http://${sidecar}/api/v1/traces/slow",
-        "url_options": {"method": "GET"}, "root_selector": "", "columns": []}]
-    t["fieldConfig"]["overrides"] = [{
-        "matcher": {"id": "byName", "options": "trace_id"},
-        "properties": [{"id": "links", "value": [{
-            "title": "Open trace ${__value.raw}", "url": "${trace_url}${__value.raw}",
-            "targetBlank": True}]}]}]
+    columns = [("trace_id", "trace id", "string"), ("start_time", "start", "string"),
+               ("method", "method", "string"), ("worker", "worker", "string"),
+               ("ps", "ps", "string"), ("duration_ms", "total ms", "number"),
+               ("network_ms", "network ms", "number"), ("queue_ms", "queue ms", "number"),
+               ("apply_ms", "apply ms", "number"), ("read_ms", "read ms", "number"),
+               ("status", "status", "string"), ("error", "error", "string")]
+    for title, path, desc in (
+            ("Slowest ps requests (from the sidecar)", "slow",
+             "The slowest requests per method and ps over the sidecar's window, with where the "
+             "time went."),
+            ("Failed ps requests (from the sidecar)", "errors",
+             "Every failed ps request the sidecar still holds (DEADLINE_EXCEEDED first among "
+             "them when a ps is too slow).")):
+        t = d.panel("table", title, [], w=24, h=8,
+                    description=desc + " Needs the Infinity data source plugin "
+                                "(yesoreyeram-infinity-datasource), provisioned as 'trainscope "
+                                "sidecars'. Reads /api/v1/traces/" + path + " of ${sidecar}.")
+        t["datasource"] = {"type": "yesoreyeram-infinity-datasource",
+                           "uid": "trainscope-sidecars"}
+        t["targets"] = [{
+            "refId": "A", "datasource": t["datasource"], "type": "json", "source": "url",
+            "format": "table", "parser": "backend",
+            "url": f"http://${{sidecar}}/api/v1/traces/{path}",
+            "url_options": {"method": "GET"}, "root_selector": "requests",
+            "columns": [{"selector": c, "text": n, "type": ty} for c, n, ty in columns]}]
+        t["fieldConfig"]["overrides"] = [{
+            "matcher": {"id": "byName", "options": "trace id"},
+            "properties": [{"id": "links", "value": [{
+                "title": "Open trace ${__value.raw}", "url": "${trace_url}${__value.raw}",
+                "targetBlank": True}]}]}]
+    SC = 'job="trainscope-sidecars"'
+    d.panel("timeseries", "Sidecars as trace agents", [
+        (f"sum by (instance) (rate(trainscope_sidecar_traces_spans_received_total{{{SC}}}[{RI}]))",
+         "{{instance}} received/s"),
+        (f"sum by (instance, reason) (rate(trainscope_sidecar_traces_spans_dropped_total{{{SC}}}"
+         f"[{RI}]))", "{{instance}} dropped/s ({{reason}})"),
+        (f"sum by (instance) (rate(trainscope_sidecar_traces_forwarded_spans_total{{{SC}}}[{RI}]))",
+         "{{instance}} forwarded/s")], w=12, unit="ops",
+        description="Spans the sidecars receive over OTLP, drop (by reason) and forward "
+                    "upstream. Dropped and forwarded stay empty while nothing is dropped and no "
+                    "--otlp_upstream is set.")
+    d.panel("timeseries", "Spans kept by the sidecars", [
+        (f"sum by (instance) (trainscope_sidecar_traces_spans_kept{{{SC}}})",
+         "{{instance}} spans"),
+        (f"sum by (instance) (trainscope_sidecar_traces_kept_bytes{{{SC}}})",
+         "{{instance}} bytes")], w=12,
+        overrides=[{"matcher": {"id": "byRegexp", "options": ".*bytes"},
+                    "properties": [{"id": "unit", "value": "bytes"}]}])
     return d
 
 

@@ -587,28 +587,49 @@ class Drill:
         ok = sum(1 for e in qres if e["result"] == "data")
         log(f"panel queries: {ok} of {len(qres)} returned data; "
             f"{sum(1 for e in qres if e['result'].startswith('empty'))} allowed empty")
-        # The sidecar's slow-request list (the Parameter servers dashboard's trace table).
-        try:
-            status, body = http_get(f"http://127.0.0.1:{self.sidecar_port}/api/v1/traces/slow")
-            slow = json.loads(body)
-            items = slow if isinstance(slow, list) else next(
-                (v for v in slow.values() if isinstance(v, list)), [])
-            self.slow_traces = items[:20]
-            if not items:
-                self.failures.append("the sidecar's /api/v1/traces/slow is empty after a "
-                                     "ps was slowed on purpose")
-            elif not all(isinstance(i, dict) and i.get("trace_id") for i in items):
-                self.failures.append("the sidecar's /api/v1/traces/slow lists requests "
-                                     "without a trace_id (the dashboard links by it)")
-            elif not any(i.get("ps") in ("ps:0", "ps:2") for i in items):
-                self.failures.append("the sidecar's /api/v1/traces/slow lists no request of "
-                                     "the ps slowed on purpose (ps:0, ps:2): "
-                                     f"{[i.get('ps') for i in items]}")
-        except urllib.error.HTTPError as e:
-            self.failures.append(f"MISSING: the sidecar's /api/v1/traces/slow answers {e.code} "
-                                 "(issue 4; the Parameter servers dashboard's trace table)")
-        except (OSError, ValueError) as e:
-            self.failures.append(f"the sidecar's /api/v1/traces/slow: {e}")
+    def check_json_panels(self):
+        """The panels that read the sidecar's JSON rather than Prometheus. Run before the
+        sidecar-down scenario: a restarted sidecar starts with an empty trace memory."""
+        sys.path.insert(0, os.path.join(self.src, "dashboards/tools"))
+        import check_dashboards  # noqa: E402 (lives in the source tree)
+        json_sources = []
+        check_dashboards.check(self.src, json_sources)
+        values = {"sidecar": f"127.0.0.1:{self.sidecar_port}"}
+        # The panels that read the sidecar's JSON (slow and failed ps requests, with trace
+        # ids): each must list requests with the columns the panel shows, and the slow list
+        # must hold requests of the ps slowed on purpose.
+        if not json_sources:
+            self.failures.append("no dashboard panel reads the sidecar's trace lists")
+        self.json_panels = []
+        for js in json_sources:
+            url = check_dashboards.substitute(js["url"], values)
+            entry = {"dashboard": js["dashboard"], "panel": js["title"], "url": url}
+            self.json_panels.append(entry)
+            try:
+                body = json.loads(http_get(url, timeout=5)[1])
+                items = body.get(js["root_selector"]) if js["root_selector"] else body
+                if not isinstance(items, list) or not items:
+                    raise DrillError(f"no requests under {js['root_selector']!r}")
+                missing = [c for c in js["columns"] if c not in items[0]]
+                if missing:
+                    raise DrillError(f"the requests lack the panel's columns {missing}")
+                if not all(i.get("trace_id") for i in items):
+                    raise DrillError("requests without a trace_id (the panel links by it)")
+                entry["result"] = f"{len(items)} requests"
+                if url.endswith("/slow") and not any(i.get("ps") in ("ps:0", "ps:2")
+                                                     for i in items):
+                    raise DrillError("no request of the ps slowed on purpose (ps:0, ps:2): "
+                                     f"{sorted({i.get('ps') for i in items})}")
+                if url.endswith("/slow"):
+                    self.slow_traces = items[:5]
+            except urllib.error.HTTPError as e:
+                entry["result"] = f"HTTP {e.code}"
+                self.failures.append(f"panel {js['title']}: {url} answers {e.code}")
+            except (OSError, ValueError, DrillError) as e:
+                entry["result"] = f"error: {e}"
+                self.failures.append(f"panel {js['title']}: {url}: {e}")
+        log("JSON panels: " + "; ".join(f"{e['panel']}: {e.get('result')}"
+                                         for e in self.json_panels))
 
     # ---------------------------------------------------------------- the run
 
@@ -648,9 +669,13 @@ class Drill:
         else:
             self.start_task("ps:2")
             self.should_run.add("ps:2")
+        json_checked = False
         for name, fn in scenarios[1:]:
             if wanted is not None and name not in wanted:
                 continue
+            if name == "sidecar-down" and not self.args.skip_queries:
+                self.check_json_panels()
+                json_checked = True
             try:
                 self.wait_healthy()
             except DrillError as e:
@@ -659,6 +684,8 @@ class Drill:
                 break
             fn()
         if not self.args.skip_queries:
+            if not json_checked:
+                self.check_json_panels()
             self.run_panel_queries()
 
     def start_sidecar_proc(self):
@@ -686,6 +713,8 @@ class Drill:
                "rule_overrides": [{"alert": a, "change": why} for a, _, _, why in RULE_OVERRIDES],
                "scenarios": self.results,
                "panel_queries": getattr(self, "query_results", []),
+               "json_panels": getattr(self, "json_panels", []),
+               "slow_requests_sample": getattr(self, "slow_traces", []),
                "duration_s": round(time.time() - self.start_time, 1)}
         with open(os.path.join(self.dir, "report.json"), "w") as f:
             json.dump(rep, f, indent=1)
