@@ -683,6 +683,8 @@ class Drill:
                 log(f"FAILED before {name}: {e}")
                 break
             fn()
+        if wanted is None:
+            self.check_no_false_alarms()
         if not self.args.skip_queries:
             if not json_checked:
                 self.check_json_panels()
@@ -696,6 +698,26 @@ class Drill:
             # gRPC: grpc.health.v1 and the OTLP trace receiver the tasks export spans to.
             "--grpc_port", str(self.otlp_port), "--peer_sidecars", "none"], self.logdir))
         self.start_sidecar()
+
+    # Alerts that are right to fire as a consequence of a scenario, besides the one it expects.
+    CONSEQUENCES = {
+        ("TrainscopeTaskBlocked", "worker", "1"): "ps-never-starts: both workers wait for ps:2",
+        ("TrainscopePsLatencyHigh", "ps", "0"): "ps-past-deadline: ps:0 is 1.5 s slow",
+    }
+
+    def check_no_false_alarms(self):
+        """Every alert that reached the webhook is one a scenario caused."""
+        expected = {(r["alert"], r["labels"].get("role"), r["labels"].get("task"))
+                    for r in self.results}
+        unexpected = set()
+        for _, a in self.notifications(0):
+            lab = a.get("labels", {})
+            key = (lab.get("alertname"), lab.get("role"), lab.get("task"))
+            if key not in expected and key not in self.CONSEQUENCES:
+                unexpected.add(key)
+        for alertname, role, task in sorted(unexpected, key=str):
+            self.failures.append(f"unexpected alert (a false alarm?): {alertname} "
+                                 f"{role}:{task}")
 
     def stop_all(self):
         # Workers first (they would log their ps leaving), then the ps, then the rest.
