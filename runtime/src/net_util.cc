@@ -14,6 +14,7 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -145,24 +146,8 @@ std::string SummarizeRpcError(int code, const std::string& message, int64_t dead
   if (code == 4 /* DEADLINE_EXCEEDED */) {
     return absl::StrCat("no answer within ", deadline_ms, " ms");
   }
-  static const char* kCodeNames[] = {"OK",
-                                     "CANCELLED",
-                                     "UNKNOWN",
-                                     "INVALID_ARGUMENT",
-                                     "DEADLINE_EXCEEDED",
-                                     "NOT_FOUND",
-                                     "ALREADY_EXISTS",
-                                     "PERMISSION_DENIED",
-                                     "RESOURCE_EXHAUSTED",
-                                     "FAILED_PRECONDITION",
-                                     "ABORTED",
-                                     "OUT_OF_RANGE",
-                                     "UNIMPLEMENTED",
-                                     "INTERNAL",
-                                     "UNAVAILABLE",
-                                     "DATA_LOSS",
-                                     "UNAUTHENTICATED"};
-  std::string name = code >= 0 && code <= 16 ? kCodeNames[code] : absl::StrCat("code ", code);
+  std::string name = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+  if (name.empty()) name = absl::StrCat("code ", code);
   std::string text = message.substr(0, 200);
   return text.empty() ? name : absl::StrCat(name, ": ", text);
 }

@@ -15,13 +15,8 @@ namespace {
 TEST(NetUtilTest, PortInUseNamesTheHolder) {
   int port = testing::FreePort();
   ASSERT_TRUE(CheckCanListen("127.0.0.1", port).ok());
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(port);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(listen(fd, 1), 0);
+  testing::ListeningSocket holder(port);
+  ASSERT_GE(holder.fd(), 0);
   absl::Status st = CheckCanListen("127.0.0.1", port);
   EXPECT_EQ(st.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_NE(st.message().find("address already in use (held by pid " + std::to_string(getpid())),
@@ -30,7 +25,6 @@ TEST(NetUtilTest, PortInUseNamesTheHolder) {
   auto listener = FindListener(port);
   ASSERT_TRUE(listener.has_value());
   EXPECT_EQ(listener->first, getpid());
-  close(fd);
 }
 
 TEST(NetUtilTest, ForeignAddressIsNotAvailable) {

@@ -14,6 +14,7 @@
 #include <deque>
 #include <unordered_map>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 
@@ -83,25 +84,8 @@ std::string HexId(std::string_view bytes) {
 }
 
 std::string GrpcCodeName(int code) {
-  static constexpr const char* kNames[] = {"OK",
-                                           "CANCELLED",
-                                           "UNKNOWN",
-                                           "INVALID_ARGUMENT",
-                                           "DEADLINE_EXCEEDED",
-                                           "NOT_FOUND",
-                                           "ALREADY_EXISTS",
-                                           "PERMISSION_DENIED",
-                                           "RESOURCE_EXHAUSTED",
-                                           "FAILED_PRECONDITION",
-                                           "ABORTED",
-                                           "OUT_OF_RANGE",
-                                           "UNIMPLEMENTED",
-                                           "INTERNAL",
-                                           "UNAVAILABLE",
-                                           "DATA_LOSS",
-                                           "UNAUTHENTICATED"};
-  if (code >= 0 && code <= 16) return kNames[code];
-  return absl::StrFormat("CODE_%d", code);
+  std::string name = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+  return name.empty() ? absl::StrFormat("CODE_%d", code) : name;
 }
 
 struct TraceStore::Impl {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "echo.grpc.pb.h"
 #include "process.h"
 #include "spdlog/spdlog.h"
@@ -45,23 +46,6 @@ class EchoService final : public bench::Echo::Service {
 using Clock = std::chrono::steady_clock;
 
 // Runs `op` repeatedly for `seconds`; returns the mean seconds per op.
-template <typename Op>
-double TimePerOp(double seconds, Op op) {
-  int64_t n = 0;
-  const auto start = Clock::now();
-  double elapsed = 0;
-  do {
-    op();
-    ++n;
-    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  } while (elapsed < seconds);
-  return elapsed / n;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 int Run(int rounds, double seconds_per_round) {
   spdlog::set_level(spdlog::level::warn);
@@ -126,11 +110,11 @@ int Run(int rounds, double seconds_per_round) {
     std::vector<double> runtime_times, bare_times;
     const double secs = c.bytes >= (16 << 20) ? seconds_per_round * 2 : seconds_per_round;
     for (int r = 0; r < rounds; ++r) {
-      runtime_times.push_back(TimePerOp(secs, [&] {
+      runtime_times.push_back(bench::SecondsPerOp(secs, [&] {
         ok &= pc->PullAll(&values).ok();
         ok &= pc->Push(0, gradient, 0.0f).ok();
       }));
-      bare_times.push_back(TimePerOp(secs, [&] {
+      bare_times.push_back(bench::SecondsPerOp(secs, [&] {
         {
           grpc::ClientContext ctx;
           bench::GetRequest req;
@@ -147,8 +131,8 @@ int Run(int rounds, double seconds_per_round) {
         }
       }));
     }
-    const double rt = Median(runtime_times);
-    const double bt = Median(bare_times);
+    const double rt = bench::Median(runtime_times);
+    const double bt = bench::Median(bare_times);
     printf("%-22s %14.1f %14.1f %8.2f\n", c.name, rt * 1e6, bt * 1e6, bt / rt);
   }
   echo_server->Shutdown();
@@ -163,11 +147,6 @@ int Run(int rounds, double seconds_per_round) {
 }  // namespace trainscope
 
 int main(int argc, char** argv) {
-  int rounds = 15;
-  double seconds = 0.3;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::max(1, std::atoi(argv[i + 1]));
-    if (std::strcmp(argv[i], "--seconds_per_round") == 0) seconds = std::atof(argv[i + 1]);
-  }
-  return trainscope::Run(rounds, seconds);
+  const trainscope::bench::RoundOptions o = trainscope::bench::ParseRoundOptions(argc, argv);
+  return trainscope::Run(o.rounds, o.seconds_per_round);
 }

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
 #include "opentelemetry/proto/collector/trace/v1/trace_service.grpc.pb.h"
 #include "process.h"
 #include "prometheus/histogram.h"
@@ -46,24 +47,6 @@ class Collector final : public otlp::TraceService::Service {
   }
   std::atomic<int64_t> spans{0};
 };
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-template <typename Op>
-double SecondsPerOp(double seconds, Op op) {
-  int64_t n = 0;
-  const auto start = Clock::now();
-  double elapsed = 0;
-  do {
-    for (int i = 0; i < 16; ++i) op();
-    n += 16;
-    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  } while (elapsed < seconds);
-  return elapsed / n;
-}
 
 // ns per call of `op` run by `threads` threads at once (each thread's own mean, averaged).
 template <typename Op>
@@ -137,13 +120,13 @@ int Run(int rounds, double seconds_per_round) {
   };
   std::vector<double> t_on, t_off, t_metrics;
   for (int r = 0; r < rounds; ++r) {
-    t_off.push_back(SecondsPerOp(seconds_per_round, [&] { round_trip(off); }));
-    t_metrics.push_back(SecondsPerOp(seconds_per_round, [&] { round_trip(metrics_only); }));
-    t_on.push_back(SecondsPerOp(seconds_per_round, [&] { round_trip(on); }));
+    t_off.push_back(bench::SecondsPerOp(seconds_per_round, [&] { round_trip(off); }));
+    t_metrics.push_back(bench::SecondsPerOp(seconds_per_round, [&] { round_trip(metrics_only); }));
+    t_on.push_back(bench::SecondsPerOp(seconds_per_round, [&] { round_trip(on); }));
   }
-  const double on_us = Median(t_on) * 1e6;
-  const double off_us = Median(t_off) * 1e6;
-  const double metrics_us = Median(t_metrics) * 1e6;
+  const double on_us = bench::Median(t_on) * 1e6;
+  const double off_us = bench::Median(t_off) * 1e6;
+  const double metrics_us = bench::Median(t_metrics) * 1e6;
   printf("Pull+Push of a 4 KiB variable, worker and ps on loopback, %d interleaved rounds\n",
          rounds);
   printf("  telemetry off: %8.1f us per round trip\n", off_us);
@@ -185,11 +168,6 @@ int Run(int rounds, double seconds_per_round) {
 }  // namespace trainscope
 
 int main(int argc, char** argv) {
-  int rounds = 15;
-  double seconds = 0.3;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::max(1, std::atoi(argv[i + 1]));
-    if (std::strcmp(argv[i], "--seconds_per_round") == 0) seconds = std::atof(argv[i + 1]);
-  }
-  return trainscope::Run(rounds, seconds);
+  const trainscope::bench::RoundOptions o = trainscope::bench::ParseRoundOptions(argc, argv);
+  return trainscope::Run(o.rounds, o.seconds_per_round);
 }

@@ -75,17 +75,11 @@ TEST(RuntimeIntegration, TwoPsTwoWorkersConvergeAndEndCleanly) {
 TEST(RuntimeIntegration, PortInUseNamesTaskPortAndHolder) {
   Cluster c(1, 1);
   const int port = std::stoi(c.jobs["ps"][0].substr(10));
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(port);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(listen(fd, 1), 0);
+  testing::ListeningSocket holder(port);
+  ASSERT_GE(holder.fd(), 0);
   auto start = std::chrono::steady_clock::now();
   auto ps = c.Start("ps", 0);
   auto code = ps->Wait(5s);
-  close(fd);
   ASSERT_TRUE(code.has_value()) << "ps did not exit within 5 s: " << ps->Output();
   EXPECT_NE(*code, 0);
   EXPECT_LT(Seconds(start), 5.0);

@@ -170,3 +170,23 @@ std::optional<std::string> HttpGet(const std::string& host, int port, const std:
 }
 
 }  // namespace trainscope::testing
+
+namespace trainscope::testing {
+
+ListeningSocket::ListeningSocket(int port) {
+  fd_ = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd_, 1) != 0) {
+    close(fd_);
+    fd_ = -1;
+  }
+}
+
+ListeningSocket::~ListeningSocket() {
+  if (fd_ >= 0) close(fd_);
+}
+
+}  // namespace trainscope::testing

@@ -58,3 +58,21 @@ std::optional<std::string> HttpGet(const std::string& host, int port, const std:
                                    std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
 }  // namespace trainscope::testing
+
+namespace trainscope::testing {
+
+// A socket listening on 127.0.0.1:`port` (another process holding a port, as users meet it).
+// Closed when destroyed; fd() is -1 when the port could not be bound.
+class ListeningSocket {
+ public:
+  explicit ListeningSocket(int port);
+  ~ListeningSocket();
+  ListeningSocket(const ListeningSocket&) = delete;
+  ListeningSocket& operator=(const ListeningSocket&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace trainscope::testing

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "prometheus/client_metric.h"
 #include "prometheus/metric_family.h"
@@ -28,11 +29,17 @@ constexpr const char* kMethods[] = {
 };
 constexpr int kNumMethods = static_cast<int>(std::size(kMethods));
 constexpr int kNumStatuses = 17;
-constexpr const char* kStatusNames[kNumStatuses] = {
-    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
-    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
-    "DATA_LOSS", "UNAUTHENTICATED"};
+// Status code names as gRPC and abseil spell them ("DEADLINE_EXCEEDED").
+const std::string& StatusName(int code) {
+  static const auto* names = [] {
+    auto* v = new std::vector<std::string>;
+    for (int c = 0; c < kNumStatuses; ++c) {
+      v->push_back(absl::StatusCodeToString(static_cast<absl::StatusCode>(c)));
+    }
+    return v;
+  }();
+  return (*names)[code];
+}
 constexpr double kRatioBuckets[] = {0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0};
 
 void AddAtomic(std::atomic<double>& target, double value) {
@@ -226,7 +233,7 @@ std::vector<prometheus::MetricFamily> RpcMetrics::Collect() const {
   std::vector<prometheus::MetricFamily> out;
   auto labels = [&](int method, int status, int role) {
     std::vector<prometheus::ClientMetric::Label> l = {{names::kLabelMethod, kMethods[method]}};
-    if (status >= 0) l.push_back({names::kLabelStatus, kStatusNames[status]});
+    if (status >= 0) l.push_back({names::kLabelStatus, StatusName(status)});
     l.push_back({names::kLabelPeerRole, roles_[role]});
     return l;
   };
