@@ -24,9 +24,9 @@ PS = 'trainscope\\\\.v1\\\\.ParameterService/.+'  # a regex, escaped for PromQL 
 RI = "$__rate_interval"
 
 # Severity of each state, as the sidecar's page orders them (worst highest).
-SEVERITY = [("up", 0), ("slow", 1), ("stalled", 2), ("blocked", 3), ("missing", 4),
+SEVERITY = [("done", -1), ("up", 0), ("slow", 1), ("stalled", 2), ("blocked", 3), ("missing", 4),
             ("unreachable", 5), ("hung", 6), ("dead", 7)]
-STATE_COLORS = {"up": "green", "slow": "yellow", "stalled": "orange", "blocked": "orange",
+STATE_COLORS = {"done": "blue", "up": "green", "slow": "yellow", "stalled": "orange", "blocked": "orange",
                 "missing": "purple", "unreachable": "purple", "hung": "red", "dead": "dark-red"}
 
 
@@ -187,14 +187,16 @@ def cluster_health():
         {"expr": f"sort_desc({state_score(S)})", "format": "table", "instant": True,
          "legendFormat": ""}], w=12, h=10,
         description="Severity 7 dead, 6 hung, 5 unreachable, 4 missing, 3 blocked, 2 stalled, "
-                    "1 slow, 0 up. The reason in words is on the sidecar's page.",
+                    "1 slow, 0 up, -1 done (finished). The reason in words is on the sidecar's "
+                    "page.",
         defaults={"mappings": state_mappings()},
         transformations=[{"id": "organize", "options": {
             "excludeByName": {"Time": True}, "renameByName": {"Value": "state"}}}])
     d.panel("state-timeline", "States over time", [(state_score(S), "{{role}}:{{task}}")],
             w=12, h=10, defaults={"mappings": state_mappings(), "color": {"mode": "thresholds"},
                                   "thresholds": {"mode": "absolute", "steps": [
-                                      {"color": "green", "value": None},
+                                      {"color": "blue", "value": None},
+                                      {"color": "green", "value": 0},
                                       {"color": "yellow", "value": 1},
                                       {"color": "orange", "value": 2},
                                       {"color": "purple", "value": 4},
