@@ -110,26 +110,38 @@ int Run(int rounds, double seconds_per_round) {
     std::vector<double> runtime_times, bare_times;
     const double secs = c.bytes >= (16 << 20) ? seconds_per_round * 2 : seconds_per_round;
     for (int r = 0; r < rounds; ++r) {
-      runtime_times.push_back(bench::SecondsPerOp(secs, [&] {
-        ok &= pc->PullAll(&values).ok();
-        ok &= pc->Push(0, gradient, 0.0f).ok();
-      }));
-      bare_times.push_back(bench::SecondsPerOp(secs, [&] {
-        {
-          grpc::ClientContext ctx;
-          bench::GetRequest req;
-          req.set_size(c.bytes);
-          bench::Payload resp;
-          ok &= echo_stub->Get(&ctx, req, &resp).ok();
-        }
-        {
-          grpc::ClientContext ctx;
-          bench::Payload req;
-          req.set_content(gradient);
-          bench::Empty resp;
-          ok &= echo_stub->Put(&ctx, req, &resp).ok();
-        }
-      }));
+      auto runtime_round = [&] {
+        runtime_times.push_back(bench::SecondsPerOp(secs, [&] {
+          ok &= pc->PullAll(&values).ok();
+          ok &= pc->Push(0, gradient, 0.0f).ok();
+        }));
+      };
+      auto bare_round = [&] {
+        bare_times.push_back(bench::SecondsPerOp(secs, [&] {
+          {
+            grpc::ClientContext ctx;
+            bench::GetRequest req;
+            req.set_size(c.bytes);
+            bench::Payload resp;
+            ok &= echo_stub->Get(&ctx, req, &resp).ok();
+          }
+          {
+            grpc::ClientContext ctx;
+            bench::Payload req;
+            req.set_content(gradient);
+            bench::Empty resp;
+            ok &= echo_stub->Put(&ctx, req, &resp).ok();
+          }
+        }));
+      };
+      // Alternate which goes first, so that neither always follows the other.
+      if (r % 2 == 0) {
+        runtime_round();
+        bare_round();
+      } else {
+        bare_round();
+        runtime_round();
+      }
     }
     const double rt = bench::Median(runtime_times);
     const double bt = bench::Median(bare_times);
