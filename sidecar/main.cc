@@ -1,4 +1,6 @@
 // trainscope-sidecar: flags -> SidecarOptions -> Run() -> exit code.
+#include <malloc.h>
+
 #include <cstdlib>
 #include <iostream>
 
@@ -6,6 +8,9 @@
 #include "trainscope/sidecar/sidecar.h"
 
 int main(int argc, char** argv) {
+  // glibc gives each thread that allocates its own arena (up to 8 per core); with gRPC's and
+  // civetweb's threads that is several MiB of mostly idle heap. Two arenas suffice.
+  mallopt(M_ARENA_MAX, 2);
   trainscope::sidecar::SidecarOptions o;
   if (const char* c = std::getenv("TRAINSCOPE_CLUSTER")) o.cluster_name = c;
   if (const char* tf = std::getenv("TF_CONFIG")) o.tf_config = tf;

@@ -8,9 +8,9 @@ namespace trainscope::sidecar {
 
 PhiAccrualDetector::PhiAccrualDetector(PhiAccrualOptions options) : options_(options) {}
 
-void PhiAccrualDetector::Heartbeat(double now_s) {
+void PhiAccrualDetector::Heartbeat(double now_s, double skipped_s) {
   if (last_) {
-    double gap = std::max(0.0, now_s - *last_);
+    double gap = std::max(0.0, now_s - *last_ - skipped_s);
     gaps_.push_back(gap);
     sum_ += gap;
     sum_sq_ += gap * gap;
@@ -46,9 +46,9 @@ double PhiAccrualDetector::StddevGap() const {
   return std::max(sd, options_.min_stddev_s);
 }
 
-double PhiAccrualDetector::Phi(double now_s) const {
+double PhiAccrualDetector::Phi(double now_s, double skipped_s) const {
   if (!last_) return 0;
-  double elapsed = std::max(0.0, now_s - *last_);
+  double elapsed = std::max(0.0, now_s - *last_ - skipped_s);
   double y = (elapsed - MeanGap()) / StddevGap();
   // Logistic approximation of the normal CDF (as in Akka's detector); stable for large y.
   double e = std::exp(-y * (1.5976 + 0.070566 * y * y));

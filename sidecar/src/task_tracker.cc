@@ -1,13 +1,12 @@
 // The per-task state decision; see task_tracker.h.
 #include "trainscope/sidecar/task_tracker.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -48,13 +47,17 @@ const std::vector<double>& LatencyBounds() {
 
 std::optional<ProcInfo> ReadProc(int64_t pid) {
   if (pid <= 0) return std::nullopt;
+  // Called for every watched task on every tick (adaptive polling), so: one open/read/close and
+  // a hand parse, no stdio or streams.
   char path[64];
   std::snprintf(path, sizeof(path), "/proc/%lld/stat", static_cast<long long>(pid));
-  FILE* f = std::fopen(path, "r");
-  if (f == nullptr) return std::nullopt;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
   char buf[1024];
-  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-  std::fclose(f);
+  ssize_t got = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (got <= 0) return std::nullopt;
+  size_t n = static_cast<size_t>(got);
   buf[n] = 0;
   std::string_view s(buf, n);
   size_t paren = s.rfind(')');
@@ -63,12 +66,20 @@ std::optional<ProcInfo> ReadProc(int64_t pid) {
   info.state = s[paren + 2];
   // Fields after the state: ppid(4) pgrp session tty_nr tpgid flags minflt cminflt majflt
   // cmajflt utime(14) stime(15).
-  std::istringstream rest(std::string(s.substr(paren + 3)));
-  std::string field;
+  const char* p = buf + paren + 3;
+  const char* end = buf + n;
   unsigned long long utime = 0, stime = 0;
-  for (int i = 4; i <= 15 && (rest >> field); ++i) {
-    if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
-    if (i == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
+  for (int i = 4; i <= 15 && p < end; ++i) {
+    while (p < end && *p == ' ') ++p;
+    char* next = nullptr;
+    unsigned long long v = std::strtoull(p, &next, 10);
+    if (next == p) {  // Not a number (e.g. a negative tty): skip the field.
+      while (p < end && *p != ' ') ++p;
+      continue;
+    }
+    if (i == 14) utime = v;
+    if (i == 15) stime = v;
+    p = next;
   }
   static const double kTicks = static_cast<double>(sysconf(_SC_CLK_TCK));
   info.cpu_seconds = static_cast<double>(utime + stime) / kTicks;
@@ -117,6 +128,11 @@ void TaskTracker::OnResult(const PollResult& r) {
     }
     // Latency bookkeeping.
     double latency = std::max(0.0, r.received_s - r.sent_s);
+    // On time: no suspicion yet, latency near its usual value (adaptive polling needs a run).
+    bool on_time =
+        detector_.Phi(r.received_s, skipped_s_) < 1 &&
+        (usual_latency_ < 0 || latency <= std::max(3 * usual_latency_, usual_latency_ + 0.05));
+    on_time_answers_ = on_time ? on_time_answers_ + 1 : 0;
     view_.latency_seconds = latency;
     counters_.latency_count++;
     counters_.latency_sum += latency;
@@ -138,6 +154,7 @@ void TaskTracker::OnResult(const PollResult& r) {
     ApplyHeartbeat(hb, r.received_s);
     return;
   }
+  on_time_answers_ = 0;
   last_error_ = r.error;
   last_failure_kind_ = r.failure;
   if (!answered_ || r.received_s >= last_answer_s_) last_failure_ = r;
@@ -153,7 +170,8 @@ void TaskTracker::ApplyHeartbeat(const HeartbeatInfo& hb, double t) {
     usual_step_ = -1;
     expecting_ = false;
   }
-  detector_.Heartbeat(t);
+  detector_.Heartbeat(t, skipped_s_);
+  skipped_s_ = 0;
   if (hb.steps != last_steps_) {
     if (last_steps_ >= 0 && hb.last_step_seconds > 0) {
       if (usual_step_ < 0) {
@@ -197,7 +215,27 @@ void TaskTracker::OnSidecarPause(double now_s) {
   relearn_until_s_ = now_s + options_.relearn_s;
   late_cpu_.reset();
   last_failure_.reset();
+  skipped_s_ = 0;
+  on_time_answers_ = 0;
 }
+
+bool TaskTracker::CanCheckProcess() const {
+  return local_ && last_hb_.pid > 0 &&
+         (last_hb_.hostname.empty() || our_hostname_.empty() || last_hb_.hostname == our_hostname_);
+}
+
+bool TaskTracker::MaySkipPoll(double now_s, const ProcReader& proc) {
+  // About 2 s of on-time answers at the full rate before relaxing.
+  constexpr int kSettleAnswers = 20;
+  if (!answered_ || !proc || !CanCheckProcess() || view_.state != TaskState::kUp) return false;
+  if (last_failure_ || now_s < relearn_until_s_ || on_time_answers_ < kSettleAnswers) return false;
+  if (last_hb_.waiting || last_hb_.phase == "done") return false;
+  if (detector_.Phi(now_s, skipped_s_) >= 1) return false;  // Already a little late.
+  std::optional<ProcInfo> p = proc(last_hb_.pid);
+  return p && p->state != 'Z' && p->state != 'X' && p->state != 'T' && p->state != 't';
+}
+
+void TaskTracker::OnPollSkipped() { skipped_s_ += options_.interval_s; }
 
 double TaskTracker::UsualLatency() const { return std::max(0.0, usual_latency_); }
 
@@ -257,9 +295,7 @@ TaskTracker::Decision TaskTracker::DecideSilent(double now_s, double silence, do
   std::string err = last_failure_ ? last_failure_->error : "";
   std::string err_note = err.empty() ? "" : absl::StrCat(" (last error: ", err, ")");
   int64_t pid = last_hb_.pid;
-  bool can_check =
-      local_ && pid > 0 && proc &&
-      (last_hb_.hostname.empty() || our_hostname_.empty() || last_hb_.hostname == our_hostname_);
+  bool can_check = proc && CanCheckProcess();
   if (can_check) {
     std::optional<ProcInfo> p = proc(pid);
     if (!p) {
@@ -333,8 +369,9 @@ TaskTracker::Decision TaskTracker::Decide(double now_s, double now_unix, const P
     }
     return {TaskState::kMissing, reason};
   }
-  double silence = now_s - std::max(last_answer_s_, silence_origin_s_);
-  double phi = detector_.Phi(now_s);
+  // Polls skipped on purpose (adaptive polling) are not silence.
+  double silence = std::max(0.0, now_s - std::max(last_answer_s_, silence_origin_s_) - skipped_s_);
+  double phi = detector_.Phi(now_s, skipped_s_);
   view_.phi = phi;
   bool late = phi >= options_.phi_late && silence > 2 * options_.interval_s;
   if (last_failure_ || late) return DecideSilent(now_s, silence, phi, proc);

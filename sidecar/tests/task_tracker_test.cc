@@ -242,6 +242,69 @@ TEST_F(TrackerTest, SidecarPauseRelearnsBeforeJudging) {
   EXPECT_EQ(transitions[static_cast<int>(TaskState::kDead)], 0);
 }
 
+TEST_F(TrackerTest, AdaptivePollingRelaxesOnlyWhileAllIsWell) {
+  Run(1, true);
+  EXPECT_FALSE(tracker_.MaySkipPoll(now_ + 0.1, proc_));  // Not settled yet (10 answers).
+  Run(2, true);
+  // Every other poll skipped for 10 s: the skipped gaps are neither silence nor suspicion.
+  for (int i = 0; i < 50; ++i) {
+    now_ += 0.1;
+    ASSERT_TRUE(tracker_.MaySkipPoll(now_, proc_));
+    tracker_.OnPollSkipped();
+    ASSERT_EQ(Evaluate().state, TaskState::kUp);
+    now_ += 0.1;
+    ++steps_;
+    Answer();
+    ASSERT_EQ(Evaluate().state, TaskState::kUp) << tracker_.view().reason;
+    EXPECT_LT(tracker_.view().phi, 1);
+  }
+  // Any anomaly puts it back to the full rate: a stopped or vanished process, a failure, a slow
+  // answer, waiting on peers.
+  proc_state_ = ProcInfo{'T', 1.0};
+  EXPECT_FALSE(tracker_.MaySkipPoll(now_ + 0.1, proc_));
+  proc_state_ = ProcInfo{'Z', 1.0};
+  EXPECT_FALSE(tracker_.MaySkipPoll(now_ + 0.1, proc_));
+  proc_state_ = std::nullopt;
+  EXPECT_FALSE(tracker_.MaySkipPoll(now_ + 0.1, proc_));
+  proc_state_ = ProcInfo{'S', 1.0};
+  EXPECT_TRUE(tracker_.MaySkipPoll(now_ + 0.1, proc_));
+  EXPECT_FALSE(tracker_.MaySkipPoll(now_ + 0.3, proc_));  // Already a little late.
+  now_ += 0.1;
+  Answer(0.3);
+  Evaluate();
+  EXPECT_FALSE(tracker_.MaySkipPoll(now_ + 0.1, proc_));  // Slow answer: settle again.
+  Run(3, true);
+  EXPECT_TRUE(tracker_.MaySkipPoll(now_ + 0.1, proc_));
+  now_ += 0.1;
+  Fail(FailureKind::kUnavailable, "unavailable");
+  Evaluate();
+  EXPECT_FALSE(tracker_.MaySkipPoll(now_ + 0.1, proc_));
+}
+
+TEST_F(TrackerTest, StoppedWhileRelaxedIsHungQuickly) {
+  Run(3, true);
+  for (int i = 0; i < 20; ++i) {
+    now_ += 0.1;
+    ASSERT_TRUE(tracker_.MaySkipPoll(now_, proc_));
+    tracker_.OnPollSkipped();
+    Evaluate();
+    now_ += 0.1;
+    ++steps_;
+    Answer();
+    Evaluate();
+  }
+  // SIGSTOP right after an answer: the next tick's /proc read sees state T and polls at the full
+  // rate again; hung well within a second.
+  proc_state_ = ProcInfo{'T', 1.0};
+  double stopped = now_;
+  while (now_ - stopped < 2 && Evaluate().state != TaskState::kHung) {
+    now_ += 0.1;
+    ASSERT_FALSE(tracker_.MaySkipPoll(now_, proc_));
+  }
+  EXPECT_EQ(Evaluate().state, TaskState::kHung);
+  EXPECT_LE(now_ - stopped, 0.5);
+}
+
 TEST(Straggler, SlowerThanItsPeers) {
   std::vector<TaskView> all(4);
   for (int i = 0; i < 4; ++i) {

@@ -24,11 +24,12 @@ class PhiAccrualDetector {
  public:
   explicit PhiAccrualDetector(PhiAccrualOptions options = {});
 
-  // Records an answer received at `now_s`.
-  void Heartbeat(double now_s);
+  // Records an answer received at `now_s`. `skipped_s`: how much of the gap since the previous
+  // answer the watcher chose not to ask (polls skipped on purpose); it is not counted.
+  void Heartbeat(double now_s, double skipped_s = 0);
   // Suspicion at `now_s`: 0 when the last answer is recent, growing without bound with silence.
-  // 0 before the first answer.
-  double Phi(double now_s) const;
+  // 0 before the first answer. `skipped_s` as for Heartbeat: polls skipped since the last answer.
+  double Phi(double now_s, double skipped_s = 0) const;
   // Forgets the learned gaps and treats `now_s` as the last answer (after the watcher itself
   // paused, its history says nothing about the task).
   void Reset(double now_s);

@@ -110,6 +110,14 @@ class TaskTracker {
   void OnResult(const PollResult& result);
   // The sidecar's own loop stalled: forget gap history and re-learn.
   void OnSidecarPause(double now_s);
+  // Adaptive polling. True when this task may skip its poll at `now_s`: it is up, on this
+  // machine (its process checkable in /proc), not waiting on peers, not done, has answered on
+  // time with its usual latency for a while, and /proc (read now, cheap) shows its process
+  // alive and not stopped. Any anomaly answers false, so the task is polled at the full rate.
+  bool MaySkipPoll(double now_s, const ProcReader& proc);
+  // The poll of this tick was skipped on purpose: the next answer comes one interval later,
+  // which is not silence (the detector and the silence thresholds discount it).
+  void OnPollSkipped();
   // Decides the state at `now_s` (monotonic) / `now_unix` (wall clock).
   const TaskView& Evaluate(double now_s, double now_unix, const ProcReader& proc);
 
@@ -130,6 +138,8 @@ class TaskTracker {
   Decision DecideAnswering(double now_s, double now_unix);
   void ApplyHeartbeat(const HeartbeatInfo& hb, double received_s);
   double UsualLatency() const;
+  // /proc evidence applies: local, pid known, and the task's hostname is ours.
+  bool CanCheckProcess() const;
 
   TrackerOptions options_;
   bool local_;
@@ -149,6 +159,9 @@ class TaskTracker {
   std::string last_error_;                  // Last failure ever, for the missing reason.
   FailureKind last_failure_kind_ = FailureKind::kUnavailable;
   double relearn_until_s_ = 0;
+  // Adaptive polling: time of the polls skipped on purpose since the last answer.
+  double skipped_s_ = 0;
+  int on_time_answers_ = 0;  // Consecutive valid answers, each on time.
 
   // Latency: recent values and a slowly adapting usual value.
   std::vector<double> recent_latency_;
