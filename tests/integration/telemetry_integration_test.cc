@@ -150,6 +150,7 @@ TEST(TelemetryIntegration, TaskMetricsCoverCallsDeadlinesProcessAndTraining) {
                     "\"ps\"\\} [1-9]")))
       << w;
   EXPECT_GT(SumSamples(w, "trainscope_rpc_peer_errors_total{"), 0);
+  EXPECT_GT(SumSamples(w, "trainscope_rpc_peer_deadline_exceeded_total{"), 0);
   std::string p = WaitForMetrics(
       ps_metrics,
       [](const std::string& m) {

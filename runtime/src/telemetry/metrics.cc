@@ -127,10 +127,12 @@ RpcMetrics::RpcMetrics(const std::vector<TaskRef>& peers) : peers_(peers) {
   const size_t per_peer = peers_.size() * kNumMethods;
   peer_calls_.reset(new std::atomic<uint64_t>[per_peer]);
   peer_errors_.reset(new std::atomic<uint64_t>[per_peer]);
+  peer_deadline_exceeded_.reset(new std::atomic<uint64_t>[per_peer]);
   peer_latency_.reset(new std::atomic<double>[per_peer]);
   for (size_t i = 0; i < per_peer; ++i) {
     peer_calls_[i].store(0);
     peer_errors_[i].store(0);
+    peer_deadline_exceeded_[i].store(0);
     peer_latency_[i].store(0);
   }
   for (int m = 0; m < kNumMethods; ++m) {
@@ -207,6 +209,9 @@ void RpcMetrics::ClientAttemptEnded(int method, int status, int role, int peer, 
     const size_t i = static_cast<size_t>(peer) * kNumMethods + method;
     peer_calls_[i].fetch_add(1, std::memory_order_relaxed);
     if (status != 0) peer_errors_[i].fetch_add(1, std::memory_order_relaxed);
+    if (status == 4 /* DEADLINE_EXCEEDED */) {
+      peer_deadline_exceeded_[i].fetch_add(1, std::memory_order_relaxed);
+    }
     AddAtomic(peer_latency_[i], seconds);
   }
 }
@@ -297,6 +302,10 @@ std::vector<prometheus::MetricFamily> RpcMetrics::Collect() const {
   auto& errors =
       AddFamily(&out, names::kPeerErrors, "Client call attempts per peer task that did not end OK.",
                 MetricType::Counter);
+  auto& deadline_exceeded =
+      AddFamily(&out, names::kPeerDeadlineExceeded,
+                "Client call attempts per peer task that ended DEADLINE_EXCEEDED.",
+                MetricType::Counter);
   auto& latency = AddFamily(&out, names::kPeerLatencySum,
                             "Sum of client call attempt durations per peer task; divide its rate "
                             "by the calls' rate for the mean latency to each peer.",
@@ -313,6 +322,8 @@ std::vector<prometheus::MetricFamily> RpcMetrics::Collect() const {
       AddMetric(calls, l).counter.value = static_cast<double>(n);
       AddMetric(errors, l).counter.value =
           static_cast<double>(peer_errors_[i].load(std::memory_order_relaxed));
+      AddMetric(deadline_exceeded, l).counter.value =
+          static_cast<double>(peer_deadline_exceeded_[i].load(std::memory_order_relaxed));
       AddMetric(latency, l).counter.value = peer_latency_[i].load(std::memory_order_relaxed);
     }
   }

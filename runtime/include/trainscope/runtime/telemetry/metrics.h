@@ -87,6 +87,7 @@ class RpcMetrics {
   // Per peer and method: calls, errors, latency sum.
   std::unique_ptr<std::atomic<uint64_t>[]> peer_calls_;
   std::unique_ptr<std::atomic<uint64_t>[]> peer_errors_;
+  std::unique_ptr<std::atomic<uint64_t>[]> peer_deadline_exceeded_;
   std::unique_ptr<std::atomic<double>[]> peer_latency_;
   // Per method: deadline given and share of it used.
   std::vector<std::unique_ptr<AtomicHistogram>> deadline_;

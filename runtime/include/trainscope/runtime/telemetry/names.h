@@ -42,6 +42,7 @@ inline constexpr char kClientDeadlineUsed[] = "trainscope_rpc_client_deadline_us
 // Per peer, without buckets (bounded by the cluster's size, one series per peer and method).
 inline constexpr char kPeerCalls[] = "trainscope_rpc_peer_calls_total";
 inline constexpr char kPeerErrors[] = "trainscope_rpc_peer_errors_total";
+inline constexpr char kPeerDeadlineExceeded[] = "trainscope_rpc_peer_deadline_exceeded_total";
 inline constexpr char kPeerLatencySum[] = "trainscope_rpc_peer_latency_seconds_total";
 
 // Training (workers and chief).
