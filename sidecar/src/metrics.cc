@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
 #include "trainscope/sidecar/names.h"
@@ -121,7 +122,8 @@ void AddProcessMetrics(std::vector<MetricFamily>& out) {
 }  // namespace
 
 std::string RenderMetrics(const std::vector<TaskView>& views,
-                          const std::vector<TaskCounters>& counters, const SidecarStats& stats) {
+                          const std::vector<TaskCounters>& counters, const SidecarStats& stats,
+                          const std::vector<TaskView>& cluster) {
   std::vector<MetricFamily> out;
   auto up =
       Family(names::kTaskUp,
@@ -197,8 +199,15 @@ std::string RenderMetrics(const std::vector<TaskView>& views,
       AddGauge(fds, labels, v.open_fds);
     }
   }
+  auto partitioned = Family(names::kTaskPartitioned,
+                            "1 while the task answers its own sidecar but other tasks cannot "
+                            "reach it (a partition); 0 otherwise.",
+                            MetricType::Gauge);
+  for (const TaskView& v : cluster) {
+    AddGauge(partitioned, TaskLabels(v), absl::StartsWith(v.reason, "partition:") ? 1 : 0);
+  }
   for (auto* f : {&up, &state, &transitions, &blocked, &age, &restarts, &phi, &latency,
-                  &last_latency, &steps, &step_time, &cpu, &rss, &threads, &fds}) {
+                  &last_latency, &steps, &step_time, &cpu, &rss, &threads, &fds, &partitioned}) {
     out.push_back(std::move(*f));
   }
   auto watched = Family(names::kSidecarWatchedTasks, "Tasks this sidecar watches first-hand.",

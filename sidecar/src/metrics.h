@@ -30,8 +30,11 @@ struct SidecarStats {
   int64_t forward_failures = 0;
 };
 
-// The text exposition format (version 0.0.4) of everything. `views` and `counters` are parallel.
+// The text exposition format (version 0.0.4) of everything. `views` and `counters` are parallel
+// (this node's tasks, first-hand); `cluster` is the merged view of the whole cluster, for what
+// only it can tell (partitions).
 std::string RenderMetrics(const std::vector<TaskView>& views,
-                          const std::vector<TaskCounters>& counters, const SidecarStats& stats);
+                          const std::vector<TaskCounters>& counters, const SidecarStats& stats,
+                          const std::vector<TaskView>& cluster);
 
 }  // namespace trainscope::sidecar

@@ -312,7 +312,7 @@ absl::Status Run(const SidecarOptions& o) {
       }
       trace_stats(stats);
       return {200, "text/plain; version=0.0.4; charset=utf-8",
-              RenderMetrics(views, counters, stats)};
+              RenderMetrics(views, counters, stats, cluster_view(false))};
     }
     if (req.path == names::kPathTasks) {
       return {200, "application/json", TaskViewsToJson(cluster, cluster_view(local_only))};

@@ -66,8 +66,16 @@ TEST(SidecarClusterView, PartitionWhenPeersCannotReachAnUpTask) {
   EXPECT_NE(ps_view->reason.find("partition"), std::string::npos) << ps_view->reason;
   EXPECT_NE(ps_view->reason.find("worker:0 cannot reach it"), std::string::npos) << ps_view->reason;
   ASSERT_TRUE(b.WaitForState("ps:0", TaskState::kUnreachable, seconds(10))) << b.Describe();
+  const std::string metrics = a.Get("/metrics");
+  EXPECT_NE(metrics.find("trainscope_task_up{cluster=\"default\",role=\"ps\",task=\"0\"} 1"),
+            std::string::npos);
+  // What the TrainscopeTaskPartitioned alert keys on.
   EXPECT_NE(
-      a.Get("/metrics").find("trainscope_task_up{cluster=\"default\",role=\"ps\",task=\"0\"} 1"),
+      metrics.find("trainscope_task_partitioned{cluster=\"default\",role=\"ps\",task=\"0\"} 1"),
+      std::string::npos)
+      << metrics;
+  EXPECT_NE(
+      metrics.find("trainscope_task_partitioned{cluster=\"default\",role=\"worker\",task=\"0\"} 0"),
       std::string::npos);
 }
 

@@ -18,6 +18,9 @@ inline constexpr std::string_view kLabelReason = "reason";
 // Per watched task (local tasks only: a sidecar exports what it has seen first-hand).
 // 1 when the task's state is `up`, else 0 (also 0 for `done`: alert on state="dead", not on up).
 inline constexpr std::string_view kTaskUp = "trainscope_task_up";
+// 1 while the cluster view says the task is partitioned: up by its own node's sidecar, but
+// other tasks cannot reach it; 0 otherwise. Every sidecar exports it for every task it knows.
+inline constexpr std::string_view kTaskPartitioned = "trainscope_task_partitioned";
 // 1 for the task's current state, 0 for every other state (one series per state).
 inline constexpr std::string_view kTaskState = "trainscope_task_state";
 // Seconds a blocked task has been waiting on each peer (series exist only while waiting).
