@@ -3,6 +3,8 @@
 
 #include <map>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -118,6 +120,12 @@ void AnnotateBlocked(std::vector<TaskView>& views, const ClusterSpec& spec) {
   for (auto& [i, n] : notes_for) absl::StrAppend(&views[i].reason, "; ", n);
 }
 
+bool IsDeadlineError(absl::string_view error) {
+  return absl::StrContains(error, "DEADLINE_EXCEEDED") ||
+         absl::StrContains(absl::AsciiStrToLower(error), "deadline exceeded") ||
+         absl::StrContains(error, "no answer within");
+}
+
 void MarkPartitions(std::vector<TaskView>& views, double now_unix) {
   std::vector<std::pair<size_t, std::string>> marks;
   for (size_t i = 0; i < views.size(); ++i) {
@@ -133,6 +141,9 @@ void MarkPartitions(std::vector<TaskView>& views, double now_unix) {
       for (const PeerInfo& p : r.peers) {
         if (p.peer != t.task || p.connected || p.consecutive_failures < 3) continue;
         if (p.seconds_since_success >= 0 && p.seconds_since_success < 3) continue;
+        // A peer that answers too slowly is reached: that is a slow or overloaded task (its
+        // latency and deadline alerts), not a partition.
+        if (IsDeadlineError(p.last_error)) continue;
         reporters.push_back(r.task.Name());
         if (last_error.empty()) last_error = p.last_error;
       }

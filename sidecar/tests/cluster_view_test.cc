@@ -76,7 +76,8 @@ TEST(AnnotateBlocked, SaysThePeerIsDeadOrMissing) {
 TEST(MarkPartitions, UpTaskThatPeersCannotReach) {
   TaskView ps = View({"ps", 0}, TaskState::kUp, "127.0.0.1:2223");
   TaskView worker = View({"worker", 0}, TaskState::kUp);
-  worker.peers.push_back({{"ps", 0}, "127.0.0.1:2223", false, 5, "deadline exceeded", 10, 0, ""});
+  worker.peers.push_back(
+      {{"ps", 0}, "127.0.0.1:2223", false, 5, "connection timed out", 10, 0, ""});
   std::vector<TaskView> views = {ps, worker};
   MarkPartitions(views, 100);
   EXPECT_EQ(views[0].state, TaskState::kUnreachable);
@@ -86,6 +87,14 @@ TEST(MarkPartitions, UpTaskThatPeersCannotReach) {
   // A short hiccup is not a partition.
   views = {ps, worker};
   views[1].peers[0].seconds_since_success = 1;
+  MarkPartitions(views, 100);
+  EXPECT_EQ(views[0].state, TaskState::kUp);
+  // A ps that answers too slowly is reached: slow, not partitioned.
+  views = {ps, worker};
+  views[1].peers[0].last_error = "no answer within 1000 ms";
+  MarkPartitions(views, 100);
+  EXPECT_EQ(views[0].state, TaskState::kUp);
+  views[1].peers[0].last_error = "DEADLINE_EXCEEDED: Deadline Exceeded";
   MarkPartitions(views, 100);
   EXPECT_EQ(views[0].state, TaskState::kUp);
 }

@@ -117,7 +117,7 @@ class FakeTaskService final : public pb::TaskService::Service {
       p->set_address(at == std::string::npos ? "" : spec.substr(at + 1));
       p->set_connected(false);
       p->set_consecutive_failures(10);
-      p->set_last_error("DEADLINE_EXCEEDED: no answer within 5000 ms");
+      p->set_last_error("connection timed out");
       p->set_seconds_since_success(30);
     }
     r->mutable_resources()->set_threads(3);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "trainscope/sidecar/cluster_spec.h"
 #include "trainscope/sidecar/task_view.h"
 
@@ -29,6 +30,10 @@ std::vector<TaskView> MergeViews(const std::string& cluster, const ClusterSpec& 
 
 // Appends to each blocked task's reason what `all` knows of the peers it waits on.
 void AnnotateBlocked(std::vector<TaskView>& views, const ClusterSpec& spec);
+
+// True for an error that says the peer answered too late (DEADLINE_EXCEEDED): the peer was
+// reached, so it is no evidence of a partition.
+bool IsDeadlineError(absl::string_view error);
 
 // Marks tasks that are `up` for their own sidecar but that at least one other task fails to
 // reach (PeerView: not connected, >= 3 consecutive failures, no success for >= 3 s) as
