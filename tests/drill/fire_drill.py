@@ -703,6 +703,11 @@ class Drill:
     CONSEQUENCES = {
         ("TrainscopeTaskBlocked", "worker", "1"): "ps-never-starts: both workers wait for ps:2",
         ("TrainscopePsLatencyHigh", "ps", "0"): "ps-past-deadline: ps:0 is 1.5 s slow",
+        # While ps:1 is stopped the workers' calls to it time out for real; the rate stays high
+        # for a while after SIGCONT, when the hung alert no longer inhibits it.
+        ("TrainscopeDeadlineExceededRateHigh", "ps", "1"):
+            "sigstop-ps: calls to the stopped ps:1 exceeded their deadline",
+        ("TrainscopePsLatencyHigh", "ps", "1"): "sigstop-ps: calls to the stopped ps:1 were slow",
     }
 
     def check_no_false_alarms(self):
