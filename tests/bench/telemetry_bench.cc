@@ -110,6 +110,10 @@ int Run(int rounds, double seconds_per_round) {
          ("http://127.0.0.1:" + std::to_string(collector_port)).c_str(), 1);
   setenv("OTEL_TRACES_SAMPLER", "always_on", 1);
 
+  setenv("OTEL_TRACES_SAMPLER", "traceidratio", 1);
+  setenv("OTEL_TRACES_SAMPLER_ARG", "0.1", 1);
+  Pair sampled = StartPair(true, true);
+  setenv("OTEL_TRACES_SAMPLER", "always_on", 1);
   Pair on = StartPair(true, true);
   Pair metrics_only = StartPair(true, false);
   Pair off = StartPair(false, false);
@@ -118,25 +122,31 @@ int Run(int rounds, double seconds_per_round) {
   auto round_trip = [&](Pair& p) {
     if (!p.client->PullAll(&values).ok() || !p.client->Push(0, gradient, 0.0f).ok()) std::abort();
   };
-  std::vector<double> t_on, t_off, t_metrics;
+  std::vector<double> t_on, t_off, t_metrics, t_sampled;
   for (int r = 0; r < rounds; ++r) {
     t_off.push_back(bench::SecondsPerOp(seconds_per_round, [&] { round_trip(off); }));
     t_metrics.push_back(bench::SecondsPerOp(seconds_per_round, [&] { round_trip(metrics_only); }));
     t_on.push_back(bench::SecondsPerOp(seconds_per_round, [&] { round_trip(on); }));
+    t_sampled.push_back(bench::SecondsPerOp(seconds_per_round, [&] { round_trip(sampled); }));
   }
   const double on_us = bench::Median(t_on) * 1e6;
   const double off_us = bench::Median(t_off) * 1e6;
   const double metrics_us = bench::Median(t_metrics) * 1e6;
+  const double sampled_us = bench::Median(t_sampled) * 1e6;
   printf("Pull+Push of a 4 KiB variable, worker and ps on loopback, %d interleaved rounds\n",
          rounds);
   printf("  telemetry off: %8.1f us per round trip\n", off_us);
   printf("  metrics only:     %8.1f us per round trip (no spans)\n", metrics_us);
   printf("  telemetry on:     %8.1f us per round trip (100%% sampling, 4 spans per round trip)\n",
          on_us);
+  printf("  10%% sampling:     %8.1f us per round trip\n", sampled_us);
   printf("  rate with metrics only / off: %.3f\n", off_us / metrics_us);
+  printf("  rate with 10%% sampling / off: %.3f\n", off_us / sampled_us);
   printf("  rate with telemetry on / off: %.3f\n", off_us / on_us);
   on.worker.reset();
   on.ps.reset();
+  sampled.worker.reset();
+  sampled.ps.reset();
   printf("  spans received by the collector: %lld\n",
          static_cast<long long>(collector.spans.load()));
 
