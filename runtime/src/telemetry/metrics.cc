@@ -302,10 +302,9 @@ std::vector<prometheus::MetricFamily> RpcMetrics::Collect() const {
   auto& errors =
       AddFamily(&out, names::kPeerErrors, "Client call attempts per peer task that did not end OK.",
                 MetricType::Counter);
-  auto& deadline_exceeded =
-      AddFamily(&out, names::kPeerDeadlineExceeded,
-                "Client call attempts per peer task that ended DEADLINE_EXCEEDED.",
-                MetricType::Counter);
+  auto& deadline_exceeded = AddFamily(
+      &out, names::kPeerDeadlineExceeded,
+      "Client call attempts per peer task that ended DEADLINE_EXCEEDED.", MetricType::Counter);
   auto& latency = AddFamily(&out, names::kPeerLatencySum,
                             "Sum of client call attempt durations per peer task; divide its rate "
                             "by the calls' rate for the mean latency to each peer.",
