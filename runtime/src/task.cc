@@ -72,7 +72,10 @@ class Task::Impl {
   void Stop();
   void Shutdown();
 
-  v1::TaskIdentity Identity() const;
+  // Who this task is; built once in Start (it never changes), read by every handshake and
+  // heartbeat.
+  const v1::TaskIdentity& Identity() const { return identity_; }
+  v1::TaskIdentity BuildIdentity() const;
   void FillHeartbeat(v1::HeartbeatResponse* response) const;
   // Records that `from` finished; returns the trainers still running.
   int MarkDone(const TaskRef& from);
@@ -83,6 +86,7 @@ class Task::Impl {
   const uint64_t incarnation_;
   int trainers_ = 0;
   std::string listen_address_;
+  v1::TaskIdentity identity_;
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> parameter_delay_ms_;
   std::atomic<int64_t> heartbeat_delay_ms_{0};
@@ -271,7 +275,7 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
 
 }  // namespace
 
-v1::TaskIdentity Task::Impl::Identity() const {
+v1::TaskIdentity Task::Impl::BuildIdentity() const {
   v1::TaskIdentity id;
   *id.mutable_task() = TaskIdToProto(self_);
   id.set_cluster_name(options_.cluster_name);
@@ -335,6 +339,7 @@ absl::Status Task::Impl::Start() {
   const std::string name = self_.ShortName();
   TS_ASSIGN_OR_RETURN(std::string spec_address, cluster_.AddressOf(self_));
   listen_address_ = options_.listen_address.empty() ? spec_address : options_.listen_address;
+  identity_ = BuildIdentity();
   std::string host;
   int port = 0;
   absl::Status parsed = ParseHostPort(listen_address_, &host, &port);
