@@ -81,10 +81,11 @@ int Status(const std::string& sidecar, bool json) {
   for (const TaskView& v : *views) {
     std::string state(trainscope::sidecar::StateName(v.state));
     if (tty) {
-      std::printf("%-12s %s%-12s\033[0m %-6s %-22s %s\n", v.task.Name().c_str(), Colour(v.state),
-                  state.c_str(), Ago(v.since).c_str(), v.address.c_str(), v.reason.c_str());
+      std::printf("%-12s %s%-12s\033[0m %-6s %-22s %s\n", v.task.ShortName().c_str(),
+                  Colour(v.state), state.c_str(), Ago(v.since).c_str(), v.address.c_str(),
+                  v.reason.c_str());
     } else {
-      std::printf("%-12s %-12s %-6s %-22s %s\n", v.task.Name().c_str(), state.c_str(),
+      std::printf("%-12s %-12s %-6s %-22s %s\n", v.task.ShortName().c_str(), state.c_str(),
                   Ago(v.since).c_str(), v.address.c_str(), v.reason.c_str());
     }
   }

@@ -69,6 +69,9 @@ int main(int argc, char** argv) {
                  "--http_port; \"none\": no peers)");
   app.add_option("--peer_poll_ms", o.peer_poll_ms, "How often to ask peer sidecars")
       ->capture_default_str();
+  app.add_flag("--check_config", o.check_config,
+               "Check the cluster spec and flags and exit: 0 and what would be watched when they "
+               "are valid, 2 and the error when not");
   CLI11_PARSE(app, argc, argv);
   absl::Status status = trainscope::sidecar::Run(o);
   if (!status.ok()) {

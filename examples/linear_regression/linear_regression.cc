@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
-#include "trainscope/runtime/cluster_spec.h"
+#include "trainscope/common/cluster_spec.h"
 #include "trainscope/runtime/parameter_client.h"
 #include "trainscope/runtime/status_macros.h"
 #include "trainscope/runtime/task.h"

@@ -4,6 +4,7 @@
 
 #include "CLI/CLI.hpp"
 #include "linear_regression.h"
+#include "trainscope/common/cluster_spec.h"
 
 int main(int argc, char** argv) {
   trainscope::examples::LinearRegressionOptions o;
@@ -54,6 +55,10 @@ int main(int argc, char** argv) {
   app.add_flag("--disable_telemetry", no_telemetry, "Record no metrics and no spans");
   app.add_flag("--disable_tracing", no_tracing,
                "Export no spans (OTEL_EXPORTER_OTLP_ENDPOINT says where they go otherwise)");
+  bool check_config = false;
+  app.add_flag(
+      "--check_config", check_config,
+      "Check TF_CONFIG and exit: 0 and a summary when it is valid, 2 and the error when not");
   app.add_flag("--enable_fault_injection", r.enable_fault_injection,
                "Accept TaskService.InjectFault (tests and drills)");
   app.add_option("--testing_ps_delay_ms", r.testing_parameter_delay_ms,
@@ -74,6 +79,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.tf_config = tf_config;
+  if (check_config) {
+    auto config = trainscope::ParseTfConfig(o.tf_config, /*require_task=*/true);
+    if (!config.ok()) {
+      std::cerr << "error: " << config.status().message() << "\n";
+      return 2;
+    }
+    std::cout << "TF_CONFIG is valid: this process is " << config->task->FullName() << " at "
+              << *config->cluster.FindAddress(*config->task) << " in a cluster of "
+              << config->cluster.AllTasks().size() << " tasks\n";
+    return 0;
+  }
   absl::Status status = trainscope::examples::RunLinearRegression(o);
   if (!status.ok()) {
     std::cerr << "error: " << absl::StatusCodeToString(status.code()) << ": " << status.message()

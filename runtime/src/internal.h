@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "trainscope/runtime/cluster_spec.h"
+#include "trainscope/common/cluster_spec.h"
 #include "trainscope/runtime/task_status.h"
 #include "trainscope/runtime/tensor.h"
 #include "trainscope/v1/runtime.pb.h"

@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "internal.h"
+#include "trainscope/common/proc.h"
+#include "trainscope/common/rpc_error.h"
 #include "trainscope/runtime/net_util.h"
 #include "trainscope/runtime/status_macros.h"
 #include "trainscope/runtime/telemetry/context.h"

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "trainscope/common/clock.h"
 
 namespace trainscope {
 namespace {

@@ -18,6 +18,8 @@
 #include "internal.h"
 #include "spdlog/spdlog.h"
 #include "telemetry/interceptors.h"
+#include "trainscope/common/proc.h"
+#include "trainscope/common/rpc_error.h"
 #include "trainscope/runtime/net_util.h"
 #include "trainscope/runtime/parameter_client.h"
 #include "trainscope/runtime/parameter_store.h"
@@ -340,12 +342,13 @@ absl::Status Task::Impl::Start() {
   TS_ASSIGN_OR_RETURN(std::string spec_address, cluster_.AddressOf(self_));
   listen_address_ = options_.listen_address.empty() ? spec_address : options_.listen_address;
   identity_ = BuildIdentity();
-  std::string host;
-  int port = 0;
-  absl::Status parsed = ParseHostPort(listen_address_, &host, &port);
+  auto parsed = ParseHostPort(listen_address_);
   if (!parsed.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " cannot listen: ", parsed.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " cannot listen: ", parsed.status().message()));
   }
+  const std::string host = parsed->host;
+  const int port = parsed->port;
   // Bind once ourselves first: gRPC reports a failed bind without its cause.
   absl::Status can_listen = CheckCanListen(host, port);
   if (!can_listen.ok()) {

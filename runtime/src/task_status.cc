@@ -1,17 +1,7 @@
 // Task and peer bookkeeping for heartbeats; see task_status.h.
 #include "trainscope/runtime/task_status.h"
 
-#include <chrono>
-
 namespace trainscope {
-
-double MonotonicSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double UnixSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 void PeerHealth::RecordSuccess() {
   consecutive_failures_.store(0, std::memory_order_relaxed);

@@ -60,18 +60,4 @@ std::string TensorSpec::DebugString() const {
   return absl::StrCat(DTypeName(dtype), "[", absl::StrJoin(shape, ","), "]");
 }
 
-std::string HumanBytes(int64_t bytes) {
-  if (bytes < 1024) return absl::StrCat(bytes, " B");
-  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  int unit = -1;
-  while (value >= 1024 && unit < 3) {
-    value /= 1024;
-    ++unit;
-  }
-  char buf[32];
-  snprintf(buf, sizeof(buf), "%.1f %s", value, units[unit]);
-  return buf;
-}
-
 }  // namespace trainscope

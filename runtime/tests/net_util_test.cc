@@ -33,24 +33,5 @@ TEST(NetUtilTest, ForeignAddressIsNotAvailable) {
   EXPECT_NE(st.message().find("not available on this machine"), std::string::npos);
 }
 
-TEST(NetUtilTest, SummarizesRpcErrors) {
-  EXPECT_EQ(SummarizeRpcError(14,
-                              "failed to connect to all addresses; last error: UNKNOWN: "
-                              "ipv4:127.0.0.1:1: Failed to connect to remote host: Connection "
-                              "refused",
-                              100),
-            "connection refused");
-  EXPECT_EQ(SummarizeRpcError(4, "Deadline Exceeded", 250), "no answer within 250 ms");
-  EXPECT_EQ(SummarizeRpcError(3, "bad shape", 1), "INVALID_ARGUMENT: bad shape");
-}
-
-TEST(NetUtilTest, ReadsOwnResourceUsage) {
-  ResourceUsage usage = ReadResourceUsage();
-  EXPECT_GT(usage.resident_bytes, 0);
-  EXPECT_GE(usage.threads, 1);
-  EXPECT_GE(usage.open_fds, 3);
-  EXPECT_GT(usage.start_time_unix, 1.0e9);
-}
-
 }  // namespace
 }  // namespace trainscope

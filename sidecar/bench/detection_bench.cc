@@ -68,7 +68,7 @@ struct SidecarProc {
     auto views = trainscope::sidecar::ParseTaskViewsJson(r->body);
     if (!views.ok()) return std::nullopt;
     for (auto& v : *views) {
-      if (v.task.Name() == name) return v;
+      if (v.task.ShortName() == name) return v;
     }
     return std::nullopt;
   }

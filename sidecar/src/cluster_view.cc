@@ -24,12 +24,12 @@ std::string Shorten(const std::string& s, size_t n) {
 
 bool SameAddress(const std::string& a, const std::string& b) {
   if (a == b) return true;
-  auto ha = SplitHostPort(a);
-  auto hb = SplitHostPort(b);
+  auto ha = ParseHostPort(a);
+  auto hb = ParseHostPort(b);
   if (!ha.ok() || !hb.ok()) return false;
-  if (ha->second != hb->second) return false;
-  if (ha->first == hb->first) return true;
-  return IsWildcardOrLoopback(ha->first) || IsWildcardOrLoopback(hb->first);
+  if (ha->port != hb->port) return false;
+  if (ha->host == hb->host) return true;
+  return IsWildcardOrLoopback(ha->host) || IsWildcardOrLoopback(hb->host);
 }
 
 std::vector<TaskView> MergeViews(const std::string& cluster, const ClusterSpec& spec,
@@ -43,13 +43,13 @@ std::vector<TaskView> MergeViews(const std::string& cluster, const ClusterSpec& 
     if (!p.ok) continue;
     for (const TaskView& v : p.views) {
       if (!v.cluster.empty() && v.cluster != cluster) continue;
-      if (!spec.Address(v.task) || is_local.count(v.task)) continue;
+      if (!spec.FindAddress(v.task) || is_local.count(v.task)) continue;
       auto it = merged.find(v.task);
       if (it == merged.end() || v.observed_at > it->second.observed_at) {
         TaskView copy = v;
         copy.cluster = cluster;
         copy.source = p.sidecar;
-        copy.address = *spec.Address(v.task);
+        copy.address = *spec.FindAddress(v.task);
         merged[v.task] = std::move(copy);
       }
     }
@@ -58,12 +58,12 @@ std::vector<TaskView> MergeViews(const std::string& cluster, const ClusterSpec& 
   for (const PeerReport& p : peers) {
     tried.push_back(p.ok ? p.sidecar : absl::StrCat(p.sidecar, " (", Shorten(p.error, 80), ")"));
   }
-  for (const TaskRef& t : spec.Tasks()) {
+  for (const TaskRef& t : spec.AllTasks()) {
     if (merged.count(t)) continue;
     TaskView v;
     v.cluster = cluster;
     v.task = t;
-    v.address = *spec.Address(t);
+    v.address = *spec.FindAddress(t);
     v.state = TaskState::kUnreachable;
     v.since = now_unix;
     v.observed_at = now_unix;
@@ -86,7 +86,7 @@ void AnnotateBlocked(std::vector<TaskView>& views, const ClusterSpec& spec) {
     if (v.state != TaskState::kBlocked) continue;
     std::vector<std::string> notes;
     for (const BlockedPeer& b : v.blocked_on) {
-      std::string name = b.peer.Name();
+      std::string name = b.peer.ShortName();
       auto it = by_task.find(b.peer);
       const TaskView* pv = it == by_task.end() ? nullptr : it->second;
       if (pv != nullptr && !pv->listen_address.empty() && !b.address.empty() &&
@@ -95,11 +95,11 @@ void AnnotateBlocked(std::vector<TaskView>& views, const ClusterSpec& spec) {
                                      b.address, ": fix the cluster spec"));
         continue;
       }
-      auto spec_address = spec.Address(b.peer);
+      auto spec_address = spec.FindAddress(b.peer);
       if (!spec_address) {
         notes.push_back(absl::StrCat(name, " is not in this sidecar's cluster spec"));
       } else if (!b.address.empty() && !SameAddress(*spec_address, b.address)) {
-        notes.push_back(absl::StrCat(v.task.Name(), " uses ", b.address, " for ", name,
+        notes.push_back(absl::StrCat(v.task.ShortName(), " uses ", b.address, " for ", name,
                                      " but the cluster spec here says ", *spec_address,
                                      ": the tasks' cluster specs differ"));
       }
@@ -144,7 +144,7 @@ void MarkPartitions(std::vector<TaskView>& views, double now_unix) {
         // A peer that answers too slowly is reached: that is a slow or overloaded task (its
         // latency and deadline alerts), not a partition.
         if (IsDeadlineError(p.last_error)) continue;
-        reporters.push_back(r.task.Name());
+        reporters.push_back(r.task.ShortName());
         if (last_error.empty()) last_error = p.last_error;
       }
     }

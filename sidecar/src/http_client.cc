@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "trainscope/sidecar/cluster_spec.h"
+#include "trainscope/common/cluster_spec.h"
 
 namespace trainscope::sidecar {
 namespace {
@@ -40,16 +40,16 @@ int RemainingMs(std::chrono::steady_clock::time_point deadline) {
 
 absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::string& path,
                                      int timeout_ms, size_t max_bytes) {
-  auto hp = SplitHostPort(host_port);
+  auto hp = ParseHostPort(host_port);
   if (!hp.ok()) return hp.status();
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  std::string port = std::to_string(hp->second);
-  if (int rc = getaddrinfo(hp->first.c_str(), port.c_str(), &hints, &res); rc != 0) {
+  std::string port = std::to_string(hp->port);
+  if (int rc = getaddrinfo(hp->host.c_str(), port.c_str(), &hints, &res); rc != 0) {
     return absl::UnavailableError(
-        absl::StrCat("cannot resolve ", hp->first, ": ", gai_strerror(rc)));
+        absl::StrCat("cannot resolve ", hp->host, ": ", gai_strerror(rc)));
   }
   std::string last_error = "no address";
   int fd = -1;

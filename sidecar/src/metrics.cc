@@ -1,17 +1,12 @@
 // Building and serializing the sidecar's metric families; see metrics.h.
 #include "metrics.h"
 
-#include <dirent.h>
-#include <sys/resource.h>
-#include <unistd.h>
-
-#include <cstdio>
-#include <fstream>
 #include <sstream>
 
 #include "absl/strings/match.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
+#include "trainscope/common/proc.h"
 #include "trainscope/sidecar/names.h"
 
 namespace trainscope::sidecar {
@@ -49,45 +44,12 @@ void AddCounter(MetricFamily& f, std::vector<ClientMetric::Label> labels, double
   f.metric.push_back(std::move(m));
 }
 
-int CountFds() {
-  int n = 0;
-  if (DIR* d = opendir("/proc/self/fd")) {
-    while (dirent* e = readdir(d)) {
-      if (e->d_name[0] != '.') ++n;
-    }
-    closedir(d);
-    --n;  // The directory stream itself.
-  }
-  return n;
-}
-
 void AddProcessMetrics(std::vector<MetricFamily>& out) {
-  static const double kTicks = static_cast<double>(sysconf(_SC_CLK_TCK));
-  static const double kPage = static_cast<double>(sysconf(_SC_PAGESIZE));
-  std::ifstream stat("/proc/self/stat");
-  std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  size_t paren = content.rfind(')');
-  if (paren == std::string::npos) return;
-  std::istringstream in(content.substr(paren + 2));
-  std::vector<std::string> f;  // f[0] is field 3 (state).
-  std::string s;
-  while (in >> s) f.push_back(s);
-  if (f.size() < 22) return;
-  auto field = [&](int n) { return std::strtod(f[n - 3].c_str(), nullptr); };
-  double cpu = (field(14) + field(15)) / kTicks;
-  double threads = field(20);
-  double start_ticks = field(22);
-  double vsize = field(23);
-  double rss = field(24) * kPage;
-  double boot = 0;
-  std::ifstream st("/proc/stat");
-  std::string line;
-  while (std::getline(st, line)) {
-    if (line.rfind("btime ", 0) == 0) boot = std::strtod(line.c_str() + 6, nullptr);
-  }
-  rlimit lim{};
-  getrlimit(RLIMIT_NOFILE, &lim);
-
+  const ResourceUsage u = ReadResourceUsage();
+  const double cpu = u.cpu_seconds;
+  const double rss = static_cast<double>(u.resident_bytes);
+  const double vsize = static_cast<double>(u.virtual_bytes);
+  const double threads = u.threads;
   auto cpu_f = Family(names::kProcessCpuSeconds, "Total user and system CPU time spent in seconds.",
                       MetricType::Counter);
   AddCounter(cpu_f, {}, cpu);
@@ -102,16 +64,16 @@ void AddProcessMetrics(std::vector<MetricFamily>& out) {
   out.push_back(std::move(vm_f));
   auto fds_f =
       Family(names::kProcessOpenFds, "Number of open file descriptors.", MetricType::Gauge);
-  AddGauge(fds_f, {}, CountFds());
+  AddGauge(fds_f, {}, u.open_fds);
   out.push_back(std::move(fds_f));
   auto max_f =
       Family(names::kProcessMaxFds, "Maximum number of open file descriptors.", MetricType::Gauge);
-  AddGauge(max_f, {}, static_cast<double>(lim.rlim_cur));
+  AddGauge(max_f, {}, static_cast<double>(u.max_fds));
   out.push_back(std::move(max_f));
   auto start_f =
       Family(names::kProcessStartTime, "Start time of the process since unix epoch in seconds.",
              MetricType::Gauge);
-  AddGauge(start_f, {}, boot + start_ticks / kTicks);
+  AddGauge(start_f, {}, u.start_time_unix);
   out.push_back(std::move(start_f));
   auto thr_f =
       Family(names::kProcessThreads, "Number of OS threads in the process.", MetricType::Gauge);

@@ -15,6 +15,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
+#include "trainscope/common/phase.h"
+#include "trainscope/common/rpc_error.h"
 #include "trainscope/v1/runtime.grpc.pb.h"
 
 namespace trainscope::sidecar {
@@ -27,23 +29,6 @@ constexpr int kMaxPeers = 4096;
 
 std::string Bound(const std::string& s) {
   return s.size() <= kMaxString ? s : s.substr(0, kMaxString - 3) + "...";
-}
-
-std::string PhaseName(pb::Phase phase) {
-  switch (phase) {
-    case pb::PHASE_STARTING:
-      return "starting";
-    case pb::PHASE_CREATING_SESSION:
-      return "creating session";
-    case pb::PHASE_TRAINING:
-      return "training";
-    case pb::PHASE_DONE:
-      return "done";
-    case pb::PHASE_SERVING:
-      return "serving";
-    default:
-      return "";
-  }
 }
 
 PeerInfo ConvertPeer(const pb::PeerView& p) {
@@ -69,7 +54,7 @@ HeartbeatInfo Convert(const pb::HeartbeatResponse& r) {
   hb.hostname = Bound(id.hostname());
   hb.listen_address = Bound(id.listen_address());
   hb.runtime_version = Bound(id.runtime_version());
-  hb.phase = PhaseName(r.phase());
+  hb.phase = std::string(PhaseName(PhaseFromWire(r.phase())));
   if (r.has_waiting()) {
     hb.waiting = true;
     hb.waiting_what = Bound(r.waiting().what());
@@ -96,12 +81,12 @@ HeartbeatInfo Convert(const pb::HeartbeatResponse& r) {
 // Connects to `address` to tell "nothing listens" from other failures. Local addresses only:
 // the answer comes at once.
 bool ConnectRefused(const std::string& address) {
-  auto hp = SplitHostPort(address);
+  auto hp = ParseHostPort(address);
   if (!hp.ok()) return false;
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  if (getaddrinfo(hp->first.c_str(), std::to_string(hp->second).c_str(), &hints, &res) != 0) {
+  if (getaddrinfo(hp->host.c_str(), std::to_string(hp->port).c_str(), &hints, &res) != 0) {
     return false;
   }
   bool refused = false;
@@ -127,47 +112,12 @@ bool ConnectRefused(const std::string& address) {
   return refused;
 }
 
-std::string CodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::CANCELLED:
-      return "cancelled";
-    case grpc::StatusCode::UNKNOWN:
-      return "unknown";
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return "invalid argument";
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return "deadline exceeded";
-    case grpc::StatusCode::NOT_FOUND:
-      return "not found";
-    case grpc::StatusCode::PERMISSION_DENIED:
-      return "permission denied";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return "resource exhausted";
-    case grpc::StatusCode::UNIMPLEMENTED:
-      return "unimplemented";
-    case grpc::StatusCode::INTERNAL:
-      return "internal";
-    case grpc::StatusCode::UNAVAILABLE:
-      return "unavailable";
-    default:
-      return absl::StrCat("code ", static_cast<int>(code));
-  }
-}
-
 }  // namespace
 
 HeartbeatInfo ConvertHeartbeatForTest(const std::string& serialized) {
   pb::HeartbeatResponse r;
   r.ParseFromString(serialized);
   return Convert(r);
-}
-
-double MonotonicSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double UnixSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 struct HeartbeatPoller::Impl {
@@ -207,37 +157,31 @@ struct HeartbeatPoller::Impl {
       r.heartbeat = Convert(call->response);
       return r;
     }
-    std::string msg = s.error_message();
-    switch (s.error_code()) {
-      case grpc::StatusCode::DEADLINE_EXCEEDED:
-        r.failure = FailureKind::kTimeout;
-        r.error = absl::StrCat("no answer within ", deadline_ms, " ms");
+    RpcErrorSummary summary =
+        ClassifyRpcError(static_cast<int>(s.error_code()), s.error_message(), deadline_ms);
+    switch (summary.kind) {
+      case RpcFailure::kRefused:
+        r.failure = FailureKind::kRefused;
+        r.error = summary.words;
         return r;
-      case grpc::StatusCode::UNAVAILABLE:
-        if (absl::StrContains(absl::AsciiStrToLower(msg), "connection refused") ||
-            (slots[call->target].target.local &&
-             ConnectRefused(slots[call->target].target.address))) {
-          r.failure = FailureKind::kRefused;
-          r.error = "connection refused";
-          return r;
-        }
-        r.failure = FailureKind::kUnavailable;
-        break;
-      case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      case grpc::StatusCode::INTERNAL:
-      case grpc::StatusCode::UNIMPLEMENTED:
-      case grpc::StatusCode::UNKNOWN:
+      case RpcFailure::kTimeout:
+        r.failure = FailureKind::kTimeout;
+        r.error = summary.words;
+        return r;
+      case RpcFailure::kApplication:
         r.failure = FailureKind::kBadAnswer;
-        break;
+        r.error = absl::StrCat("not a valid heartbeat: ", summary.words);
+        return r;
       default:
-        r.failure = FailureKind::kUnavailable;
+        break;
     }
-    // Keep the last, most specific part of gRPC's message.
-    size_t cut = msg.rfind("last error: ");
-    if (cut != std::string::npos) msg = msg.substr(cut + 12);
-    if (msg.size() > 160) msg = msg.substr(0, 157) + "...";
-    r.error = absl::StrCat(r.failure == FailureKind::kBadAnswer ? "not a valid heartbeat: " : "",
-                           CodeName(s.error_code()), msg.empty() ? "" : ": ", msg);
+    if (slots[call->target].target.local && ConnectRefused(slots[call->target].target.address)) {
+      r.failure = FailureKind::kRefused;
+      r.error = "connection refused";
+      return r;
+    }
+    r.failure = FailureKind::kUnavailable;
+    r.error = summary.words;
     return r;
   }
 };

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "trainscope/common/clock.h"
 #include "trainscope/sidecar/task_tracker.h"
 
 namespace trainscope::sidecar {
@@ -39,10 +40,5 @@ class HeartbeatPoller {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// Monotonic seconds (steady_clock).
-double MonotonicSeconds();
-// Wall-clock seconds since the epoch.
-double UnixSeconds();
 
 }  // namespace trainscope::sidecar

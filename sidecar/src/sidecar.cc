@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -30,9 +31,10 @@
 #include "spdlog/spdlog.h"
 #include "status_page.h"
 #include "trace_receiver.h"
-#include "trainscope/sidecar/cluster_spec.h"
+#include "trainscope/common/cluster_spec.h"
 #include "trainscope/sidecar/cluster_view.h"
 #include "trainscope/sidecar/http_client.h"
+#include "trainscope/sidecar/local_hosts.h"
 #include "trainscope/sidecar/names.h"
 #include "trainscope/sidecar/task_tracker.h"
 #include "trainscope/sidecar/trace_store.h"
@@ -169,17 +171,18 @@ absl::Status Run(const SidecarOptions& o) {
     return absl::InvalidArgumentError(
         "no cluster spec: set TF_CONFIG or pass --cluster_spec FILE (TF_CONFIG JSON)");
   }
-  auto spec = ParseClusterSpec(spec_text);
-  if (!spec.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(spec_origin, ": ", spec.status().message()));
+  auto config = ParseTfConfig(spec_text, /*require_task=*/false);
+  if (!config.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(spec_origin, ": ", config.status().message()));
   }
+  const ClusterSpec* spec = &config->cluster;
   LocalHosts hosts;
   std::vector<TaskRef> tasks;
   std::set<std::string> remote_hosts;
-  for (const TaskRef& t : spec->Tasks()) {
-    auto hp = SplitHostPort(*spec->Address(t));
-    bool local = hp.ok() && hosts.IsLocal(hp->first);
-    if (!local && hp.ok()) remote_hosts.insert(hp->first);
+  for (const TaskRef& t : spec->AllTasks()) {
+    auto hp = ParseHostPort(*spec->FindAddress(t));
+    bool local = hp.ok() && hosts.IsLocal(hp->host);
+    if (!local && hp.ok()) remote_hosts.insert(hp->host);
     if (o.local_tasks.empty() && local) tasks.push_back(t);
   }
   if (!o.local_tasks.empty()) {
@@ -194,7 +197,7 @@ absl::Status Run(const SidecarOptions& o) {
   } else if (!o.peer_sidecars.empty()) {
     for (absl::string_view part : absl::StrSplit(o.peer_sidecars, ',', absl::SkipWhitespace())) {
       std::string p(part);
-      if (!SplitHostPort(p).ok()) {
+      if (!ParseHostPort(p).ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("--peer_sidecars: \"", p, "\" is not host:port"));
       }
@@ -204,6 +207,16 @@ absl::Status Run(const SidecarOptions& o) {
     for (const std::string& h : remote_hosts) {
       peer_sidecars.push_back(absl::StrCat(h, ":", o.http_port == 0 ? 9400 : o.http_port));
     }
+  }
+
+  if (o.check_config) {
+    std::vector<std::string> names;
+    for (const TaskRef& t : tasks) names.push_back(t.ShortName());
+    std::printf("cluster spec from %s is valid: %zu tasks; this node watches %s; peers: %s\n",
+                spec_origin.c_str(), spec->AllTasks().size(),
+                names.empty() ? "none" : absl::StrJoin(names, ", ").c_str(),
+                peer_sidecars.empty() ? "none" : absl::StrJoin(peer_sidecars, ", ").c_str());
+    return absl::OkStatus();
   }
 
   TrackerOptions topts;
@@ -219,9 +232,9 @@ absl::Status Run(const SidecarOptions& o) {
   std::vector<TaskTracker> trackers;
   std::vector<HeartbeatPoller::Target> targets;
   for (const TaskRef& t : tasks) {
-    std::string address = *spec->Address(t);
-    auto hp = SplitHostPort(address);
-    bool local = hp.ok() && hosts.IsLocal(hp->first);
+    std::string address = *spec->FindAddress(t);
+    auto hp = ParseHostPort(address);
+    bool local = hp.ok() && hosts.IsLocal(hp->host);
     trackers.emplace_back(o.cluster_name, t, address, local, hosts.hostname(), topts, start_s,
                           start_unix);
     targets.push_back({address, local});
@@ -393,7 +406,7 @@ absl::Status Run(const SidecarOptions& o) {
 
   std::vector<std::string> watched;
   for (size_t i = 0; i < tasks.size(); ++i) {
-    watched.push_back(absl::StrCat(tasks[i].Name(), "@", targets[i].address));
+    watched.push_back(absl::StrCat(tasks[i].ShortName(), "@", targets[i].address));
   }
   spdlog::info("trainscope-sidecar: cluster {}; watching {} task(s): {}; peers: {}", cluster,
                tasks.size(), absl::StrJoin(watched, ", "),
@@ -495,7 +508,7 @@ absl::Status Run(const SidecarOptions& o) {
       for (size_t i = 0; i < trackers.size(); ++i) {
         if (poller.InFlight(i)) continue;
         if (relax_ticks > 1 && (tick_no + i) % relax_ticks != 0 &&
-            trackers[i].MaySkipPoll(now, ReadProc)) {
+            trackers[i].MaySkipPoll(now, ReadProcStat)) {
           trackers[i].OnPollSkipped();
           continue;
         }
@@ -504,7 +517,7 @@ absl::Status Run(const SidecarOptions& o) {
     }
     double unix_now = UnixSeconds();
     for (size_t i = 0; i < trackers.size(); ++i) {
-      views[i] = trackers[i].Evaluate(now, unix_now, ReadProc);
+      views[i] = trackers[i].Evaluate(now, unix_now, ReadProcStat);
       counters[i] = trackers[i].counters();
       for (const std::string& e : trackers[i].TakeEvents()) spdlog::info("{}", e);
     }

@@ -1,9 +1,6 @@
 // The per-task state decision; see task_tracker.h.
 #include "trainscope/sidecar/task_tracker.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,21 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "trainscope/common/clock.h"
 
 namespace trainscope::sidecar {
 namespace {
-
-// "350 ms", "1.5 s", "42 s", "3 min 5 s".
-std::string Dur(double s) {
-  if (!std::isfinite(s) || s < 0) s = 0;
-  if (s < 1) return absl::StrFormat("%.0f ms", s * 1000);
-  if (s < 10) return absl::StrFormat("%.1f s", s);
-  if (s < 120) return absl::StrFormat("%.0f s", s);
-  if (s < 7200) {
-    return absl::StrFormat("%d min %d s", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
-  }
-  return absl::StrFormat("%.1f h", s / 3600);
-}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -43,47 +29,6 @@ const std::vector<double>& LatencyBounds() {
   static const std::vector<double> kBounds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                               0.1,    0.25,  0.5,    1,     2.5,  5};
   return kBounds;
-}
-
-std::optional<ProcInfo> ReadProc(int64_t pid) {
-  if (pid <= 0) return std::nullopt;
-  // Called for every watched task on every tick (adaptive polling), so: one open/read/close and
-  // a hand parse, no stdio or streams.
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%lld/stat", static_cast<long long>(pid));
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  char buf[1024];
-  ssize_t got = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (got <= 0) return std::nullopt;
-  size_t n = static_cast<size_t>(got);
-  buf[n] = 0;
-  std::string_view s(buf, n);
-  size_t paren = s.rfind(')');
-  if (paren == std::string_view::npos || paren + 2 >= s.size()) return std::nullopt;
-  ProcInfo info;
-  info.state = s[paren + 2];
-  // Fields after the state: ppid(4) pgrp session tty_nr tpgid flags minflt cminflt majflt
-  // cmajflt utime(14) stime(15).
-  const char* p = buf + paren + 3;
-  const char* end = buf + n;
-  unsigned long long utime = 0, stime = 0;
-  for (int i = 4; i <= 15 && p < end; ++i) {
-    while (p < end && *p == ' ') ++p;
-    char* next = nullptr;
-    unsigned long long v = std::strtoull(p, &next, 10);
-    if (next == p) {  // Not a number (e.g. a negative tty): skip the field.
-      while (p < end && *p != ' ') ++p;
-      continue;
-    }
-    if (i == 14) utime = v;
-    if (i == 15) stime = v;
-    p = next;
-  }
-  static const double kTicks = static_cast<double>(sysconf(_SC_CLK_TCK));
-  info.cpu_seconds = static_cast<double>(utime + stime) / kTicks;
-  return info;
 }
 
 TaskTracker::TaskTracker(std::string cluster, TaskRef task, std::string address, bool local,
@@ -121,8 +66,8 @@ void TaskTracker::OnResult(const PollResult& r) {
       wrong.ok = false;
       wrong.failure = FailureKind::kWrongIdentity;
       wrong.error = absl::StrCat("answers as cluster \"", hb.cluster_name, "\" task ",
-                                 hb.task.Name(), " (pid ", hb.pid, " on ", hb.hostname,
-                                 "), not cluster \"", view_.cluster, "\" ", view_.task.Name());
+                                 hb.task.ShortName(), " (pid ", hb.pid, " on ", hb.hostname,
+                                 "), not cluster \"", view_.cluster, "\" ", view_.task.ShortName());
       OnResult(wrong);
       return;
     }
@@ -163,7 +108,7 @@ void TaskTracker::OnResult(const PollResult& r) {
 void TaskTracker::ApplyHeartbeat(const HeartbeatInfo& hb, double t) {
   if (answered_ && hb.incarnation != last_hb_.incarnation) {
     view_.restarts++;
-    events_.push_back(absl::StrCat(view_.task.Name(), " restarted: incarnation ",
+    events_.push_back(absl::StrCat(view_.task.ShortName(), " restarted: incarnation ",
                                    last_hb_.incarnation, " -> ", hb.incarnation, ", pid ",
                                    last_hb_.pid, " -> ", hb.pid));
     last_steps_ = -1;
@@ -231,7 +176,7 @@ bool TaskTracker::MaySkipPoll(double now_s, const ProcReader& proc) {
   if (last_failure_ || now_s < relearn_until_s_ || on_time_answers_ < kSettleAnswers) return false;
   if (last_hb_.waiting || last_hb_.phase == "done") return false;
   if (detector_.Phi(now_s, skipped_s_) >= 1) return false;  // Already a little late.
-  std::optional<ProcInfo> p = proc(last_hb_.pid);
+  std::optional<ProcStat> p = proc(last_hb_.pid);
   return p && p->state != 'Z' && p->state != 'X' && p->state != 'T' && p->state != 't';
 }
 
@@ -249,39 +194,39 @@ TaskTracker::Decision TaskTracker::DecideAnswering(double now_s, double now_unix
       std::vector<std::string> parts;
       for (const PeerInfo& p : hb.waiting_on) {
         view_.blocked_on.push_back({p.peer, p.address, waited, p.last_error});
-        parts.push_back(absl::StrCat(p.peer.Name(), " at ", p.address,
+        parts.push_back(absl::StrCat(p.peer.ShortName(), " at ", p.address,
                                      p.last_error.empty() ? "" : " (" + p.last_error + ")"));
       }
       return {TaskState::kBlocked,
-              absl::StrCat("waiting ", Dur(waited), " in ",
+              absl::StrCat("waiting ", HumanDuration(waited), " in ",
                            hb.waiting_what.empty() ? "CreateSession" : hb.waiting_what, " for ",
                            absl::StrJoin(parts, ", "))};
     }
   }
   if (expecting_ && now_s - last_progress_s_ >= options_.stall_after_s) {
-    return {TaskState::kStalled,
-            absl::StrCat("steps stuck at ", hb.steps, " for ", Dur(now_s - last_progress_s_),
-                         " while ", hb.phase.empty() ? "training" : hb.phase,
-                         " (answers heartbeats, makes no progress)")};
+    return {TaskState::kStalled, absl::StrCat("steps stuck at ", hb.steps, " for ",
+                                              HumanDuration(now_s - last_progress_s_), " while ",
+                                              hb.phase.empty() ? "training" : hb.phase,
+                                              " (answers heartbeats, makes no progress)")};
   }
   if (latency_samples_ >= 10 && !recent_latency_.empty()) {
     double recent = Median(recent_latency_);
     double usual = UsualLatency();
     if (recent >
         std::max(usual * options_.slow_latency_factor, usual + options_.slow_latency_min_s)) {
-      return {TaskState::kSlow,
-              absl::StrCat("heartbeat latency ", Dur(recent), ", usually ", Dur(usual))};
+      return {TaskState::kSlow, absl::StrCat("heartbeat latency ", HumanDuration(recent),
+                                             ", usually ", HumanDuration(usual))};
     }
   }
   if (usual_step_ > 0 && expecting_ && hb.last_step_seconds > 0 &&
       hb.last_step_seconds > std::max(usual_step_ * options_.slow_step_factor,
                                       usual_step_ + options_.slow_step_min_s)) {
-    return {TaskState::kSlow, absl::StrCat("last step took ", Dur(hb.last_step_seconds),
-                                           ", usually ", Dur(usual_step_))};
+    return {TaskState::kSlow, absl::StrCat("last step took ", HumanDuration(hb.last_step_seconds),
+                                           ", usually ", HumanDuration(usual_step_))};
   }
   std::string what = hb.phase.empty() ? "answering" : hb.phase;
-  std::string reason = absl::StrCat(what, ", answers every ", Dur(detector_.MeanGap()),
-                                    " (latency ", Dur(view_.latency_seconds), ")");
+  std::string reason = absl::StrCat(what, ", answers every ", HumanDuration(detector_.MeanGap()),
+                                    " (latency ", HumanDuration(view_.latency_seconds), ")");
   if (hb.steps > 0) absl::StrAppend(&reason, ", step ", hb.steps);
   if (view_.restarts > 0) absl::StrAppend(&reason, "; restarted ", view_.restarts, "x");
   return {TaskState::kUp, reason};
@@ -297,11 +242,11 @@ TaskTracker::Decision TaskTracker::DecideSilent(double now_s, double silence, do
   int64_t pid = last_hb_.pid;
   bool can_check = proc && CanCheckProcess();
   if (can_check) {
-    std::optional<ProcInfo> p = proc(pid);
+    std::optional<ProcStat> p = proc(pid);
     if (!p) {
       return {TaskState::kDead,
               absl::StrCat("process ", pid, " is gone (no /proc/", pid, "); no answer at ",
-                           view_.address, " for ", Dur(silence), err_note)};
+                           view_.address, " for ", HumanDuration(silence), err_note)};
     }
     if (p->state == 'Z' || p->state == 'X') {
       return {TaskState::kDead,
@@ -315,7 +260,7 @@ TaskTracker::Decision TaskTracker::DecideSilent(double now_s, double silence, do
     if ((p->state == 'T' || p->state == 't') && late) {
       return {TaskState::kHung,
               absl::StrCat("process ", pid, " is stopped (state ", std::string(1, p->state),
-                           ": SIGSTOP or a debugger); no answer for ", Dur(silence))};
+                           ": SIGSTOP or a debugger); no answer for ", HumanDuration(silence))};
     }
     if (late && !late_cpu_) {
       late_cpu_ = p->cpu_seconds;
@@ -325,32 +270,33 @@ TaskTracker::Decision TaskTracker::DecideSilent(double now_s, double silence, do
       bool cpu_moving = late_cpu_ && p->cpu_seconds > *late_cpu_ + 0.02;
       if (cpu_moving && silence < 4 * options_.hung_after_s) {
         return {TaskState::kSlow,
-                absl::StrCat("no answer for ", Dur(silence), ", but process ", pid,
+                absl::StrCat("no answer for ", HumanDuration(silence), ", but process ", pid,
                              " is using CPU (overloaded or starved)", err_note)};
       }
       return {TaskState::kHung,
               absl::StrCat("process ", pid, " exists (state ", std::string(1, p->state),
-                           ") but has not answered for ", Dur(silence),
+                           ") but has not answered for ", HumanDuration(silence),
                            absl::StrFormat(" (suspicion %.0f)", phi), err_note)};
     }
   } else {
     if (refused) {
       return {TaskState::kDead,
               absl::StrCat("connection refused at ", view_.address, "; last answered ",
-                           Dur(silence), " ago as pid ", pid, " on ",
+                           HumanDuration(silence), " ago as pid ", pid, " on ",
                            last_hb_.hostname.empty() ? "?" : last_hb_.hostname)};
     }
     if (long_silence) {
       return {
           TaskState::kUnreachable,
-          absl::StrCat("no answer at ", view_.address, " for ", Dur(silence), err_note,
+          absl::StrCat("no answer at ", view_.address, " for ", HumanDuration(silence), err_note,
                        "; cannot check the process (pid ", pid, " on ",
                        last_hb_.hostname.empty() ? "?" : last_hb_.hostname, ") from this host")};
     }
   }
   if (late) {
-    return {TaskState::kSlow, absl::StrCat("heartbeat late: no answer for ", Dur(silence),
-                                           ", usually every ", Dur(detector_.MeanGap()), err_note)};
+    return {TaskState::kSlow,
+            absl::StrCat("heartbeat late: no answer for ", HumanDuration(silence),
+                         ", usually every ", HumanDuration(detector_.MeanGap()), err_note)};
   }
   return DecideAnswering(now_s, 0);
 }
@@ -359,7 +305,7 @@ TaskTracker::Decision TaskTracker::Decide(double now_s, double now_unix, const P
   view_.blocked_on.clear();
   if (!answered_) {
     std::string reason = absl::StrCat("never answered at ", view_.address, " in ",
-                                      Dur(now_s - watch_start_s_), " of watching");
+                                      HumanDuration(now_s - watch_start_s_), " of watching");
     if (!last_error_.empty()) absl::StrAppend(&reason, " (", last_error_, ")");
     if (last_failure_kind_ == FailureKind::kRefused && !last_error_.empty()) {
       absl::StrAppend(&reason, ": not started, or listening on another port");
@@ -391,7 +337,7 @@ const TaskView& TaskTracker::Evaluate(double now_s, double now_unix, const ProcR
   }
   if (d.state != TaskState::kBlocked) view_.blocked_on.clear();
   if (d.state != view_.state) {
-    events_.push_back(absl::StrCat(view_.task.Name(), " ", std::string(StateName(view_.state)),
+    events_.push_back(absl::StrCat(view_.task.ShortName(), " ", std::string(StateName(view_.state)),
                                    " -> ", std::string(StateName(d.state)), ": ", d.reason));
     view_.state = d.state;
     view_.since = now_unix;
@@ -419,8 +365,8 @@ std::string StragglerReason(const TaskView& view, const std::vector<TaskView>& a
   double m = Median(others);
   if (view.last_step_seconds >
       std::max(m * options.slow_step_factor, m + options.slow_step_min_s)) {
-    return absl::StrCat("straggler: last step took ", Dur(view.last_step_seconds),
-                        ", its peers' median is ", Dur(m));
+    return absl::StrCat("straggler: last step took ", HumanDuration(view.last_step_seconds),
+                        ", its peers' median is ", HumanDuration(m));
   }
   return "";
 }

@@ -22,7 +22,7 @@ constexpr std::array<std::string_view, kNumTaskStates> kStateNames = {
 double Finite(double v) { return std::isfinite(v) ? v : 0; }
 
 json PeerToJson(const PeerInfo& p) {
-  return json{{"peer", p.peer.Name()},
+  return json{{"peer", p.peer.ShortName()},
               {"address", p.address},
               {"connected", p.connected},
               {"consecutive_failures", p.consecutive_failures},
@@ -86,7 +86,7 @@ bool IsHealthy(TaskState state) { return state == TaskState::kUp || state == Tas
 
 std::vector<std::string> TaskView::WaitingOn() const {
   std::vector<std::string> out;
-  for (const auto& b : blocked_on) out.push_back(b.peer.Name());
+  for (const auto& b : blocked_on) out.push_back(b.peer.ShortName());
   return out;
 }
 
@@ -95,7 +95,7 @@ std::string TaskViewsToJson(const std::string& cluster, const std::vector<TaskVi
   for (const TaskView& v : views) {
     json blocked = json::array();
     for (const auto& b : v.blocked_on) {
-      blocked.push_back({{"peer", b.peer.Name()},
+      blocked.push_back({{"peer", b.peer.ShortName()},
                          {"address", b.address},
                          {"seconds", Finite(b.seconds)},
                          {"last_error", b.last_error}});
@@ -106,7 +106,7 @@ std::string TaskViewsToJson(const std::string& cluster, const std::vector<TaskVi
         {"cluster", v.cluster},
         {"role", v.task.role},
         {"task", v.task.index},
-        {"name", v.task.Name()},
+        {"name", v.task.ShortName()},
         {"address", v.address},
         {"state", std::string(StateName(v.state))},
         {"reason", v.reason},

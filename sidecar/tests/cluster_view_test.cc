@@ -7,8 +7,10 @@ namespace trainscope::sidecar {
 namespace {
 
 ClusterSpec Spec() {
-  return *ParseClusterSpec(
-      R"({"cluster": {"ps": ["127.0.0.1:2223"], "worker": ["127.0.0.1:2224", "10.0.0.2:2224"]}})");
+  return ParseTfConfig(
+             R"({"cluster": {"ps": ["127.0.0.1:2223"], "worker": ["127.0.0.1:2224", "10.0.0.2:2224"]}})",
+             false)
+      ->cluster;
 }
 
 TaskView View(TaskRef t, TaskState s, std::string address = "") {
@@ -33,9 +35,9 @@ TEST(MergeViews, LocalWinsPeersFillTheRestUnknownIsUnreachable) {
   PeerReport bad{"10.0.0.3:9400", false, "sent nonsense: not JSON", {}};
   auto merged = MergeViews("c", Spec(), local, {good, bad}, 100);
   ASSERT_EQ(merged.size(), 3u);
-  EXPECT_EQ(merged[0].task.Name(), "ps:0");
+  EXPECT_EQ(merged[0].task.ShortName(), "ps:0");
   EXPECT_EQ(merged[0].state, TaskState::kUp);
-  EXPECT_EQ(merged[1].task.Name(), "worker:0");
+  EXPECT_EQ(merged[1].task.ShortName(), "worker:0");
   EXPECT_EQ(merged[1].state, TaskState::kUnreachable);
   EXPECT_NE(merged[1].reason.find("10.0.0.3:9400 (sent nonsense: not JSON)"), std::string::npos);
   EXPECT_EQ(merged[2].state, TaskState::kUp);

@@ -65,7 +65,7 @@ class TrackerTest : public ::testing::Test {
   int64_t steps_ = 0;
   uint64_t incarnation_ = 7;
   std::string phase_ = "training";
-  std::optional<ProcInfo> proc_state_ = ProcInfo{'S', 1.0};
+  std::optional<ProcStat> proc_state_ = ProcStat{'S', 1.0};
   ProcReader proc_ = [this](int64_t) { return proc_state_; };
 };
 
@@ -86,7 +86,7 @@ TEST_F(TrackerTest, DoneWhenItExitsAfterSayingDone) {
   // Started again (a new incarnation): judged afresh.
   phase_ = "training";
   incarnation_++;
-  proc_state_ = ProcInfo{'S', 1.0};
+  proc_state_ = ProcStat{'S', 1.0};
   Run(0.5, true);
   EXPECT_EQ(Evaluate().state, TaskState::kUp);
 }
@@ -113,7 +113,7 @@ TEST_F(TrackerTest, MissingUntilFirstAnswer) {
 
 TEST_F(TrackerTest, DeadWhenProcessGoneOrZombie) {
   Run(2, true);
-  proc_state_ = ProcInfo{'Z', 1.0};
+  proc_state_ = ProcStat{'Z', 1.0};
   Fail(FailureKind::kUnavailable, "unavailable: Socket closed");
   EXPECT_EQ(Evaluate().state, TaskState::kDead);
   EXPECT_NE(Evaluate().reason.find("process 4242 exited (zombie"), std::string::npos);
@@ -123,7 +123,7 @@ TEST_F(TrackerTest, DeadWhenProcessGoneOrZombie) {
 
 TEST_F(TrackerTest, HungWhenStoppedAndSlowBeforeHungOtherwise) {
   Run(2, true);
-  proc_state_ = ProcInfo{'T', 1.0};
+  proc_state_ = ProcStat{'T', 1.0};
   Run(0.4, false);
   EXPECT_EQ(Evaluate().state, TaskState::kHung) << Evaluate().reason;
   EXPECT_NE(Evaluate().reason.find("stopped"), std::string::npos);
@@ -131,7 +131,7 @@ TEST_F(TrackerTest, HungWhenStoppedAndSlowBeforeHungOtherwise) {
   EXPECT_EQ(Evaluate().state, TaskState::kUp);
 
   // Sleeping but silent: first late (slow), then hung once silence passes hung_after.
-  proc_state_ = ProcInfo{'S', 1.0};
+  proc_state_ = ProcStat{'S', 1.0};
   Run(0.5, false);
   EXPECT_EQ(Evaluate().state, TaskState::kSlow) << Evaluate().reason;
   Run(1.0, false);
@@ -141,7 +141,7 @@ TEST_F(TrackerTest, HungWhenStoppedAndSlowBeforeHungOtherwise) {
 TEST_F(TrackerTest, CpuProgressKeepsALateTaskSlowNotHung) {
   Run(2, true);
   double cpu = 1.0;
-  proc_ = [&](int64_t) { return ProcInfo{'R', cpu += 0.05}; };
+  proc_ = [&](int64_t) { return ProcStat{'R', cpu += 0.05}; };
   Run(1.5, false);
   EXPECT_EQ(Evaluate().state, TaskState::kSlow) << Evaluate().reason;
   EXPECT_NE(Evaluate().reason.find("using CPU"), std::string::npos);
@@ -260,13 +260,13 @@ TEST_F(TrackerTest, AdaptivePollingRelaxesOnlyWhileAllIsWell) {
   }
   // Any anomaly puts it back to the full rate: a stopped or vanished process, a failure, a slow
   // answer, waiting on peers.
-  proc_state_ = ProcInfo{'T', 1.0};
+  proc_state_ = ProcStat{'T', 1.0};
   EXPECT_FALSE(tracker_.MaySkipPoll(now_ + 0.1, proc_));
-  proc_state_ = ProcInfo{'Z', 1.0};
+  proc_state_ = ProcStat{'Z', 1.0};
   EXPECT_FALSE(tracker_.MaySkipPoll(now_ + 0.1, proc_));
   proc_state_ = std::nullopt;
   EXPECT_FALSE(tracker_.MaySkipPoll(now_ + 0.1, proc_));
-  proc_state_ = ProcInfo{'S', 1.0};
+  proc_state_ = ProcStat{'S', 1.0};
   EXPECT_TRUE(tracker_.MaySkipPoll(now_ + 0.1, proc_));
   EXPECT_FALSE(tracker_.MaySkipPoll(now_ + 0.3, proc_));  // Already a little late.
   now_ += 0.1;
@@ -295,7 +295,7 @@ TEST_F(TrackerTest, StoppedWhileRelaxedIsHungQuickly) {
   }
   // SIGSTOP right after an answer: the next tick's /proc read sees state T and polls at the full
   // rate again; hung well within a second.
-  proc_state_ = ProcInfo{'T', 1.0};
+  proc_state_ = ProcStat{'T', 1.0};
   double stopped = now_;
   while (now_ - stopped < 2 && Evaluate().state != TaskState::kHung) {
     now_ += 0.1;

@@ -69,8 +69,8 @@ TEST(TaskViewSort, ProblemsFirst) {
   v[2].task = {"worker", 1};
   v[2].state = TaskState::kDead;
   SortForPeople(v);
-  EXPECT_EQ(v[0].task.Name(), "worker:1");
-  EXPECT_EQ(v[2].task.Name(), "ps:0");
+  EXPECT_EQ(v[0].task.ShortName(), "worker:1");
+  EXPECT_EQ(v[2].task.ShortName(), "ps:0");
 }
 
 }  // namespace

@@ -17,7 +17,7 @@
 #include "echo.grpc.pb.h"
 #include "process.h"
 #include "spdlog/spdlog.h"
-#include "trainscope/runtime/cluster_spec.h"
+#include "trainscope/common/cluster_spec.h"
 #include "trainscope/runtime/parameter_client.h"
 #include "trainscope/runtime/task.h"
 

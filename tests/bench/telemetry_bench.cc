@@ -23,7 +23,7 @@
 #include "process.h"
 #include "prometheus/histogram.h"
 #include "spdlog/spdlog.h"
-#include "trainscope/runtime/cluster_spec.h"
+#include "trainscope/common/cluster_spec.h"
 #include "trainscope/runtime/parameter_client.h"
 #include "trainscope/runtime/task.h"
 #include "trainscope/runtime/telemetry/metrics.h"

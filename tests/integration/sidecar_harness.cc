@@ -61,7 +61,7 @@ std::vector<sidecar::TaskView> Sidecar::Tasks(const std::string& query) {
 
 std::optional<sidecar::TaskView> Sidecar::Task(const std::string& name) {
   for (auto& v : Tasks()) {
-    if (v.task.Name() == name) return v;
+    if (v.task.ShortName() == name) return v;
   }
   return std::nullopt;
 }
@@ -82,7 +82,8 @@ std::optional<sidecar::TaskView> Sidecar::WaitForState(const std::string& name,
 std::string Sidecar::Describe() {
   std::string out;
   for (const auto& v : Tasks()) {
-    out += v.task.Name() + " " + std::string(sidecar::StateName(v.state)) + ": " + v.reason + "\n";
+    out += v.task.ShortName() + " " + std::string(sidecar::StateName(v.state)) + ": " + v.reason +
+           "\n";
   }
   return out + "--- sidecar output ---\n" + process_->Output();
 }

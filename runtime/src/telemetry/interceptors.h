@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "trainscope/runtime/cluster_spec.h"
+#include "trainscope/common/cluster_spec.h"
 #include "trainscope/runtime/telemetry/context.h"
 #include "trainscope/runtime/telemetry/tracing.h"
 

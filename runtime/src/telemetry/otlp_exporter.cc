@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "opentelemetry/proto/collector/trace/v1/trace_service.grpc.pb.h"
-#include "trainscope/runtime/cluster_spec.h"
+#include "trainscope/common/cluster_spec.h"
 #include "trainscope/runtime/status_macros.h"
 
 namespace trainscope::telemetry {
@@ -159,10 +159,7 @@ absl::StatusOr<std::string> ParseOtlpEndpoint(absl::string_view endpoint) {
   const bool bracketed = text.front() == '[';
   const bool has_port = bracketed ? absl::StrContains(text, "]:") : absl::StrContains(text, ':');
   if (!has_port) absl::StrAppend(&address, ":", kOtlpGrpcPort);
-  std::string host;
-  int port = 0;
-  absl::Status status = ParseHostPort(address, &host, &port);
-  if (!status.ok()) return bad(status.message());
+  if (auto parsed = ParseHostPort(address); !parsed.ok()) return bad(parsed.status().message());
   return address;
 }
 

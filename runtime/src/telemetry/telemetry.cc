@@ -11,7 +11,7 @@
 #include "prometheus/metric_family.h"
 #include "spdlog/spdlog.h"
 #include "system_metrics.h"
-#include "trainscope/runtime/net_util.h"
+#include "trainscope/common/proc.h"
 #include "trainscope/runtime/parameter_store.h"
 #include "trainscope/runtime/task_status.h"
 #include "trainscope/runtime/telemetry/batch_span_processor.h"
@@ -43,22 +43,6 @@ void Gauge(std::vector<MetricFamily>* out, const char* name, const char* help, d
 
 void Counter(std::vector<MetricFamily>* out, const char* name, const char* help, double value) {
   Add(AddFamily(out, name, help, MetricType::Counter)).counter.value = value;
-}
-
-const char* PhaseName(Phase phase) {
-  switch (phase) {
-    case Phase::kStarting:
-      return "starting";
-    case Phase::kCreatingSession:
-      return "creating_session";
-    case Phase::kTraining:
-      return "training";
-    case Phase::kDone:
-      return "done";
-    case Phase::kServing:
-      return "serving";
-  }
-  return "unknown";
 }
 
 }  // namespace
@@ -136,7 +120,8 @@ class Telemetry::Collector final : public prometheus::Collectable {
         AddFamily(out, names::kSessionPhase, "1 for the task's current phase.", MetricType::Gauge);
     for (Phase p : {Phase::kStarting, Phase::kCreatingSession, Phase::kTraining, Phase::kDone,
                     Phase::kServing}) {
-      Add(phase, {{names::kLabelPhase, PhaseName(p)}}).gauge.value = p == s.phase ? 1 : 0;
+      Add(phase, {{names::kLabelPhase, std::string(PhaseName(p))}}).gauge.value =
+          p == s.phase ? 1 : 0;
     }
     auto& waiting = AddFamily(out, names::kSessionWaitingSeconds,
                               "Seconds CreateSession has waited for each peer it still needs.",
@@ -269,11 +254,8 @@ absl::Status Telemetry::Serve() {
   std::string advertised_host = host;
   if (host == "0.0.0.0" || host == "::") {
     // Advertise the host others reach this task at: its host in the cluster spec.
-    std::string spec_host;
-    int spec_port = 0;
-    auto address = context_.cluster.AddressOf(context_.self);
-    if (address.ok() && ParseHostPort(*address, &spec_host, &spec_port).ok()) {
-      advertised_host = spec_host;
+    if (const std::string* address = context_.cluster.FindAddress(context_.self)) {
+      if (auto spec = ParseHostPort(*address); spec.ok()) advertised_host = spec->host;
     }
   }
   metrics_address_ = absl::StrCat(advertised_host, ":", port);

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "trainscope/runtime/cluster_spec.h"
+#include "trainscope/common/cluster_spec.h"
 #include "trainscope/runtime/options.h"
 
 namespace trainscope {

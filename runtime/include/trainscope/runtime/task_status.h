@@ -12,23 +12,11 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "trainscope/runtime/cluster_spec.h"
+#include "trainscope/common/clock.h"
+#include "trainscope/common/cluster_spec.h"
+#include "trainscope/common/phase.h"
 
 namespace trainscope {
-
-// Values match trainscope.v1.Phase.
-enum class Phase : int {
-  kStarting = 1,
-  kCreatingSession = 2,
-  kTraining = 3,
-  kDone = 4,
-  kServing = 5
-};
-
-// Seconds on the steady clock, for durations.
-double MonotonicSeconds();
-// Seconds since the epoch, for timestamps shown to people.
-double UnixSeconds();
 
 // The health of calls from this task to one peer. Thread-safe: counters are atomics, the last
 // error has its own small lock, so recording a call on the RPC path takes no shared lock.

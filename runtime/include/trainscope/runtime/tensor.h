@@ -33,7 +33,4 @@ struct TensorSpec {
   bool operator==(const TensorSpec&) const = default;
 };
 
-// Human-readable byte counts: "512 B", "4.0 KiB", "1.5 MiB".
-std::string HumanBytes(int64_t bytes);
-
 }  // namespace trainscope

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "trainscope/sidecar/cluster_spec.h"
+#include "trainscope/common/cluster_spec.h"
 #include "trainscope/sidecar/task_view.h"
 
 namespace trainscope::sidecar {

@@ -48,6 +48,9 @@ struct SidecarOptions {
   int otlp_max_request_bytes = 4 << 20;
   std::string otlp_upstream;
   size_t otlp_queue_bytes = 8 << 20;
+  // Check the cluster spec and the options, print what would be watched, and return without
+  // binding anything.
+  bool check_config = false;
   // Services added to the gRPC server next to grpc.health.v1 (not owned; must outlive Run).
   std::vector<grpc::Service*> extra_grpc_services;
 };

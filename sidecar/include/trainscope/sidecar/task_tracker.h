@@ -10,7 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "trainscope/sidecar/cluster_spec.h"
+#include "trainscope/common/cluster_spec.h"
+#include "trainscope/common/proc.h"
 #include "trainscope/sidecar/detector.h"
 #include "trainscope/sidecar/task_view.h"
 
@@ -76,15 +77,8 @@ struct PollResult {
   std::string error;  // When !ok: short words, e.g. "connection refused".
 };
 
-// What /proc says about a pid.
-struct ProcInfo {
-  char state = '?';  // R, S, D, T, t, Z, X, ...
-  double cpu_seconds = 0;
-};
-// Reads /proc/<pid>; nullopt when there is no such process.
-using ProcReader = std::function<std::optional<ProcInfo>(int64_t pid)>;
-// The real reader.
-std::optional<ProcInfo> ReadProc(int64_t pid);
+// Reads /proc/<pid>; nullopt when there is no such process. The real one is ReadProcStat.
+using ProcReader = std::function<std::optional<ProcStat>(int64_t pid)>;
 
 // Per-task bookkeeping the metrics need besides the view.
 struct TaskCounters {

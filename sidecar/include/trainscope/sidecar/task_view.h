@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "trainscope/sidecar/cluster_spec.h"
+#include "trainscope/common/cluster_spec.h"
 
 namespace trainscope::sidecar {
 

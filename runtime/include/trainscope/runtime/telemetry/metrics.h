@@ -13,7 +13,7 @@
 
 #include "absl/strings/string_view.h"
 #include "prometheus/metric_type.h"
-#include "trainscope/runtime/cluster_spec.h"
+#include "trainscope/common/cluster_spec.h"
 
 namespace prometheus {
 struct MetricFamily;

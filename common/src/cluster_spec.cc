@@ -1,18 +1,28 @@
-// TF_CONFIG parsing and cluster-spec comparison; see cluster_spec.h.
-#include "trainscope/runtime/cluster_spec.h"
+// TF_CONFIG parsing, host:port addresses, task names and spec comparison; see cluster_spec.h.
+#include "trainscope/common/cluster_spec.h"
 
 #include <algorithm>
-#include <functional>
+#include <cctype>
+#include <cstdio>
 #include <set>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
 
 namespace trainscope {
 namespace {
+
+// Bounds on what a spec may hold: far above any real cluster (the design point is 1,100
+// tasks), low enough that a hostile or broken spec cannot take the process's memory.
+constexpr size_t kMaxSpecBytes = 16 << 20;
+constexpr size_t kMaxJobs = 1000;
+constexpr size_t kMaxTasksPerJob = 100000;
+constexpr int kMaxTaskIndex = 1000000;
 
 // Quotes a piece of the user's input, shortened so that an error stays one line.
 std::string Quote(absl::string_view text) {
@@ -20,6 +30,14 @@ std::string Quote(absl::string_view text) {
   std::string s(text.substr(0, kMax));
   std::replace(s.begin(), s.end(), '\n', ' ');
   return absl::StrCat("'", s, text.size() > kMax ? "...'" : "'");
+}
+
+std::string QuoteJson(const nlohmann::json& value) {
+  return Quote(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+bool IsHostChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
 }
 
 }  // namespace
@@ -30,10 +48,31 @@ std::string TaskRef::FullName() const {
   return absl::StrCat("/job:", role, "/replica:0/task:", index);
 }
 
-absl::Status ParseHostPort(absl::string_view address, std::string* host, int* port) {
+bool IsValidJobName(absl::string_view name) {
+  if (name.empty() || !std::isalpha(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+absl::StatusOr<TaskRef> ParseTaskRef(absl::string_view text) {
+  absl::string_view t = absl::StripAsciiWhitespace(text);
+  size_t colon = t.rfind(':');
+  int index = -1;
+  if (colon == absl::string_view::npos || !IsValidJobName(t.substr(0, colon)) ||
+      !absl::SimpleAtoi(t.substr(colon + 1), &index) || index < 0 || index > kMaxTaskIndex ||
+      t.substr(colon + 1).find_first_not_of("0123456789") != absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("task ", Quote(t), " is not job:index (e.g. ps:0)"));
+  }
+  return TaskRef{std::string(t.substr(0, colon)), index};
+}
+
+absl::StatusOr<HostPort> ParseHostPort(absl::string_view address) {
   absl::string_view h;
   absl::string_view p;
-  if (!address.empty() && address.front() == '[') {
+  bool bracketed = !address.empty() && address.front() == '[';
+  if (bracketed) {
     size_t close = address.find(']');
     if (close == absl::string_view::npos || close + 1 >= address.size() ||
         address[close + 1] != ':') {
@@ -59,38 +98,45 @@ absl::Status ParseHostPort(absl::string_view address, std::string* host, int* po
     return absl::InvalidArgumentError(absl::StrCat("bad address ", Quote(address), ": no host"));
   }
   for (char c : h) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' ||
-          c == ':')) {
+    if (!IsHostChar(c) && !(bracketed && (c == ':' || c == '%'))) {
       return absl::InvalidArgumentError(
           absl::StrCat("bad address ", Quote(address), ": host has character ", Quote({&c, 1})));
     }
   }
   int value = 0;
-  if (!absl::SimpleAtoi(p, &value) || value < 1 || value > 65535 ||
-      p.find_first_not_of("0123456789") != absl::string_view::npos) {
+  if (p.empty() || p.find_first_not_of("0123456789") != absl::string_view::npos ||
+      !absl::SimpleAtoi(p, &value) || value < 1 || value > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("bad address ", Quote(address), ": port must be a number in 1-65535"));
   }
-  *host = std::string(h);
-  *port = value;
-  return absl::OkStatus();
+  return HostPort{std::string(h), value};
 }
 
 absl::StatusOr<ClusterSpec> ClusterSpec::FromJobs(
     std::map<std::string, std::vector<std::string>> jobs) {
   if (jobs.empty()) return absl::InvalidArgumentError("cluster spec lists no jobs");
+  if (jobs.size() > kMaxJobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cluster spec lists ", jobs.size(), " jobs; at most ", kMaxJobs));
+  }
   std::map<std::string, std::string> seen;  // address -> task that lists it
   for (const auto& [job, addresses] : jobs) {
-    if (job.empty()) return absl::InvalidArgumentError("cluster spec has a job with no name");
+    if (!IsValidJobName(job)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job name ", Quote(job),
+                       " is not valid: a letter, then letters, digits or '_' (as TensorFlow)"));
+    }
     if (addresses.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("job ", Quote(job), " lists no tasks"));
     }
+    if (addresses.size() > kMaxTasksPerJob) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job ", Quote(job), " lists ", addresses.size(), " tasks; at most ", kMaxTasksPerJob));
+    }
     for (size_t i = 0; i < addresses.size(); ++i) {
-      std::string host;
-      int port = 0;
-      absl::Status st = ParseHostPort(addresses[i], &host, &port);
-      if (!st.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(job, ":", i, ": ", st.message()));
+      auto hp = ParseHostPort(addresses[i]);
+      if (!hp.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(job, ":", i, ": ", hp.status().message()));
       }
       std::string name = absl::StrCat(job, ":", i);
       auto [it, inserted] = seen.emplace(addresses[i], name);
@@ -109,6 +155,14 @@ absl::StatusOr<ClusterSpec> ClusterSpec::FromJobs(
 int ClusterSpec::NumTasks(absl::string_view role) const {
   auto it = jobs_.find(std::string(role));
   return it == jobs_.end() ? 0 : static_cast<int>(it->second.size());
+}
+
+const std::string* ClusterSpec::FindAddress(const TaskRef& task) const {
+  auto it = jobs_.find(task.role);
+  if (it == jobs_.end() || task.index < 0 || task.index >= static_cast<int>(it->second.size())) {
+    return nullptr;
+  }
+  return &it->second[task.index];
 }
 
 absl::StatusOr<std::string> ClusterSpec::AddressOf(const TaskRef& task) const {
@@ -144,7 +198,7 @@ std::string ClusterSpec::Fingerprint() const {
     h *= 1099511628211ull;
   }
   char buf[17];
-  snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
   return buf;
 }
 
@@ -172,36 +226,39 @@ std::string DescribeSpecDifference(const ClusterSpec& a, absl::string_view a_nam
 }
 
 absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view text, bool require_task) {
+  if (text.size() > kMaxSpecBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TF_CONFIG is ", text.size(), " bytes; at most ", kMaxSpecBytes));
+  }
   nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) {
     return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG is not valid JSON: ", Quote(text)));
   }
   if (!doc.is_object()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("TF_CONFIG must be a JSON object, got ", Quote(doc.dump())));
+        absl::StrCat("TF_CONFIG must be a JSON object, got ", QuoteJson(doc)));
   }
   auto cluster_it = doc.find("cluster");
   if (cluster_it == doc.end()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("TF_CONFIG has no \"cluster\": ", Quote(doc.dump())));
+        absl::StrCat("TF_CONFIG has no \"cluster\": ", QuoteJson(doc)));
   }
   if (!cluster_it->is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("TF_CONFIG \"cluster\" must map job names to address lists, got ",
-                     Quote(cluster_it->dump())));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TF_CONFIG \"cluster\" must map job names to address lists, got ", QuoteJson(*cluster_it)));
   }
   std::map<std::string, std::vector<std::string>> jobs;
   for (auto it = cluster_it->begin(); it != cluster_it->end(); ++it) {
     if (!it->is_array()) {
-      return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG job \"", it.key(),
-                                                     "\" must be a list of \"host:port\", got ",
-                                                     Quote(it->dump())));
+      return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG job ", Quote(it.key()),
+                                                     " must be a list of \"host:port\", got ",
+                                                     QuoteJson(*it)));
     }
     std::vector<std::string>& addresses = jobs[it.key()];
     for (const auto& entry : *it) {
       if (!entry.is_string()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "TF_CONFIG job \"", it.key(), "\" has a non-string address ", Quote(entry.dump())));
+            "TF_CONFIG job ", Quote(it.key()), " has a non-string address ", QuoteJson(entry)));
       }
       addresses.push_back(entry.get<std::string>());
     }
@@ -214,7 +271,8 @@ absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view text, bool require_task
   config.cluster = *std::move(spec);
 
   auto task_it = doc.find("task");
-  if (task_it == doc.end() || task_it->is_null()) {
+  if (task_it == doc.end() || task_it->is_null() ||
+      (task_it->is_object() && task_it->empty() && !require_task)) {
     if (require_task) {
       return absl::InvalidArgumentError(
           "TF_CONFIG has no \"task\": add {\"type\": \"<job>\", \"index\": <n>} to say which "
@@ -223,21 +281,21 @@ absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view text, bool require_task
     return config;
   }
   const nlohmann::json& task = *task_it;
-  if (!task.is_object() || !task.contains("type") || !task["type"].is_string()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("TF_CONFIG \"task\" must be {\"type\": \"<job>\", \"index\": <n>}, got ",
-                     Quote(task.dump())));
+  auto type = task.is_object() ? task.find("type") : task.end();
+  if (!task.is_object() || type == task.end() || !type->is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TF_CONFIG \"task\" must be {\"type\": \"<job>\", \"index\": <n>}, got ", QuoteJson(task)));
   }
   TaskRef ref;
-  ref.role = task["type"].get<std::string>();
-  if (task.contains("index")) {
-    const nlohmann::json& index = task["index"];
-    if (!index.is_number_integer()) {
+  ref.role = type->get<std::string>();
+  auto index = task.find("index");
+  if (index != task.end()) {
+    if (!index->is_number_integer()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("TF_CONFIG task index must be an integer, got ", Quote(index.dump())));
+          absl::StrCat("TF_CONFIG task index must be an integer, got ", QuoteJson(*index)));
     }
-    int64_t value = index.get<int64_t>();
-    if (value < 0 || value > 1000000) {
+    int64_t value = index->get<int64_t>();
+    if (value < 0 || value > kMaxTaskIndex) {
       return absl::InvalidArgumentError(
           absl::StrCat("TF_CONFIG task index ", value, " is out of range"));
     }
@@ -246,10 +304,25 @@ absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view text, bool require_task
   auto address = config.cluster.AddressOf(ref);
   if (!address.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("TF_CONFIG task ", Quote(task.dump()), ": ", address.status().message()));
+        absl::StrCat("TF_CONFIG task ", QuoteJson(task), ": ", address.status().message()));
   }
   config.task = ref;
   return config;
+}
+
+absl::StatusOr<std::vector<TaskRef>> ParseTaskList(absl::string_view list,
+                                                   const ClusterSpec& spec) {
+  std::vector<TaskRef> out;
+  for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
+    auto ref = ParseTaskRef(part);
+    if (!ref.ok()) return ref.status();
+    if (spec.FindAddress(*ref) == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("task ", ref->ShortName(), " is not in the cluster spec"));
+    }
+    if (std::find(out.begin(), out.end(), *ref) == out.end()) out.push_back(*ref);
+  }
+  return out;
 }
 
 }  // namespace trainscope

@@ -1,5 +1,7 @@
-// Table tests of TF_CONFIG parsing: every bad spec is a one-line error quoting what is wrong.
-#include "trainscope/runtime/cluster_spec.h"
+// Table tests of the one TF_CONFIG parser: every bad spec is a one-line error quoting what is
+// wrong; task names and task lists; host:port addresses. The same table runs against both
+// binaries in tests/integration/spec_table_test.py.
+#include "trainscope/common/cluster_spec.h"
 
 #include <gtest/gtest.h>
 
@@ -32,13 +34,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"not_object", "[1,2]", "must be a JSON object, got '[1,2]'"},
         BadCase{"no_cluster", R"({"task": {"type": "ps", "index": 0}})", "no \"cluster\""},
         BadCase{"cluster_list", R"({"cluster": ["a:1"]})", "must map job names"},
-        BadCase{"job_not_list", R"({"cluster": {"ps": "a:1"}})", "job \"ps\" must be a list"},
+        BadCase{"job_not_list", R"({"cluster": {"ps": "a:1"}})", "job 'ps' must be a list"},
+        BadCase{"job_as_object", R"({"cluster": {"ps": {"0": "a:1"}}})", "job 'ps' must be a list"},
         BadCase{"address_not_string", R"({"cluster": {"ps": [1]}})", "non-string address '1'"},
         BadCase{"no_jobs", R"({"cluster": {}})", "lists no jobs"},
         BadCase{"empty_job", R"({"cluster": {"ps": []}})", "job 'ps' lists no tasks"},
+        BadCase{"job_with_colon", R"({"cluster": {"p:s": ["a:1"]}})", "job name 'p:s'"},
+        BadCase{"job_with_slash", R"({"cluster": {"p/s": ["a:1"]}})", "job name 'p/s'"},
+        BadCase{"job_empty_name", R"({"cluster": {"": ["a:1"]}})", "job name ''"},
         BadCase{"no_port", R"({"cluster": {"ps": ["host"]}})", "ps:0: bad address 'host'"},
         BadCase{"bad_port", R"({"cluster": {"ps": ["host:99999"]}})", "'host:99999': port"},
         BadCase{"port_text", R"({"cluster": {"ps": ["host:http"]}})", "'host:http': port"},
+        BadCase{"port_plus", R"({"cluster": {"ps": ["host:+1"]}})", "'host:+1': port"},
         BadCase{"no_host", R"({"cluster": {"ps": [":2222"]}})", "':2222': no host"},
         BadCase{"bad_host_char", R"({"cluster": {"ps": ["ho st:1"]}})", "host has character"},
         BadCase{"v6_no_brackets", R"({"cluster": {"ps": ["::1:2222"]}})", "must be written [addr]"},
@@ -74,13 +81,23 @@ TEST(TfConfigTest, ParsesTensorFlowFormat) {
   EXPECT_EQ(parsed->cluster.NumTasks("ps"), 2);
   EXPECT_EQ(parsed->cluster.NumTasks("evaluator"), 1);
   EXPECT_EQ(*parsed->cluster.AddressOf({"ps", 1}), "p1:2222");
+  EXPECT_EQ(*parsed->cluster.FindAddress({"evaluator", 0}), "[::1]:2300");
+  EXPECT_EQ(parsed->cluster.FindAddress({"ps", 2}), nullptr);
   EXPECT_EQ(parsed->cluster.AllTasks().size(), 5u);
 }
 
-TEST(TfConfigTest, TaskMayBeAbsentWhenNotRequired) {
-  auto parsed = ParseTfConfig(R"({"cluster": {"ps": ["a:1"]}})", false);
-  ASSERT_TRUE(parsed.ok());
-  EXPECT_FALSE(parsed->task.has_value());
+TEST(TfConfigTest, TaskMayBeAbsentOrEmptyWhenNotRequired) {
+  for (const char* json :
+       {R"({"cluster": {"ps": ["a:1"]}})", R"({"cluster": {"ps": ["a:1"]}, "task": null})",
+        R"({"cluster": {"ps": ["a:1"]}, "task": {}})"}) {
+    auto parsed = ParseTfConfig(json, false);
+    ASSERT_TRUE(parsed.ok()) << json << ": " << parsed.status();
+    EXPECT_FALSE(parsed->task.has_value());
+  }
+  // A task that is given is checked even when it is not required.
+  EXPECT_FALSE(
+      ParseTfConfig(R"({"cluster": {"ps": ["a:1"]}, "task": {"type": "ps", "index": 3}})", false)
+          .ok());
 }
 
 TEST(ClusterSpecTest, FingerprintAndDifference) {
@@ -99,19 +116,35 @@ TEST(ClusterSpecTest, FingerprintAndDifference) {
 }
 
 TEST(ParseHostPortTest, AcceptsNamesV4AndV6) {
-  std::string host;
-  int port = 0;
-  ASSERT_TRUE(ParseHostPort("[::1]:2222", &host, &port).ok());
-  EXPECT_EQ(host, "::1");
-  EXPECT_EQ(port, 2222);
-  ASSERT_TRUE(ParseHostPort("ps-0.train.svc:1", &host, &port).ok());
-  EXPECT_EQ(host, "ps-0.train.svc");
-  EXPECT_FALSE(ParseHostPort("[::1]2222", &host, &port).ok());
-  EXPECT_FALSE(ParseHostPort("h:0", &host, &port).ok());
-  EXPECT_FALSE(ParseHostPort("h:+1", &host, &port).ok());
+  auto v6 = ParseHostPort("[::1]:2222");
+  ASSERT_TRUE(v6.ok());
+  EXPECT_EQ(v6->host, "::1");
+  EXPECT_EQ(v6->port, 2222);
+  auto name = ParseHostPort("ps-0.train.svc:1");
+  ASSERT_TRUE(name.ok());
+  EXPECT_EQ(name->host, "ps-0.train.svc");
+  EXPECT_TRUE(ParseHostPort("[fe80::1%eth0]:1").ok());
+  for (const char* bad : {"[::1]2222", "h:0", "h:+1", "h:", ":80", "h:x", "h", "[::1]", "a b:1"}) {
+    EXPECT_FALSE(ParseHostPort(bad).ok()) << bad;
+  }
 }
 
-// Arbitrary bytes never crash the parser.
+TEST(TaskRefTest, ParsesShortNamesAndLists) {
+  EXPECT_EQ(ParseTaskRef(" ps:3 ")->ShortName(), "ps:3");
+  for (const char* bad : {"ps", "ps:-1", ":0", "ps:x", "p s:0", "ps:1.5", "a:b:0"}) {
+    EXPECT_FALSE(ParseTaskRef(bad).ok()) << bad;
+  }
+  auto spec = ParseTfConfig(R"({"cluster": {"ps": ["a:1", "a:2"], "worker": ["b:1"]}})", false);
+  ASSERT_TRUE(spec.ok());
+  auto list = ParseTaskList("ps:1, worker:0,ps:1", spec->cluster);
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].ShortName(), "ps:1");
+  EXPECT_FALSE(ParseTaskList("ps:2", spec->cluster).ok());
+  EXPECT_FALSE(ParseTaskList("chief:0", spec->cluster).ok());
+}
+
+// Arbitrary bytes never crash the parser (a fuzz target runs longer: tests/fuzz).
 TEST(TfConfigTest, SurvivesGarbage) {
   std::string seed = R"({"cluster": {"ps": ["a:1", "b:2"]}, "task": {"type": "ps", "index": 0}})";
   uint32_t x = 12345;

@@ -1,0 +1,25 @@
+#pragma once
+// The phases a task goes through, as the heartbeat reports them, and their one spelling (the
+// `phase` label, the sidecar's API and its reasons all use it).
+
+#include <string_view>
+
+namespace trainscope {
+
+// Values match trainscope.v1.Phase.
+enum class Phase : int {
+  kUnknown = 0,
+  kStarting = 1,
+  kCreatingSession = 2,
+  kTraining = 3,
+  kDone = 4,
+  kServing = 5,
+};
+
+// "starting", "creating_session", "training", "done", "serving"; "" for kUnknown or any value
+// outside the enum (a newer peer's phase).
+std::string_view PhaseName(Phase phase);
+// The phase of a wire value; kUnknown for values this build does not know.
+Phase PhaseFromWire(int value);
+
+}  // namespace trainscope

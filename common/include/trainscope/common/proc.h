@@ -1,0 +1,37 @@
+#pragma once
+// What /proc says about a process: its state letter, CPU time, threads, memory and start time
+// (/proc/<pid>/stat), and its open file descriptors. One hand parser, used by the runtime for
+// its own usage and by the sidecar for the tasks it watches and for itself. Thread-safe.
+
+#include <cstdint>
+#include <optional>
+
+namespace trainscope {
+
+struct ProcStat {
+  char state = '?';  // R, S, D, T, t, Z, X, ...
+  double cpu_seconds = 0;
+  int threads = 0;
+  int64_t virtual_bytes = 0;
+  int64_t resident_bytes = 0;
+  double start_time_unix = 0;
+};
+
+// Reads /proc/<pid>/stat (pid 0: this process) with one read and no allocation beyond the
+// result; nullopt when there is no such process or the file cannot be parsed.
+std::optional<ProcStat> ReadProcStat(int64_t pid = 0);
+
+// This process's resource usage, as Prometheus' standard process_* metrics and the heartbeat
+// report it.
+struct ResourceUsage {
+  double cpu_seconds = 0;
+  int64_t resident_bytes = 0;
+  int threads = 0;
+  int open_fds = 0;
+  double start_time_unix = 0;
+  int64_t virtual_bytes = 0;
+  int64_t max_fds = 0;
+};
+ResourceUsage ReadResourceUsage();
+
+}  // namespace trainscope

@@ -1,0 +1,30 @@
+#pragma once
+// Which hosts of a cluster spec are this machine: loopback addresses, "localhost", this host's
+// name, or an address of a local interface. The sidecar watches the tasks whose host is local.
+
+#include <string>
+#include <vector>
+
+namespace trainscope::sidecar {
+
+// Tells whether a host names this machine: loopback addresses, "localhost", this hostname, or an
+// address of a local interface (names are resolved once, at construction and on first use).
+// Not thread-safe; build it once at start-up.
+class LocalHosts {
+ public:
+  // Reads the hostname and the addresses of the local interfaces.
+  LocalHosts();
+  // For tests: a fixed hostname and interface address list.
+  LocalHosts(std::string hostname, std::vector<std::string> addresses);
+
+  bool IsLocal(const std::string& host) const;
+  const std::string& hostname() const { return hostname_; }
+
+ private:
+  bool IsLocalAddress(const std::string& literal) const;
+
+  std::string hostname_;
+  std::vector<std::string> addresses_;
+};
+
+}  // namespace trainscope::sidecar

@@ -1,0 +1,22 @@
+// Local-host matching.
+#include "trainscope/sidecar/local_hosts.h"
+
+#include <gtest/gtest.h>
+
+namespace trainscope::sidecar {
+namespace {
+
+TEST(LocalHosts, LoopbackHostnameAndInterfaces) {
+  LocalHosts hosts("node7", {"10.1.2.3", "fe80::1"});
+  EXPECT_TRUE(hosts.IsLocal("127.0.0.1"));
+  EXPECT_TRUE(hosts.IsLocal("127.8.9.1"));
+  EXPECT_TRUE(hosts.IsLocal("localhost"));
+  EXPECT_TRUE(hosts.IsLocal("::1"));
+  EXPECT_TRUE(hosts.IsLocal("node7"));
+  EXPECT_TRUE(hosts.IsLocal("10.1.2.3"));
+  EXPECT_FALSE(hosts.IsLocal("10.1.2.4"));
+  EXPECT_FALSE(hosts.IsLocal("no-such-host.invalid"));
+}
+
+}  // namespace
+}  // namespace trainscope::sidecar
