@@ -4,10 +4,10 @@
 
 #include "spdlog/spdlog.h"
 #include "task_impl.h"
-#include "telemetry/interceptors.h"
 #include "trainscope/common/clock.h"
 #include "trainscope/runtime/status_macros.h"
-#include "trainscope/runtime/telemetry/telemetry.h"
+#include "trainscope/telemetry/grpc_instrumentation.h"
+#include "trainscope/telemetry/telemetry.h"
 #include "trainscope/v1/runtime.grpc.pb.h"
 
 namespace trainscope {
@@ -19,15 +19,13 @@ namespace {
 // Counts a ParameterService call in flight for its lifetime.
 class Inflight {
  public:
-  explicit Inflight(telemetry::Telemetry* t) : t_(t) {
-    if (t_) t_->ps_inflight().fetch_add(1, std::memory_order_relaxed);
+  explicit Inflight(TaskMetrics* m) : m_(m) {
+    m_->ps_inflight().fetch_add(1, std::memory_order_relaxed);
   }
-  ~Inflight() {
-    if (t_) t_->ps_inflight().fetch_sub(1, std::memory_order_relaxed);
-  }
+  ~Inflight() { m_->ps_inflight().fetch_sub(1, std::memory_order_relaxed); }
 
  private:
-  telemetry::Telemetry* t_;
+  TaskMetrics* m_;
 };
 
 class ParameterServiceImpl final : public v1::ParameterService::Service {
@@ -39,7 +37,7 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
                               v1::CreateVariableResponse* response) override {
     telemetry::ServerCall call(task_->telemetry_.get(), *context,
                                "trainscope.v1.ParameterService/CreateVariable", *request);
-    Inflight inflight(task_->telemetry_.get());
+    Inflight inflight(task_->metrics_.get());
     SleepFor(task_->parameter_delay_ms_.load());
     const std::string from = TaskIdFromProto(request->from()).ShortName();
     auto existed = task_->store_->Create(request->name(), SpecFromProto(request->initial()),
@@ -62,7 +60,7 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
                     v1::PullResponse* response) override {
     telemetry::ServerCall call(task_->telemetry_.get(), *context,
                                "trainscope.v1.ParameterService/Pull", *request);
-    Inflight inflight(task_->telemetry_.get());
+    Inflight inflight(task_->metrics_.get());
     SleepFor(task_->parameter_delay_ms_.load());
     call.Phase("ps.queue");
     for (const std::string& name : request->names()) {
@@ -81,7 +79,7 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
                     v1::PushResponse* response) override {
     telemetry::ServerCall call(task_->telemetry_.get(), *context,
                                "trainscope.v1.ParameterService/Push", *request);
-    Inflight inflight(task_->telemetry_.get());
+    Inflight inflight(task_->metrics_.get());
     SleepFor(task_->parameter_delay_ms_.load());
     const std::string from = TaskIdFromProto(request->from()).ShortName();
     ParameterStore::Timing timing;
@@ -92,11 +90,10 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
     const double total = call.Elapsed();
     const double queue = std::max(0.0, total - timing.apply_seconds);
     call.Phases({{"ps.queue", queue}, {"ps.apply", timing.apply_seconds}});
-    if (telemetry::Telemetry* t = task_->telemetry_.get()) {
-      t->ps_queue().Observe(queue);
-      t->ps_apply().Observe(timing.apply_seconds);
-      t->ps_push_to_apply().Observe(total);
-    }
+    TaskMetrics& m = *task_->metrics_;
+    m.ps_queue().Observe(queue);
+    m.ps_apply().Observe(timing.apply_seconds);
+    m.ps_push_to_apply().Observe(total);
     if (!st.ok()) {
       spdlog::error("Push from {} refused: {}", from, std::string(st.message()));
       return call.Finish(ToGrpcStatus(st), nullptr);

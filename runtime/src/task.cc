@@ -12,14 +12,15 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "net_util.h"
 #include "spdlog/spdlog.h"
 #include "task_impl.h"
 #include "trainscope/common/clock.h"
 #include "trainscope/common/rpc_error.h"
-#include "trainscope/runtime/net_util.h"
 #include "trainscope/runtime/status_macros.h"
-#include "trainscope/runtime/telemetry/telemetry.h"
 #include "trainscope/runtime/version.h"
+#include "trainscope/telemetry/otlp_exporter.h"
+#include "trainscope/telemetry/telemetry.h"
 #include "trainscope/v1/runtime.grpc.pb.h"
 
 namespace trainscope {
@@ -50,7 +51,9 @@ Task::Impl::Impl(const RuntimeOptions& options, const TfConfig& config)
       cluster_(config.cluster),
       self_(*config.task),
       incarnation_(NewIncarnation()),
-      parameter_delay_ms_(options.testing_parameter_delay_ms) {
+      parameter_delay_ms_(options.testing_parameter_delay_ms),
+      metrics_(std::make_unique<TaskMetrics>(options.cluster_name, self_, &status_,
+                                             options.ps_memory_limit_bytes)) {
   for (const TaskRef& t : cluster_.AllTasks()) {
     if (IsTrainer(t.role)) ++trainers_;
   }
@@ -79,6 +82,43 @@ v1::TaskIdentity Task::Impl::BuildIdentity() const {
   return id;
 }
 
+absl::Status Task::Impl::StartTelemetry(const std::string& host) {
+  telemetry::TelemetryOptions o;
+  o.enabled = options_.telemetry;
+  o.name = self_.ShortName();
+  o.peers = cluster_.AllTasks();
+  o.metrics_port = options_.metrics_port;
+  in6_addr ip{};
+  if (inet_pton(AF_INET, host.c_str(), &ip) == 1 || inet_pton(AF_INET6, host.c_str(), &ip) == 1) {
+    o.metrics_host = host;
+  }
+  // Others reach this task at its host in the cluster spec.
+  if (const std::string* address = cluster_.FindAddress(self_)) {
+    if (auto spec = ParseHostPort(*address); spec.ok()) o.advertised_host = spec->host;
+  }
+  std::unique_ptr<telemetry::SpanExporter> exporter;
+  if (options_.telemetry && options_.tracing) {
+    std::string warning;
+    o.sampler = telemetry::Tracer::SamplerFromEnv(&warning);
+    if (!warning.empty()) spdlog::warn("{}", warning);
+    o.batch = telemetry::BatchSpanProcessorOptionsFromEnv(&warning);
+    if (!warning.empty()) spdlog::warn("{}", warning);
+    telemetry::OtlpExporterOptions exporter_options =
+        telemetry::OtlpOptionsFromEnv(options_.cluster_name, self_.role, self_.index, &warning);
+    if (!warning.empty()) spdlog::warn("{}", warning);
+    auto otlp = telemetry::OtlpGrpcExporter::Create(exporter_options);
+    if (!otlp.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(o.name, " cannot export traces: ", otlp.status().message()));
+    }
+    exporter = *std::move(otlp);
+  }
+  TS_ASSIGN_OR_RETURN(telemetry_, telemetry::Telemetry::Create(std::move(o), std::move(exporter)));
+  telemetry_->AddCollector(
+      [m = metrics_.get()](std::vector<prometheus::MetricFamily>* out) { m->Collect(out); });
+  return absl::OkStatus();
+}
+
 absl::Status Task::Impl::Start() {
   const std::string name = self_.ShortName();
   TS_ASSIGN_OR_RETURN(std::string spec_address, cluster_.AddressOf(self_));
@@ -104,24 +144,11 @@ absl::Status Task::Impl::Start() {
     Stop();
   });
 
-  telemetry::TelemetryOptions telemetry_options;
-  telemetry_options.enabled = options_.telemetry;
-  telemetry_options.tracing = options_.tracing;
-  telemetry_options.metrics_port = options_.metrics_port;
-  in6_addr ip{};
-  if (inet_pton(AF_INET, host.c_str(), &ip) == 1 || inet_pton(AF_INET6, host.c_str(), &ip) == 1) {
-    telemetry_options.metrics_host = host;
-  }
-  auto telemetry = telemetry::Telemetry::Create(
-      telemetry_options,
-      {options_.cluster_name, self_, cluster_, &status_, nullptr, options_.ps_memory_limit_bytes});
-  if (!telemetry.ok()) return telemetry.status();
-  telemetry_ = *std::move(telemetry);
-
+  TS_RETURN_IF_ERROR(StartTelemetry(host));
   if (self_.role == "ps") {
     store_ = std::make_unique<ParameterStore>(
         ParameterStoreOptions{name, options_.ps_memory_limit_bytes});
-    telemetry_->SetStore(store_.get());
+    metrics_->SetStore(store_.get());
     parameter_service_ = NewParameterService(this);
   }
   task_service_ = NewTaskService(this);
@@ -236,13 +263,12 @@ Task::~Task() { impl_->Shutdown(); }
 const TaskRef& Task::self() const { return impl_->self_; }
 const ClusterSpec& Task::cluster() const { return impl_->cluster_; }
 bool Task::IsParameterServer() const { return impl_->self_.role == "ps"; }
-TaskStatus& Task::status() { return impl_->status_; }
 absl::Status Task::ServeUntilDone() { return impl_->ServeUntilDone(); }
 absl::StatusOr<ParameterClient*> Task::CreateSession() { return impl_->CreateSession(); }
 absl::Status Task::FinishTraining() { return impl_->FinishTraining(); }
 void Task::RecordStep(double seconds, double loss, int64_t examples) {
   impl_->status_.RecordStep(seconds);
-  if (impl_->telemetry_) impl_->telemetry_->RecordStep(seconds, loss, examples);
+  impl_->metrics_->RecordStep(seconds, loss, examples);
 }
 std::string Task::metrics_address() const {
   return impl_->telemetry_ ? impl_->telemetry_->metrics_address() : "";

@@ -16,13 +16,14 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "internal.h"
+#include "parameter_store.h"
 #include "signals.h"
+#include "task_metrics.h"
+#include "task_status.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/runtime/options.h"
 #include "trainscope/runtime/parameter_client.h"
-#include "trainscope/runtime/parameter_store.h"
 #include "trainscope/runtime/task.h"
-#include "trainscope/runtime/task_status.h"
 #include "trainscope/v1/runtime.pb.h"
 
 namespace trainscope {
@@ -42,6 +43,9 @@ class Task::Impl {
   ~Impl();
 
   absl::Status Start();
+  // Builds telemetry_ (and its OTLP exporter, from the OTEL_* variables) and registers the
+  // task's collector; /metrics binds `host` when it is an IP address.
+  absl::Status StartTelemetry(const std::string& host);
   absl::Status ServeUntilDone();
   absl::StatusOr<ParameterClient*> CreateSession();
   absl::Status FinishTraining();
@@ -68,7 +72,9 @@ class Task::Impl {
   std::atomic<int64_t> parameter_delay_ms_;
   std::atomic<int64_t> heartbeat_delay_ms_{0};
   TaskStatus status_;
-  // Before everything that records into it, so that it outlives them.
+  // Before everything that records into them, so that they outlive it; the task's collector
+  // before the telemetry that calls it.
+  std::unique_ptr<TaskMetrics> metrics_;
   std::unique_ptr<telemetry::Telemetry> telemetry_;
   std::unique_ptr<ParameterStore> store_;  // ps only.
   std::unique_ptr<Session> session_;

@@ -6,9 +6,9 @@
 
 #include "spdlog/spdlog.h"
 #include "task_impl.h"
-#include "telemetry/interceptors.h"
 #include "trainscope/common/proc.h"
-#include "trainscope/runtime/telemetry/telemetry.h"
+#include "trainscope/telemetry/grpc_instrumentation.h"
+#include "trainscope/telemetry/telemetry.h"
 #include "trainscope/v1/runtime.grpc.pb.h"
 
 namespace trainscope {

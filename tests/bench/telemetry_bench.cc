@@ -26,8 +26,8 @@
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/runtime/parameter_client.h"
 #include "trainscope/runtime/task.h"
-#include "trainscope/runtime/telemetry/metrics.h"
-#include "trainscope/runtime/telemetry/names.h"
+#include "trainscope/telemetry/metrics.h"
+#include "trainscope/telemetry/names.h"
 
 namespace trainscope {
 namespace {
