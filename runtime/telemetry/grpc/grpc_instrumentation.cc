@@ -1,13 +1,13 @@
 // Client and server interceptors for call metrics and spans; see interceptors.h.
-#include "interceptors.h"
+#include "trainscope/telemetry/grpc_instrumentation.h"
 
 #include <google/protobuf/message_lite.h>
 
 #include <chrono>
 #include <string_view>
 
-#include "trainscope/runtime/telemetry/context.h"
-#include "trainscope/runtime/telemetry/telemetry.h"
+#include "trainscope/telemetry/context.h"
+#include "trainscope/telemetry/telemetry.h"
 
 namespace trainscope::telemetry {
 namespace {
@@ -50,8 +50,6 @@ void EndSpan(Tracer& tracer, SpanData& span, const grpc::Status& status) {
   tracer.End(std::move(span));
 }
 
-thread_local SpanContext last_client_span;
-
 // Calls we do not trace: the watchers' polls and the trace export itself.
 bool Traced(int method) {
   const std::string_view name = RpcMetrics::MethodName(method);
@@ -93,7 +91,7 @@ class ClientInterceptor final : public grpc::experimental::Interceptor {
         span_.kind = SpanKind::kClient;
         span_.start_unix_nano = NowUnixNanos();
         metadata->emplace("traceparent", FormatTraceparent(span_.context));
-        if (span_.context.sampled) last_client_span = span_.context;
+        if (span_.context.sampled) SetLastClientSpanContext(span_.context);
       }
     }
     if (m->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_MESSAGE)) {
@@ -249,27 +247,6 @@ grpc::Status ServerCall::Finish(grpc::Status status,
     EndSpan(t_->tracer(), span_, status);
   }
   return status;
-}
-
-namespace {
-thread_local const SpanContext* current_span = nullptr;
-}  // namespace
-
-const SpanContext* CurrentSpanContext() { return current_span; }
-
-ScopedSpanContext::ScopedSpanContext(const SpanContext& context)
-    : context_(context), previous_(current_span) {
-  current_span = &context_;
-}
-
-ScopedSpanContext::~ScopedSpanContext() { current_span = previous_; }
-
-std::string LastClientTraceId() {
-  return last_client_span.valid() ? last_client_span.TraceIdHex() : "";
-}
-
-std::string CurrentTraceId() {
-  return current_span != nullptr && current_span->valid() ? current_span->TraceIdHex() : "";
 }
 
 }  // namespace trainscope::telemetry

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "trainscope/runtime/telemetry/tracing.h"
+#include "trainscope/telemetry/tracing.h"
 
 namespace trainscope::telemetry {
 
@@ -29,5 +29,7 @@ std::string CurrentTraceId();
 
 // Hex trace id of the last sampled client call this thread made, or "" — for error messages.
 std::string LastClientTraceId();
+// Records `context` as the thread's last sampled client call (the client instrumentation does).
+void SetLastClientSpanContext(const SpanContext& context);
 
 }  // namespace trainscope::telemetry

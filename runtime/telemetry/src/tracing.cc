@@ -1,5 +1,5 @@
 // W3C trace context, the sampler and the Tracer. See tracing.h.
-#include "trainscope/runtime/telemetry/tracing.h"
+#include "trainscope/telemetry/tracing.h"
 
 #include <chrono>
 #include <cmath>

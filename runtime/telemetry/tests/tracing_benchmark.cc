@@ -6,8 +6,8 @@
 
 #include <memory>
 
-#include "trainscope/runtime/telemetry/batch_span_processor.h"
-#include "trainscope/runtime/telemetry/tracing.h"
+#include "trainscope/telemetry/batch_span_processor.h"
+#include "trainscope/telemetry/tracing.h"
 
 namespace trainscope::telemetry {
 namespace {

@@ -1,5 +1,5 @@
 // The BatchSpanProcessor's queue and export thread. See batch_span_processor.h.
-#include "trainscope/runtime/telemetry/batch_span_processor.h"
+#include "trainscope/telemetry/batch_span_processor.h"
 
 #include <algorithm>
 #include <cstdlib>

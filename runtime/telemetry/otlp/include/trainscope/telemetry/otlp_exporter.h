@@ -11,8 +11,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "trainscope/runtime/telemetry/batch_span_processor.h"
-#include "trainscope/runtime/telemetry/tracing.h"
+#include "trainscope/telemetry/batch_span_processor.h"
+#include "trainscope/telemetry/tracing.h"
 
 namespace trainscope::telemetry {
 

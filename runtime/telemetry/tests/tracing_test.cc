@@ -1,6 +1,6 @@
 // Tests of W3C trace context parsing and formatting, the sampler (ratio, parent-based, from the
 // environment), the Tracer's counters and its hand-off to the processor.
-#include "trainscope/runtime/telemetry/tracing.h"
+#include "trainscope/telemetry/tracing.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

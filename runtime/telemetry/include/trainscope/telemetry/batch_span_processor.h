@@ -14,7 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "trainscope/runtime/telemetry/tracing.h"
+#include "trainscope/telemetry/tracing.h"
 
 namespace trainscope::telemetry {
 

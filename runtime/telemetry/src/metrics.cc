@@ -1,5 +1,5 @@
 // Lock-free recorders for gRPC call metrics and their rendering at scrape time; see metrics.h.
-#include "trainscope/runtime/telemetry/metrics.h"
+#include "trainscope/telemetry/metrics.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "prometheus/client_metric.h"
 #include "prometheus/metric_family.h"
-#include "trainscope/runtime/telemetry/names.h"
+#include "trainscope/telemetry/names.h"
 
 namespace trainscope::telemetry {
 namespace {
@@ -44,13 +44,6 @@ constexpr double kRatioBuckets[] = {0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0};
 
 void AddAtomic(std::atomic<double>& target, double value) {
   target.fetch_add(value, std::memory_order_relaxed);
-}
-
-prometheus::ClientMetric& AddMetric(prometheus::MetricFamily& family,
-                                    std::vector<prometheus::ClientMetric::Label> labels) {
-  family.metric.emplace_back();
-  family.metric.back().label = std::move(labels);
-  return family.metric.back();
 }
 
 }  // namespace
@@ -94,6 +87,23 @@ prometheus::MetricFamily& AddFamily(std::vector<prometheus::MetricFamily>* famil
   f.help = help;
   f.type = type;
   return f;
+}
+
+prometheus::ClientMetric& AddMetric(prometheus::MetricFamily& family,
+                                    std::vector<prometheus::ClientMetric::Label> labels) {
+  family.metric.emplace_back();
+  family.metric.back().label = std::move(labels);
+  return family.metric.back();
+}
+
+void AddGauge(std::vector<prometheus::MetricFamily>* families, const char* name, const char* help,
+              double value) {
+  AddMetric(AddFamily(families, name, help, prometheus::MetricType::Gauge)).gauge.value = value;
+}
+
+void AddCounter(std::vector<prometheus::MetricFamily>* families, const char* name, const char* help,
+                double value) {
+  AddMetric(AddFamily(families, name, help, prometheus::MetricType::Counter)).counter.value = value;
 }
 
 struct RpcMetrics::Started {

@@ -1,7 +1,7 @@
 // Tests of the BatchSpanProcessor with a fake exporter: batching, the schedule and the
 // half-full trigger, drops when full (counted, never blocking), failures, flush and shutdown,
 // and the OTEL_BSP_* variables.
-#include "trainscope/runtime/telemetry/batch_span_processor.h"
+#include "trainscope/telemetry/batch_span_processor.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

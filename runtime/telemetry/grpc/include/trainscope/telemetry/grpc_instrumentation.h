@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "trainscope/common/cluster_spec.h"
-#include "trainscope/runtime/telemetry/context.h"
-#include "trainscope/runtime/telemetry/tracing.h"
+#include "trainscope/telemetry/context.h"
+#include "trainscope/telemetry/tracing.h"
 
 namespace google::protobuf {
 class MessageLite;

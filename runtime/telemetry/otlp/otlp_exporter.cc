@@ -1,6 +1,6 @@
 // The OTLP/gRPC exporter: SpanData -> ExportTraceServiceRequest, sent with a deadline; and the
 // OTEL_* variables that configure it. See otlp_exporter.h.
-#include "trainscope/runtime/telemetry/otlp_exporter.h"
+#include "trainscope/telemetry/otlp_exporter.h"
 
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
@@ -14,7 +14,6 @@
 #include "absl/strings/str_split.h"
 #include "opentelemetry/proto/collector/trace/v1/trace_service.grpc.pb.h"
 #include "trainscope/common/cluster_spec.h"
-#include "trainscope/runtime/status_macros.h"
 
 namespace trainscope::telemetry {
 namespace {
@@ -239,7 +238,9 @@ struct OtlpGrpcExporter::Impl {
 absl::StatusOr<std::unique_ptr<OtlpGrpcExporter>> OtlpGrpcExporter::Create(
     OtlpExporterOptions options) {
   auto impl = std::make_unique<Impl>();
-  TS_ASSIGN_OR_RETURN(impl->target, ParseOtlpEndpoint(options.endpoint));
+  absl::StatusOr<std::string> target = ParseOtlpEndpoint(options.endpoint);
+  if (!target.ok()) return target.status();
+  impl->target = *std::move(target);
   if (options.timeout_ms <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("OTLP export timeout must be positive, not ", options.timeout_ms, " ms"));
@@ -286,9 +287,10 @@ absl::Status OtlpGrpcExporter::Export(std::vector<SpanData>& batch) {
   otlp_collector::ExportTraceServiceResponse response;
   grpc::Status status = impl_->stub->Export(&context, request, &response);
   if (!status.ok()) {
-    absl::Status error = FromGrpcStatus(status);
-    return absl::Status(error.code(), absl::StrCat("OTLP export of ", batch.size(), " spans to ",
-                                                   impl_->target, " failed: ", error.message()));
+    // gRPC and abseil share the canonical codes.
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        absl::StrCat("OTLP export of ", batch.size(), " spans to ", impl_->target,
+                                     " failed: ", status.error_message()));
   }
   if (response.has_partial_success() && response.partial_success().rejected_spans() > 0) {
     rejected_spans_.fetch_add(static_cast<uint64_t>(response.partial_success().rejected_spans()),

@@ -1,7 +1,7 @@
 // Tests of the OTLP/gRPC exporter against a real in-process TraceService on a loopback port:
 // every field of the request; the endpoint and OTEL_* parsing; a collector that is down or
 // silent costs the caller nothing and is counted.
-#include "trainscope/runtime/telemetry/otlp_exporter.h"
+#include "trainscope/telemetry/otlp_exporter.h"
 
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
@@ -17,7 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "opentelemetry/proto/collector/trace/v1/trace_service.grpc.pb.h"
-#include "trainscope/runtime/telemetry/batch_span_processor.h"
+#include "trainscope/telemetry/batch_span_processor.h"
 
 namespace trainscope::telemetry {
 namespace {

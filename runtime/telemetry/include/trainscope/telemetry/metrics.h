@@ -12,13 +12,10 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "prometheus/client_metric.h"
+#include "prometheus/metric_family.h"
 #include "prometheus/metric_type.h"
 #include "trainscope/common/cluster_spec.h"
-
-namespace prometheus {
-struct MetricFamily;
-struct ClientMetric;
-}  // namespace prometheus
 
 namespace trainscope::telemetry {
 
@@ -94,9 +91,18 @@ class RpcMetrics {
   std::vector<std::unique_ptr<AtomicHistogram>> deadline_used_;
 };
 
-// Helpers to build families.
+// Helpers for collectors that build families at scrape time.
+// Appends an empty family to `families` and returns it.
 prometheus::MetricFamily& AddFamily(std::vector<prometheus::MetricFamily>* families,
                                     const std::string& name, const std::string& help,
                                     prometheus::MetricType type);
+// Appends a series with `labels` to `family` and returns it.
+prometheus::ClientMetric& AddMetric(prometheus::MetricFamily& family,
+                                    std::vector<prometheus::ClientMetric::Label> labels = {});
+// A family of one unlabelled gauge / counter.
+void AddGauge(std::vector<prometheus::MetricFamily>* families, const char* name, const char* help,
+              double value);
+void AddCounter(std::vector<prometheus::MetricFamily>* families, const char* name, const char* help,
+                double value);
 
 }  // namespace trainscope::telemetry
