@@ -16,6 +16,7 @@ struct Pattern {
   const char* needle;  // Lower case.
   RpcFailure kind;
   const char* words;
+  bool unavailable_only = false;  // Only in an UNAVAILABLE status (not a peer's own error).
 };
 
 // gRPC's messages, most specific first. Matched case-insensitively.
@@ -23,15 +24,19 @@ constexpr Pattern kPatterns[] = {
     {"connection refused", RpcFailure::kRefused, "connection refused"},
     {"keepalive", RpcFailure::kLost, "connection lost (no keepalive answer: packets stopped)"},
     {"no route to host", RpcFailure::kUnreachable, "no route to host"},
+    // connect() on a blackhole route.
+    {"invalid argument", RpcFailure::kUnreachable, "no route (the route to it is blocked)", true},
     {"network is unreachable", RpcFailure::kUnreachable, "network is unreachable"},
     {"host is unreachable", RpcFailure::kUnreachable, "no route to host"},
     {"connection timed out", RpcFailure::kUnreachable, "connection timed out"},
     {"timeout occurred", RpcFailure::kUnreachable, "connection timed out"},
     {"dns resolution failed", RpcFailure::kUnreachable, "cannot resolve host"},
     {"name or service not known", RpcFailure::kUnreachable, "cannot resolve host"},
+    {"handshaker shutdown", RpcFailure::kUnreachable, "connection timed out"},
     {"certificate", RpcFailure::kTls, nullptr},
-    {"handshake", RpcFailure::kTls, nullptr},
     {"ssl", RpcFailure::kTls, nullptr},
+    {"tls", RpcFailure::kTls, nullptr},
+    {"handshake failed", RpcFailure::kTls, nullptr},
     {"connection reset", RpcFailure::kLost, "connection reset by peer"},
     {"broken pipe", RpcFailure::kLost, "connection closed by peer"},
     {"socket closed", RpcFailure::kLost, "connection closed by peer"},
@@ -47,7 +52,9 @@ constexpr Pattern kPatterns[] = {
 RpcErrorSummary ClassifyRpcError(int code, absl::string_view message, int64_t deadline_ms) {
   const std::string lower = absl::AsciiStrToLower(message.substr(0, 2048));
   for (const Pattern& p : kPatterns) {
-    if (!absl::StrContains(lower, p.needle)) continue;
+    if (!absl::StrContains(lower, p.needle) || (p.unavailable_only && code != kUnavailable)) {
+      continue;
+    }
     if (p.kind == RpcFailure::kTls) {
       // Keep gRPC's own words: they say which certificate check failed.
       size_t cut = message.rfind("last error: ");

@@ -25,6 +25,14 @@ TEST(RpcErrorTest, Table) {
       {14, "Connection reset by peer", RpcFailure::kLost, "connection reset by peer"},
       {14, "DNS resolution failed for nohost:1", RpcFailure::kUnreachable, "cannot resolve host"},
       {4, "Deadline Exceeded", RpcFailure::kTimeout, "no answer within 250 ms"},
+      // A connect that never completes (packets dropped) ends in gRPC's handshaker shutdown:
+      // no TLS involved.
+      {14,
+       "failed to connect to all addresses; last error: UNKNOWN: ipv4:10.0.0.1:4317: tcp "
+       "handshaker shutdown",
+       RpcFailure::kUnreachable, "connection timed out"},
+      {14, "failed to connect; last error: UNKNOWN: ipv4:10.0.0.1:1: Invalid argument",
+       RpcFailure::kUnreachable, "no route (the route to it is blocked)"},
       {3, "bad shape", RpcFailure::kApplication, "INVALID_ARGUMENT: bad shape"},
       {14, "", RpcFailure::kUnavailable, "UNAVAILABLE"},
       {14, "Trying to connect an http1.x server", RpcFailure::kApplication,

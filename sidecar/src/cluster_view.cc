@@ -359,7 +359,7 @@ bool SameAddress(const std::string& a, const std::string& b) {
 
 bool IsNetworkError(absl::string_view error) {
   const std::string e = absl::AsciiStrToLower(error);
-  for (const char* needle : {"connection lost", "no route to host", "network is unreachable",
+  for (const char* needle : {"connection lost", "no route", "network is unreachable",
                              "connection timed out", "connection reset", "keepalive"}) {
     if (absl::StrContains(e, needle)) return true;
   }
@@ -379,6 +379,7 @@ ClusterView BuildClusterView(const ClusterViewInputs& in) {
   FindPartitions(m, view);
   ApplySelfIsolation(m);
   BuildNodes(m, view);
+  for (const TaskView& v : in.local) view.local.push_back(v.task);
   for (auto& [t, v] : m.tasks) view.tasks.push_back(std::move(v));
   AnnotateBlocked(view.tasks, *in.spec);
   SortForPeople(view.tasks);
@@ -392,7 +393,9 @@ pb::TaskList ToTaskList(const std::string& cluster, const ClusterView& view, boo
   list.set_node(CleanText(view.self));
   list.set_isolated(view.isolated_since.has_value());
   for (const TaskView& v : view.tasks) {
-    if (local_only && !v.source.empty()) continue;
+    if (local_only && std::find(view.local.begin(), view.local.end(), v.task) == view.local.end()) {
+      continue;
+    }
     ToProto(v, /*full_peers=*/true, list.add_tasks());
   }
   for (const NodeInfo& n : view.nodes) {

@@ -46,6 +46,7 @@ struct ClusterView {
   std::vector<NodeInfo> nodes;  // This node first.
   std::vector<PartitionInfo> partitions;
   std::optional<double> isolated_since;  // This node is cut off from every other, since then.
+  std::vector<TaskRef> local;            // The tasks this node watches first-hand.
   std::string self;
   std::string self_hostname;
 };

@@ -74,21 +74,22 @@ std::shared_ptr<const RecordEntry> NodeRecords::Find(const std::string& node) co
   return it == all_.end() ? nullptr : it->second;
 }
 
-std::vector<v1::Digest> NodeRecords::DigestSlice(const std::string& after, size_t max,
-                                                 std::string* next) const {
-  std::vector<v1::Digest> out;
+std::string NodeRecords::FillSlice(const std::string& after, size_t max,
+                                   v1::SyncRequest* request) const {
+  request->set_after(after);
   auto it = all_.upper_bound(after);
-  for (size_t n = 0; n < std::min(max, all_.size()); ++n) {
-    if (it == all_.end()) it = all_.begin();
-    v1::Digest d;
-    d.set_node(it->first);
-    d.set_generation(it->second->record.generation());
-    d.set_version(it->second->record.version());
-    out.push_back(std::move(d));
-    *next = it->first;
-    ++it;
+  for (size_t n = 0; n < max && it != all_.end(); ++n, ++it) {
+    v1::Digest* d = request->add_known();
+    d->set_node(it->first);
+    d->set_generation(it->second->record.generation());
+    d->set_version(it->second->record.version());
   }
-  return out;
+  if (it == all_.end()) {
+    request->set_until("");  // To the end; the next slice starts over.
+    return "";
+  }
+  request->set_until(request->known(request->known_size() - 1).node());
+  return request->until();
 }
 
 void NodeRecords::Answer(const v1::SyncRequest& request, size_t max_bytes,
@@ -111,10 +112,11 @@ void NodeRecords::Answer(const v1::SyncRequest& request, size_t max_bytes,
                                                    : r.version() > d->version();
     if (newer && !add(r)) return;
   }
-  if (!request.all()) return;
+  // Records in the range the requester does not hold at all.
   const size_t max_records = request.max_records() == 0 ? 512 : request.max_records();
   size_t sent = 0;
   for (auto it = all_.upper_bound(request.after()); it != all_.end(); ++it) {
+    if (!request.all() && !request.until().empty() && it->first > request.until()) break;
     if (known.count(it->first)) continue;
     if (sent >= max_records || !add(it->second->record)) {
       response->set_more(true);

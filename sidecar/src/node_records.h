@@ -35,13 +35,14 @@ class NodeRecords {
   // Every record held, by node; entries are immutable and shared, so copying this is cheap.
   const std::map<std::string, std::shared_ptr<const RecordEntry>>& all() const { return all_; }
 
-  // The versions held for up to `max` nodes after `after` in id order (wrapping around), and
-  // the node to continue after: anti-entropy compares a slice per round, so its cost does not
-  // grow with the cluster.
-  std::vector<v1::Digest> DigestSlice(const std::string& after, size_t max,
-                                      std::string* next) const;
-  // Fills `response` with the records newer than `request.known`, and with request.all the
-  // ones after request.after that it does not list, within `max_bytes`.
+  // Fills `request` for anti-entropy over the next slice of node ids: the versions held for up
+  // to `max` nodes after `after` in id order, and the range they cover (after, until]; returns
+  // the id to continue after next time ("" once the end is reached). Comparing a slice per
+  // round keeps the cost flat however large the cluster.
+  std::string FillSlice(const std::string& after, size_t max, v1::SyncRequest* request) const;
+  // Fills `response`: the records newer than those `request` lists, and those in its range that
+  // it does not list at all (or, with request.all, every record after request.after), within
+  // `max_bytes`.
   void Answer(const v1::SyncRequest& request, size_t max_bytes, v1::SyncResponse* response) const;
 
  private:

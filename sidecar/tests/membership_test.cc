@@ -176,8 +176,8 @@ TEST_F(MembershipTest, StrangersAreAddedAndTimeoutsGrowSlowlyWithTheCluster) {
   Membership big = Make(many);
   EXPECT_EQ(small.SuspicionTimeout(), 1.0);
   EXPECT_NEAR(big.SuspicionTimeout(), 4 * 3.04 * 0.2, 0.01);
-  EXPECT_EQ(small.RetransmitLimit(), 4);
-  EXPECT_EQ(big.RetransmitLimit(), 16);
+  EXPECT_EQ(small.RetransmitLimit(), 6);
+  EXPECT_EQ(big.RetransmitLimit(), 24);
 }
 
 }  // namespace

@@ -54,33 +54,33 @@ TEST(NodeRecords, NonsenseIsRefusedWithAReason) {
   EXPECT_EQ(records.Find("b:1"), nullptr);
 }
 
-TEST(NodeRecords, DigestSlicesWrapAroundAndSyncAnswersWhatIsNewer) {
+TEST(NodeRecords, AntiEntropySlicesRepairStaleAndMissingRecords) {
   NodeRecords records;
   std::string why;
   for (const char* n : {"a:1", "b:1", "c:1", "d:1", "e:1"}) records.Apply(Record(n, 1, 3), 0, &why);
-  std::string next;
-  auto first = records.DigestSlice("", 2, &next);
-  ASSERT_EQ(first.size(), 2u);
-  EXPECT_EQ(first[0].node(), "a:1");
-  EXPECT_EQ(next, "b:1");
-  auto rest = records.DigestSlice("d:1", 3, &next);
-  ASSERT_EQ(rest.size(), 3u);
-  EXPECT_EQ(rest[0].node(), "e:1");
-  EXPECT_EQ(rest[1].node(), "a:1");  // Wrapped.
+  v1::SyncRequest first;
+  EXPECT_EQ(records.FillSlice("", 2, &first), "b:1");
+  ASSERT_EQ(first.known_size(), 2);
+  EXPECT_EQ(first.known(0).node(), "a:1");
+  EXPECT_EQ(first.until(), "b:1");
+  v1::SyncRequest last;
+  EXPECT_EQ(records.FillSlice("c:1", 5, &last), "");  // Reached the end: start over next time.
+  EXPECT_EQ(last.known_size(), 2);
+  EXPECT_EQ(last.until(), "");
 
+  // A node that holds b:1 stale, lacks c:1, and compares the range (a:1, d:1].
+  NodeRecords stale;
+  stale.Apply(Record("b:1", 1, 2), 0, &why);
+  stale.Apply(Record("d:1", 1, 3), 0, &why);
   v1::SyncRequest request;
-  auto* old = request.add_known();
-  old->set_node("b:1");
-  old->set_generation(1);
-  old->set_version(2);
-  auto* same = request.add_known();
-  same->set_node("c:1");
-  same->set_generation(1);
-  same->set_version(3);
+  stale.FillSlice("a:1", 10, &request);
+  request.set_until("d:1");
   v1::SyncResponse response;
   records.Answer(request, 1 << 20, &response);
-  ASSERT_EQ(response.records_size(), 1);
-  EXPECT_EQ(response.records(0).node(), "b:1");
+  std::vector<std::string> got;
+  for (const auto& r : response.records()) got.push_back(r.node());
+  EXPECT_EQ(got, (std::vector<std::string>{"b:1", "c:1"}));  // Not a:1 or e:1: out of range.
+
   // A full pull in pages.
   v1::SyncRequest all;
   all.set_all(true);

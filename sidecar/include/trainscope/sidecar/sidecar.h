@@ -49,7 +49,7 @@ struct SidecarOptions {
   // The exchange's protocol period (one probe each), and how often it compares a slice of its
   // records with one peer.
   int gossip_interval_ms = 200;
-  double sync_interval_s = 2;
+  double sync_interval_s = 1;
   // Traces received over OTLP on grpc_port: the memory budget of what is kept, the sliding
   // window and per-(method, ps) count of the slow list, the largest Export accepted, and an
   // upstream OTLP endpoint ("http://host:port"; "" = none) that gets everything, through a queue

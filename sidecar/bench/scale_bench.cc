@@ -1,0 +1,327 @@
+// sidecar_scale_bench: what the cluster view costs each sidecar as the cluster grows.
+//   real:     for each N of --nodes, N nodes as the loopback addresses 127.0.0.2..N+1, each with
+//             one scripted task (sidecar_fake_task) and one trainscope-sidecar bound to its
+//             address with default flags (the peers derived from the spec). Over --window_s it
+//             measures every sidecar's CPU share, RSS and exchange bytes sent per second; then
+//             it kills --changes tasks one by one and measures, for each, the time until every
+//             sidecar's view has it dead; finally how long the sidecars take to stop.
+//   simulate: --sim_nodes nodes of the real exchange protocol (ExchangeCore) in this process
+//             over a simulated network: periods until a change reaches every node, messages and
+//             bytes per node per second, and the time until a node that goes down is held
+//             silent by every other.
+// Not a test: it prints figures (docs/sidecar.md).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_split.h"
+#include "exchange_sim.h"
+#include "process.h"
+#include "trainscope/common/clock.h"
+#include "trainscope/common/proc.h"
+#include "trainscope/sidecar/api.h"
+#include "trainscope/sidecar/http_client.h"
+
+namespace {
+
+namespace ts = trainscope::sidecar;
+using trainscope::MonotonicSeconds;
+using trainscope::UnixSeconds;
+using trainscope::testing::BinPath;
+using trainscope::testing::Process;
+
+// Node i is the loopback address 127.0.0.(i+2).
+std::string Host(int node) { return "127.0.0." + std::to_string(node + 2); }
+
+bool CanBind(const std::string& host, int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  close(fd);
+  return ok;
+}
+
+// A port free on every node's address.
+int PortFreeOnAll(int nodes, std::mt19937& rng) {
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    int port = 20000 + static_cast<int>(rng() % 20000);
+    bool ok = true;
+    for (int i = 0; i < nodes && ok; ++i) ok = CanBind(Host(i), port);
+    if (ok) return port;
+  }
+  return -1;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double CounterValue(const std::string& metrics, const std::string& series) {
+  size_t at = metrics.find(series + " ");
+  return at == std::string::npos ? 0
+                                 : std::strtod(metrics.c_str() + at + series.size() + 1, nullptr);
+}
+
+struct Node {
+  std::unique_ptr<Process> task;
+  std::unique_ptr<Process> sidecar;
+  std::string http;
+};
+
+struct RealRow {
+  int nodes = 0;
+  double converge_s = 0;
+  double cpu_max = 0, cpu_median = 0;  // Percent of one core.
+  double rss_max_mib = 0;
+  double bytes_median = 0, bytes_max = 0;  // Sent per second.
+  std::vector<double> change_ms;           // Time until every view has the change.
+  double stop_max_ms = 0;
+};
+
+bool AllUp(std::vector<Node>& nodes, int n) {
+  for (Node& node : nodes) {
+    auto r = ts::HttpGet(node.http, "/api/v1/tasks", 2000);
+    if (!r.ok()) return false;
+    auto views = ts::ParseTaskViews(r->body);
+    if (!views.ok() || static_cast<int>(views->size()) != n) return false;
+    for (const auto& v : *views) {
+      if (v.state != ts::TaskState::kUp) return false;
+    }
+  }
+  return true;
+}
+
+// Kills the task of node `victim`; the time until every sidecar's view has it dead (ms).
+double ChangeToEveryView(std::vector<Node>& nodes, int victim) {
+  const double t0 = UnixSeconds();
+  nodes[victim].task->Signal(SIGKILL);
+  nodes[victim].task->Wait(std::chrono::seconds(5));
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  double worst = 0;
+  const std::string name = "worker:" + std::to_string(victim);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (!nodes[i].sidecar->Running()) continue;
+    auto r = ts::HttpGet(nodes[i].http, "/api/v1/tasks?task=" + name, 2000);
+    auto views = r.ok() ? ts::ParseTaskViews(r->body) : absl::StatusOr<std::vector<ts::TaskView>>();
+    if (!views.ok() || views->empty() || views->front().state != ts::TaskState::kDead) return -1;
+    const ts::TaskView& v = views->front();
+    const double known = v.source.empty() ? v.since : v.learned_at;
+    worst = std::max(worst, known - t0);
+  }
+  return worst * 1000;
+}
+
+RealRow RunReal(int n, double window_s, int changes, std::mt19937& rng) {
+  RealRow row;
+  row.nodes = n;
+  const int task_port = PortFreeOnAll(n, rng);
+  const int http_port = PortFreeOnAll(n, rng);
+  const int grpc_port = PortFreeOnAll(n, rng);
+  std::string spec = "{\"cluster\": {\"worker\": [";
+  for (int i = 0; i < n; ++i) {
+    spec += (i ? ", \"" : "\"") + Host(i) + ":" + std::to_string(task_port) + "\"";
+  }
+  spec += "]}}";
+  char path[] = "/tmp/trainscope-scale-spec-XXXXXX";
+  close(mkstemp(path));
+  std::ofstream(path) << spec;
+  std::vector<Node> nodes(n);
+  for (int i = 0; i < n; ++i) {
+    nodes[i].task = std::make_unique<Process>(
+        BinPath("sidecar_fake_task"),
+        std::vector<std::string>{"--host", Host(i), "--port", std::to_string(task_port), "--role",
+                                 "worker", "--index", std::to_string(i), "--phase", "training",
+                                 "--steps_per_s", "10"});
+  }
+  for (int i = 0; i < n; ++i) {
+    nodes[i].http = Host(i) + ":" + std::to_string(http_port);
+    nodes[i].sidecar = std::make_unique<Process>(
+        BinPath("trainscope-sidecar"),
+        std::vector<std::string>{"--cluster_spec", path, "--http_address", Host(i), "--http_port",
+                                 std::to_string(http_port), "--grpc_port",
+                                 std::to_string(grpc_port)});
+  }
+  const double start = MonotonicSeconds();
+  while (!AllUp(nodes, n) && MonotonicSeconds() - start < 120) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  row.converge_s = MonotonicSeconds() - start;
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const std::string sent = "trainscope_sidecar_exchange_bytes_total{direction=\"sent\"}";
+  std::vector<double> cpu0(n), bytes0(n);
+  for (int i = 0; i < n; ++i) {
+    cpu0[i] = trainscope::ReadProcStat(nodes[i].sidecar->pid())->cpu_seconds;
+    auto m = ts::HttpGet(nodes[i].http, "/metrics", 3000);
+    bytes0[i] = m.ok() ? CounterValue(m->body, sent) : 0;
+  }
+  const double w0 = MonotonicSeconds();
+  std::this_thread::sleep_for(std::chrono::duration<double>(window_s));
+  const double elapsed = MonotonicSeconds() - w0;
+  std::vector<double> cpu, bytes;
+  for (int i = 0; i < n; ++i) {
+    auto stat = trainscope::ReadProcStat(nodes[i].sidecar->pid());
+    cpu.push_back(100 * (stat->cpu_seconds - cpu0[i]) / elapsed);
+    row.rss_max_mib = std::max(row.rss_max_mib, stat->resident_bytes / 1048576.0);
+    auto m = ts::HttpGet(nodes[i].http, "/metrics", 3000);
+    bytes.push_back(((m.ok() ? CounterValue(m->body, sent) : 0) - bytes0[i]) / elapsed);
+  }
+  row.cpu_max = *std::max_element(cpu.begin(), cpu.end());
+  row.cpu_median = Median(cpu);
+  row.bytes_max = *std::max_element(bytes.begin(), bytes.end());
+  row.bytes_median = Median(bytes);
+  for (int c = 0; c < changes; ++c) {
+    row.change_ms.push_back(ChangeToEveryView(nodes, (c * 7 + 1) % n));
+  }
+  for (Node& node : nodes) node.sidecar->Signal(SIGTERM);
+  const double stop0 = MonotonicSeconds();
+  for (Node& node : nodes) {
+    node.sidecar->Wait(std::chrono::seconds(10));
+    row.stop_max_ms = std::max(row.stop_max_ms, 1000 * (MonotonicSeconds() - stop0));
+  }
+  unlink(path);
+  return row;
+}
+
+void Simulate(int n, int trials, int retransmit_mult, int sync_every, uint64_t seed) {
+  using ts::SimCluster;
+  std::printf(
+      "simulate: %d nodes of the real exchange protocol, 200 ms period, retransmit x%d, "
+      "anti-entropy every %d periods\n",
+      n, retransmit_mult, sync_every);
+  ts::MembershipOptions membership;
+  membership.retransmit_mult = retransmit_mult;
+  SimCluster sim(n, membership, seed);
+  sim.set_sync_every(sync_every);
+  int steps = 0;
+  while (steps < 2000) {
+    sim.Step();
+    ++steps;
+    bool all = true;
+    for (int i = 0; i < n && all; i += std::max(1, n / 50)) all = sim.Knowing(i, 1) == n;
+    if (all) break;
+  }
+  std::printf("  every node knows every record after %d periods (%.1f s) from a cold start\n",
+              steps, steps * 0.2);
+  for (int i = 0; i < 100; ++i) sim.Step();
+  auto totals = [&] {
+    int64_t m = 0, b = 0;
+    for (int i = 0; i < n; ++i) {
+      m += sim.core(i).stats().messages_sent;
+      b += sim.core(i).stats().bytes_sent;
+    }
+    return std::pair{m, b};
+  };
+  auto [m0, b0] = totals();
+  const int quiet = 100;
+  for (int i = 0; i < quiet; ++i) sim.Step();
+  auto [m1, b1] = totals();
+  const double seconds = quiet * 0.2;
+  std::printf("  steady state: %.1f messages and %.0f bytes sent per node per second\n",
+              (m1 - m0) / (n * seconds), (b1 - b0) / (n * seconds));
+  std::vector<double> spread;
+  auto [m2, b2] = totals();
+  for (int t = 0; t < trials; ++t) {
+    const int victim = (t * 131 + 5) % n;
+    sim.SetState(victim, ts::TaskState::kDead);
+    sim.Step();
+    const uint64_t v = sim.OwnVersion(victim);
+    int k = 1;
+    while (sim.Knowing(victim, v) < n && k < 500) {
+      sim.Step();
+      ++k;
+    }
+    spread.push_back(k * 0.2);
+    for (int i = 0; i < 30; ++i) sim.Step();
+  }
+  std::sort(spread.begin(), spread.end());
+  std::printf("  a change reaches every node: median %.1f s, worst %.1f s (%d trials)\n",
+              Median(spread), spread.back(), trials);
+  const int down = n / 3;
+  sim.Down(down);
+  int k = 0;
+  while (sim.Holding(down, ts::MemberStatus::kSilent) < n - 1 && k < 500) {
+    sim.Step();
+    ++k;
+  }
+  std::printf("  a node that goes down is held silent by all %d others after %.1f s\n", n - 1,
+              k * 0.2);
+  auto [m3, b3] = totals();
+  const double busy_seconds = (trials * 31 + k) * 0.2;
+  std::printf("  while changing: %.1f messages and %.0f bytes sent per node per second\n",
+              (m3 - m2) / (n * busy_seconds), (b3 - b2) / (n * busy_seconds));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string mode = "real";
+  std::string nodes_list = "8,16,32,40,64";
+  double window_s = 20;
+  int changes = 3;
+  int sim_nodes = 1100;
+  int sim_trials = 5;
+  int sim_retransmit = ts::MembershipOptions{}.retransmit_mult;
+  int sim_sync_every = 5;
+  uint64_t sim_seed = 7;
+  CLI::App app{"sidecar_scale_bench: the cluster view's cost per sidecar as the cluster grows"};
+  app.add_option("--mode", mode, "real | simulate | all")->capture_default_str();
+  app.add_option("--nodes", nodes_list, "Cluster sizes for the real mode")->capture_default_str();
+  app.add_option("--window_s", window_s, "Measurement window per size")->capture_default_str();
+  app.add_option("--changes", changes, "Task deaths timed per size")->capture_default_str();
+  app.add_option("--sim_nodes", sim_nodes)->capture_default_str();
+  app.add_option("--sim_trials", sim_trials)->capture_default_str();
+  app.add_option("--sim_retransmit", sim_retransmit, "Retransmit multiplier")
+      ->capture_default_str();
+  app.add_option("--sim_sync_every", sim_sync_every, "Periods between anti-entropy rounds")
+      ->capture_default_str();
+  app.add_option("--sim_seed", sim_seed)->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  std::mt19937 rng(static_cast<unsigned>(getpid()));
+  if (mode == "real" || mode == "all") {
+    std::vector<RealRow> rows;
+    for (absl::string_view part : absl::StrSplit(nodes_list, ',')) {
+      int n = std::stoi(std::string(part));
+      std::printf("running %d nodes ...\n", n);
+      std::fflush(stdout);
+      rows.push_back(RunReal(n, window_s, changes, rng));
+    }
+    std::printf("\n%6s %9s %12s %12s %9s %14s %14s %18s %9s\n", "nodes", "joined s", "CPU% busiest",
+                "CPU% median", "RSS MiB", "B/s sent med", "B/s sent max", "change->all ms",
+                "stop ms");
+    for (const RealRow& r : rows) {
+      std::string changes_text;
+      for (double c : r.change_ms) {
+        changes_text += (changes_text.empty() ? "" : "/") + std::to_string(static_cast<int>(c));
+      }
+      std::printf("%6d %9.1f %12.2f %12.2f %9.1f %14.0f %14.0f %18s %9.0f\n", r.nodes, r.converge_s,
+                  r.cpu_max, r.cpu_median, r.rss_max_mib, r.bytes_median, r.bytes_max,
+                  changes_text.c_str(), r.stop_max_ms);
+    }
+    for (const RealRow& r : rows) {
+      if (r.nodes == 40 && rows.front().cpu_max > 0) {
+        std::printf("busiest sidecar at 40 nodes / at %d nodes: %.2f\n", rows.front().nodes,
+                    r.cpu_max / rows.front().cpu_max);
+      }
+    }
+  }
+  if (mode == "simulate" || mode == "all")
+    Simulate(sim_nodes, sim_trials, sim_retransmit, sim_sync_every, sim_seed);
+  return 0;
+}

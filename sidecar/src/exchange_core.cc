@@ -1,0 +1,339 @@
+// The exchange protocol without its transport; see exchange_core.h.
+#include "exchange_core.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "trainscope/sidecar/api.h"
+
+namespace trainscope::sidecar {
+namespace {
+
+constexpr int kMaxGossipItems = 4096;  // Records or member updates in one message.
+constexpr size_t kSyncAnswerBytes = 1 << 20;
+
+v1::Header WithNode(const v1::Header& h, const std::string& node) {
+  v1::Header copy = h;
+  copy.set_node(node);
+  return copy;
+}
+
+}  // namespace
+
+ExchangeCore::ExchangeCore(ExchangeOptions options, uint64_t generation, Now now)
+    : options_(std::move(options)),
+      membership_(options_.self, options_.hostname, generation, options_.peers, options_.membership,
+                  now.s, options_.seed != 0 ? options_.seed : generation),
+      own_(options_.self, options_.hostname, generation, options_.reason_refresh_s) {}
+
+bool ExchangeCore::UpdateOwn(const std::vector<TaskView>& views, Now now) {
+  const bool isolated = membership_.IsolatedSince(now.s).has_value();
+  auto record = own_.Update(views, membership_.UnreachableDirectly(), isolated, now.unix);
+  if (!record) return false;
+  std::string why;
+  records_.Apply(*record, now.unix, &why);
+  queue_.Put(*record);
+  dirty_ = true;
+  return true;
+}
+
+std::vector<std::string> ExchangeCore::NewsTargets() {
+  return membership_.GossipTargets(options_.gossip_fanout);
+}
+
+ExchangeCore::Period ExchangeCore::OnPeriod(Now now, bool sync_due) {
+  Period p;
+  membership_.Tick(now.s);
+  Drain();
+  p.probe = membership_.NextProbeTarget();
+  if (!queue_.empty()) p.gossip = membership_.GossipTargets(options_.gossip_fanout);
+  if (sync_due || !joined_) {
+    auto targets = membership_.GossipTargets(1);
+    if (!targets.empty()) p.sync = targets[0];
+  }
+  return p;
+}
+
+void ExchangeCore::FillHeader(v1::Header* h) const {
+  h->set_protocol_version(kExchangeProtocolVersion);
+  h->set_cluster(options_.cluster);
+  membership_.FillHeader(h);
+}
+
+void ExchangeCore::FillGossip(const std::string& target, v1::Gossip* gossip) {
+  queue_.Fill(gossip, options_.gossip_budget_bytes, membership_.RetransmitLimit());
+  if (auto hint = membership_.HintFor(target)) *gossip->add_members() = *hint;
+}
+
+void ExchangeCore::FillPing(const std::string& target, v1::PingRequest* request) {
+  FillHeader(request->mutable_header());
+  request->set_target(target);
+  FillGossip(target, request->mutable_gossip());
+  stats_.messages_sent++;
+  stats_.bytes_sent += static_cast<int64_t>(request->ByteSizeLong());
+}
+
+std::vector<std::string> ExchangeCore::OnPingDone(const std::string& target, bool probe,
+                                                  const std::string& error,
+                                                  const v1::PingResponse& response, Now now) {
+  std::string why = error.empty() ? CheckHeader(response.header()) : error;
+  if (why.empty()) {
+    stats_.messages_received++;
+    stats_.bytes_received += static_cast<int64_t>(response.ByteSizeLong());
+    Contact(response.header(), target, now.s);
+    ApplyGossip(response.gossip(), target, now);
+    return {};
+  }
+  stats_.errors++;
+  NoteError(target, why);
+  if (!probe) return {};
+  membership_.OnDirectFailure(target, why, now.s);
+  std::vector<std::string> helpers =
+      membership_.IndirectHelpers(target, options_.membership.indirect_probes);
+  if (helpers.empty()) {
+    membership_.OnIndirectResult(target, false, now.s);
+    Drain();
+  } else {
+    indirect_[target].outstanding += static_cast<int>(helpers.size());
+  }
+  return helpers;
+}
+
+void ExchangeCore::FillPingReq(const std::string& target, v1::PingReqRequest* request) {
+  FillHeader(request->mutable_header());
+  request->set_target(target);
+  request->set_timeout_ms(options_.indirect_timeout_ms);
+  queue_.Fill(request->mutable_gossip(), options_.gossip_budget_bytes,
+              membership_.RetransmitLimit());
+  stats_.messages_sent++;
+  stats_.bytes_sent += static_cast<int64_t>(request->ByteSizeLong());
+}
+
+void ExchangeCore::OnPingReqDone(const std::string& helper, const std::string& target,
+                                 const std::string& error, const v1::PingReqResponse& response,
+                                 Now now) {
+  std::string why = error.empty() ? CheckHeader(response.header()) : error;
+  if (why.empty()) {
+    stats_.messages_received++;
+    stats_.bytes_received += static_cast<int64_t>(response.ByteSizeLong());
+    Contact(response.header(), helper, now.s);
+    ApplyGossip(response.gossip(), helper, now);
+  } else {
+    stats_.errors++;
+  }
+  Indirect& probe = indirect_[target];
+  probe.reached |= why.empty() && response.reached();
+  if (--probe.outstanding <= 0) {
+    membership_.OnIndirectResult(target, probe.reached, now.s);
+    indirect_.erase(target);
+    Drain();
+  }
+}
+
+void ExchangeCore::FillSync(v1::SyncRequest* request) {
+  FillHeader(request->mutable_header());
+  if (!joined_) {
+    // A full pull in pages: this node has just started and knows nothing yet.
+    request->set_all(true);
+    request->set_after(join_cursor_);
+    request->set_max_records(512);
+  } else {
+    sync_cursor_ = records_.FillSlice(sync_cursor_, options_.sync_slice, request);
+  }
+  stats_.messages_sent++;
+  stats_.bytes_sent += static_cast<int64_t>(request->ByteSizeLong());
+}
+
+void ExchangeCore::OnSyncDone(const std::string& target, const v1::SyncRequest& request,
+                              const std::string& error, const v1::SyncResponse& response, Now now) {
+  std::string why = error.empty() ? CheckHeader(response.header()) : error;
+  if (!why.empty()) {
+    stats_.errors++;
+    return;
+  }
+  stats_.messages_received++;
+  stats_.bytes_received += static_cast<int64_t>(response.ByteSizeLong());
+  Contact(response.header(), target, now.s);
+  v1::Gossip records;
+  for (int i = 0; i < std::min(response.records_size(), kMaxGossipItems); ++i) {
+    *records.add_records() = response.records(i);
+  }
+  ApplyGossip(records, target, now);
+  if (request.all()) {
+    if (response.more() && response.records_size() > 0) {
+      join_cursor_ = response.records(response.records_size() - 1).node();
+    } else {
+      joined_ = true;
+    }
+  }
+}
+
+std::string ExchangeCore::OnPing(const v1::PingRequest& request, v1::PingResponse* response,
+                                 Now now) {
+  stats_.messages_received++;
+  stats_.bytes_received += static_cast<int64_t>(request.ByteSizeLong());
+  if (std::string why = Refuse(request.header(), request.ByteSizeLong()); !why.empty()) return why;
+  const std::string from = Canonical(request.header().node());
+  membership_.OnContact(WithNode(request.header(), from), now.s);
+  ApplyGossip(request.gossip(), from, now);
+  FillHeader(response->mutable_header());
+  FillGossip(from, response->mutable_gossip());
+  stats_.messages_sent++;
+  stats_.bytes_sent += static_cast<int64_t>(response->ByteSizeLong());
+  return "";
+}
+
+std::string ExchangeCore::OnPingReq(const v1::PingReqRequest& request, Now now) {
+  stats_.messages_received++;
+  stats_.bytes_received += static_cast<int64_t>(request.ByteSizeLong());
+  if (std::string why = Refuse(request.header(), request.ByteSizeLong()); !why.empty()) return why;
+  if (request.target().empty() || request.target().size() > 256) return "sent no probe target";
+  const std::string from = Canonical(request.header().node());
+  membership_.OnContact(WithNode(request.header(), from), now.s);
+  ApplyGossip(request.gossip(), from, now);
+  return "";
+}
+
+void ExchangeCore::FillPingReqAnswer(bool reached, const std::string& error,
+                                     v1::PingReqResponse* response) {
+  FillHeader(response->mutable_header());
+  response->set_reached(reached);
+  if (!reached) response->set_error(error);
+  stats_.messages_sent++;
+  stats_.bytes_sent += static_cast<int64_t>(response->ByteSizeLong());
+}
+
+std::string ExchangeCore::OnSync(const v1::SyncRequest& request, v1::SyncResponse* response,
+                                 Now now) {
+  stats_.messages_received++;
+  stats_.bytes_received += static_cast<int64_t>(request.ByteSizeLong());
+  if (std::string why = Refuse(request.header(), request.ByteSizeLong()); !why.empty()) return why;
+  if (request.known_size() > kMaxGossipItems) return "sent too many digests";
+  membership_.OnContact(WithNode(request.header(), Canonical(request.header().node())), now.s);
+  FillHeader(response->mutable_header());
+  records_.Answer(request, kSyncAnswerBytes, response);
+  stats_.messages_sent++;
+  stats_.bytes_sent += static_cast<int64_t>(response->ByteSizeLong());
+  return "";
+}
+
+std::string ExchangeCore::CheckHeader(const v1::Header& h) const {
+  if (h.protocol_version() != kExchangeProtocolVersion) {
+    return absl::StrCat("speaks exchange protocol ", h.protocol_version(), ", this sidecar ",
+                        kExchangeProtocolVersion, ": run the same trainscope version");
+  }
+  if (h.cluster() != options_.cluster) {
+    return absl::StrCat("belongs to cluster \"", CleanText(h.cluster(), 80), "\", not \"",
+                        options_.cluster, "\"");
+  }
+  if (h.node().empty() || h.node().size() > 256) return "sent no node id";
+  return "";
+}
+
+std::string ExchangeCore::Refuse(const v1::Header& h, size_t bytes) {
+  std::string why = CheckHeader(h);
+  if (why.empty() && bytes > options_.max_message_bytes) {
+    why = absl::StrCat("sent ", bytes, " bytes (at most ", options_.max_message_bytes, ")");
+  }
+  if (why.empty()) return "";
+  stats_.errors++;
+  NoteError(CleanText(h.node(), 256), why);
+  return absl::StrCat("sidecar ", options_.self, " refuses ", CleanText(h.node(), 80), ": it ",
+                      why);
+}
+
+std::string ExchangeCore::Canonical(const std::string& node) const {
+  auto it = aliases_.find(node);
+  return it == aliases_.end() ? node : it->second;
+}
+
+void ExchangeCore::Contact(const v1::Header& h, const std::string& target, double now_s) {
+  if (h.node() != target && !aliases_.count(h.node())) {
+    log_.push_back(absl::StrCat(
+        "peer sidecar at ", target, " calls itself ", CleanText(h.node(), 80), ": using ", target,
+        " (start it with --advertise_address ", target, " or list it by its own name)"));
+    aliases_[h.node()] = target;
+  }
+  membership_.OnContact(WithNode(h, target), now_s);
+}
+
+void ExchangeCore::ApplyGossip(const v1::Gossip& g, const std::string& from, Now now) {
+  int n = 0;
+  for (const v1::NodeRecord& r : g.records()) {
+    if (++n > kMaxGossipItems) break;
+    if (r.node() == options_.self) continue;  // Only this node writes its own record.
+    v1::NodeRecord copy = r;
+    copy.set_node(Canonical(r.node()));
+    std::string why;
+    switch (records_.Apply(copy, now.unix, &why)) {
+      case NodeRecords::Applied::kNewer:
+        stats_.records_learned++;
+        queue_.Put(copy);  // Spread it further (epidemic).
+        dirty_ = true;
+        break;
+      case NodeRecords::Applied::kRefused:
+        stats_.records_refused++;
+        NoteError(from, absl::StrCat("sent ", why));
+        break;
+      case NodeRecords::Applied::kNotNewer:
+        break;
+    }
+  }
+  n = 0;
+  for (const v1::MemberUpdate& u : g.members()) {
+    if (++n > kMaxGossipItems) break;
+    v1::MemberUpdate copy = u;
+    copy.set_node(Canonical(u.node()));
+    membership_.OnUpdate(copy, now.s);
+  }
+  Drain();
+}
+
+void ExchangeCore::Drain() {
+  for (const v1::MemberUpdate& u : membership_.TakeUpdates()) queue_.Put(u);
+  for (std::string& e : membership_.TakeEvents()) {
+    log_.push_back("peer sidecar " + e);
+    dirty_ = true;
+  }
+}
+
+void ExchangeCore::NoteError(const std::string& peer, const std::string& error) {
+  std::string& last = last_error_[peer];
+  if (last == error) return;
+  last = error;
+  log_.push_back(absl::StrCat("peer sidecar ", peer, ": ", error));
+}
+
+std::vector<std::string> ExchangeCore::TakeLog() {
+  std::vector<std::string> out;
+  out.swap(log_);
+  return out;
+}
+
+void ExchangeCore::Leave() {
+  membership_.Leave();
+  Drain();
+}
+
+std::shared_ptr<ExchangeSnapshot> ExchangeCore::Snapshot(Now now) {
+  auto s = std::make_shared<ExchangeSnapshot>();
+  s->self = options_.self;
+  s->hostname = options_.hostname;
+  s->members.reserve(membership_.members().size());
+  const double to_unix = now.unix - now.s;
+  for (const auto& [id, m] : membership_.members()) {
+    Member copy = m;
+    copy.status_since += to_unix;
+    if (copy.last_contact >= 0) copy.last_contact += to_unix;
+    s->members.push_back(std::move(copy));
+  }
+  s->records = records_.all();
+  if (auto since = membership_.IsolatedSince(now.s)) s->isolated_since_unix = *since + to_unix;
+  s->ever_contacted = membership_.ever_contacted();
+  s->made_at_unix = now.unix;
+  s->stats = stats_;
+  dirty_ = false;
+  return s;
+}
+
+}  // namespace trainscope::sidecar

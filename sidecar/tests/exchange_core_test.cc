@@ -1,0 +1,97 @@
+// The exchange protocol with many nodes in one process (SimCluster, injected time): everyone
+// learns everything, a change reaches every node in a few periods, a node that goes down is
+// confirmed silent by all and sees itself cut off, a cut link is reached around, and a peer of
+// another cluster or protocol is refused.
+#include "exchange_core.h"
+
+#include <gtest/gtest.h>
+
+#include "exchange_sim.h"
+
+namespace trainscope::sidecar {
+namespace {
+
+int StepsUntil(SimCluster& sim, int max_steps, const std::function<bool()>& done) {
+  for (int s = 1; s <= max_steps; ++s) {
+    sim.Step();
+    if (done()) return s;
+  }
+  return -1;
+}
+
+TEST(ExchangeCore, EveryNodeLearnsEveryRecordAndEveryChange) {
+  SimCluster sim(32, MembershipOptions{}, 1);
+  int joined = StepsUntil(sim, 50, [&] {
+    for (int i = 0; i < sim.size(); ++i) {
+      if (sim.Knowing(i, 1) < sim.size()) return false;
+    }
+    return true;
+  });
+  ASSERT_GT(joined, 0);
+  sim.SetState(7, TaskState::kDead);
+  sim.Step();
+  const uint64_t v = sim.OwnVersion(7);
+  ASSERT_GE(v, 2u);
+  int spread = StepsUntil(sim, 30, [&] { return sim.Knowing(7, v) == sim.size(); });
+  EXPECT_GT(spread, 0);
+  EXPECT_LE(spread, 10) << "periods for a change to reach all 32 nodes";
+  // Nothing new: nothing more is gossiped than probes.
+  const int64_t before = sim.core(0).stats().messages_sent;
+  for (int i = 0; i < 50; ++i) sim.Step();
+  const double per_period = (sim.core(0).stats().messages_sent - before) / 50.0;
+  EXPECT_LT(per_period, 4) << "messages a node sends per period, steady state";
+}
+
+TEST(ExchangeCore, ANodeThatGoesDownIsConfirmedSilentAndSeesItselfCutOff) {
+  SimCluster sim(8, MembershipOptions{}, 2);
+  for (int i = 0; i < 20; ++i) sim.Step();
+  sim.Down(3);
+  int silent = StepsUntil(sim, 40, [&] { return sim.Holding(3, MemberStatus::kSilent) == 7; });
+  ASSERT_GT(silent, 0);
+  EXPECT_LE(silent * 0.2, 3.0) << "seconds until every other node holds it silent";
+  EXPECT_TRUE(sim.core(3).membership().IsolatedSince(sim.now()).has_value());
+  EXPECT_FALSE(sim.core(0).membership().IsolatedSince(sim.now()).has_value());
+  // Back: it refutes, and everyone holds it alive again.
+  sim.Up(3);
+  EXPECT_GT(StepsUntil(sim, 40, [&] { return sim.Holding(3, MemberStatus::kAlive) == 7; }), 0);
+  EXPECT_FALSE(sim.core(3).membership().IsolatedSince(sim.now()).has_value());
+}
+
+TEST(ExchangeCore, ACutLinkIsReachedAroundAndReported) {
+  SimCluster sim(4, MembershipOptions{}, 3);
+  for (int i = 0; i < 10; ++i) sim.Step();
+  sim.Cut(1, 2);
+  for (int i = 0; i < 30; ++i) sim.Step();
+  EXPECT_EQ(sim.Holding(2, MemberStatus::kAlive), 3);
+  EXPECT_EQ(sim.core(1).membership().UnreachableDirectly(),
+            std::vector<std::string>{SimCluster::Id(2)});
+  // Node 1's record tells the cluster.
+  auto r = sim.core(0).records().Find(SimCluster::Id(1));
+  ASSERT_NE(r, nullptr);
+  ASSERT_EQ(r->record.unreachable_nodes_size(), 1);
+  EXPECT_EQ(r->record.unreachable_nodes(0), SimCluster::Id(2));
+}
+
+TEST(ExchangeCore, RefusesPeersOfAnotherClusterOrProtocol) {
+  ExchangeOptions o;
+  o.cluster = "a";
+  o.self = "x:1";
+  ExchangeCore core(o, 1, Now{0, 1.7e9});
+  v1::PingRequest req;
+  req.mutable_header()->set_protocol_version(kExchangeProtocolVersion);
+  req.mutable_header()->set_cluster("b");
+  req.mutable_header()->set_node("y:1");
+  v1::PingResponse resp;
+  EXPECT_NE(core.OnPing(req, &resp, Now{1, 1.7e9}).find("belongs to cluster \"b\", not \"a\""),
+            std::string::npos);
+  req.mutable_header()->set_cluster("a");
+  req.mutable_header()->set_protocol_version(7);
+  EXPECT_NE(core.OnPing(req, &resp, Now{1, 1.7e9}).find("speaks exchange protocol 7"),
+            std::string::npos);
+  req.mutable_header()->set_protocol_version(kExchangeProtocolVersion);
+  EXPECT_EQ(core.OnPing(req, &resp, Now{1, 1.7e9}), "");
+  EXPECT_EQ(core.stats().errors, 2);
+}
+
+}  // namespace
+}  // namespace trainscope::sidecar
