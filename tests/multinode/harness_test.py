@@ -113,7 +113,7 @@ def scenario(c, t):
                             (1, 3): True, (2, 3): True}, "after cut(1, 2)")
     wait_for("worker:0's steps stop (its ps is across the cut)", lambda: frozen(t, "worker:0"),
              30, 0)
-    check(moving(t, "worker:1"), "worker:1 (n3) still trains with ps:0 (n1)")
+    wait_for("worker:1 (n3) still trains with ps:0 (n1)", lambda: moving(t, "worker:1"), 20, 0)
 
     c.heal(1, 2)
     wait_for("n1 and n2 reach each other again", lambda: c.reachable(1, 2, port)

@@ -257,9 +257,11 @@ def _libc():
     return _libc_handle[0]
 
 
-def _pdeathsig():
-    """In the child before exec: SIGKILL when the thread that started it (the main thread) ends."""
-    _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+def _pdeathsig_setter():
+    """A function for the child to call before exec: SIGKILL when the thread that started it
+    (the main thread) ends. libc is resolved here, in the parent, not after the fork."""
+    prctl = _libc().prctl
+    return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 class Proc:
@@ -412,7 +414,7 @@ class Cluster:
                 "log_dir": self.log_dir,
                 "addresses": {n: self.address(n) for n in self.nodes},
                 "cuts": sorted(list(c) for c in self.cuts), "links_down": self.links_down,
-                "stopped": sorted(self.stopped),
+                "stopped": sorted(p for p in self.stopped if pid_alive(p)),
                 "procs": [{"node": p.node, "name": p.name, "pid": p.pid, "start": p.start,
                            "argv": p.argv, "log": p.log_path} for p in self.procs]}
 
@@ -488,7 +490,7 @@ class Cluster:
             popen = subprocess.Popen(self.exec_argv(node, argv), stdout=f,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env=full_env, start_new_session=True,
-                                     preexec_fn=_pdeathsig if main else None)
+                                     preexec_fn=_pdeathsig_setter() if main else None)
         p = Proc(node, name, list(map(str, argv)), log, popen)
         self.procs.append(p)
         return p
@@ -659,11 +661,16 @@ class Cluster:
             raise HarnessError(f"unknown cut {how!r}: route or drop")
         if (a, b, how) in self.cuts:
             return
-        self.cuts.add((a, b, how))
         if how == "route":
             self._ip(self.namespace(a), "route", "add", "blackhole", f"{self.address(b)}/32")
+            self.cuts.add((a, b, how))
         else:
-            self._apply_drops()
+            self.cuts.add((a, b, how))
+            try:
+                self._apply_drops()
+            except HarnessError:
+                self.cuts.discard((a, b, how))
+                raise
         self.log(f"cut {a} ({self.address(a)}) -> {b} ({self.address(b)}) [{how}]")
 
     def _apply_drops(self):

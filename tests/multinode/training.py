@@ -131,6 +131,7 @@ class TrainingCluster:
         self.task_node = {t: cluster.node(n) for t, n in layout.placement}
         self.sidecar_nodes = [cluster.node(n) for n in (sidecar_nodes or cluster.nodes)]
         self.http_port = int(flag_value(self.sidecar_args, "--http_port", SIDECAR_HTTP_PORT))
+        self.grpc_port = int(flag_value(self.sidecar_args, "--grpc_port", SIDECAR_GRPC_PORT))
         self.tasks = {}  # name -> netns.Proc
         self.sidecars = {}  # node -> netns.Proc
         ports = {}
@@ -183,6 +184,8 @@ class TrainingCluster:
         role, index = task.split(":")
         return {"TF_CONFIG": json.dumps(dict(self.spec, task={"type": role,
                                                                "index": int(index)})),
+                # Spans go to this node's own sidecar, whatever the caller's environment says.
+                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.grpc_port}",
                 "OTEL_SERVICE_NAME": f"{self.name}-{role}"}
 
     def start_task(self, task):
