@@ -13,6 +13,7 @@
     cluster.py down N [--at switch] / up-link N  a node's link down / up
     cluster.py kill TASK [SIG]                   SIGKILL (or SIG) a task or sidecar:n2
     cluster.py stop TASK / cont TASK             SIGSTOP / SIGCONT
+    cluster.py slow TASK MS [--heartbeat]        delay its parameter calls (0 clears)
     cluster.py start TASK                        start a task (or sidecar:n2) that exited again
     cluster.py info | logs TASK [-f] | exec NODE [-- CMD...] | forward NODE [--port P]
     cluster.py destroy                           kill everything, remove the namespaces
@@ -35,6 +36,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -226,6 +228,11 @@ class Keeper:
             p = (t.start_sidecar(who.split(":", 1)[1]) if who.startswith("sidecar:")
                  else t.start_task(who))
             what = f"started {who} (pid {p.pid} on {p.node})"
+        elif op == "slow":
+            t.fault(req["who"], **{req["what"]: req["ms"]})
+            calls = DELAYED[req["what"]]
+            what = (f"{req['who']}: {calls} delayed {req['ms']} ms" if req["ms"]
+                    else f"{req['who']}: {calls} no longer delayed")
         elif op == "destroy":
             self.stop = True
             return "tearing down"
@@ -348,6 +355,9 @@ def describe_faults(st):
             lines.append(f"cut {a} -> {b} only ({how})")
     for n, at in sorted(cl["links_down"].items()):
         lines.append(f"{n}'s link down (at the {at})")
+    for task, delays in sorted(st["training"].get("delays", {}).items()):
+        lines.append(f"{task} slowed: " + ", ".join(
+            f"{DELAYED[k]} +{v} ms" for k, v in sorted(delays.items()) if v))
     names = {p["pid"]: p["name"] for p in cl["procs"]}
     for pid in cl["stopped"]:
         lines.append(f"{names.get(pid, pid)} (pid {pid}) stopped (SIGSTOP)")
@@ -383,6 +393,8 @@ def cmd_info(run, a):
     return 0
 
 
+DELAYED = {"parameter_delay_ms": "parameter calls", "heartbeat_delay_ms": "heartbeat answers"}
+
 HOWTO = [
     ("look:", [("status", "trainscopectl status, inside every node"),
                ("page 1", "node 1's sidecar page (screenshot with chromium, else text)"),
@@ -395,7 +407,8 @@ HOWTO = [
                 ("heal 1 2", "undo the cuts between n1 and n2"),
                 ("down 3 [--at switch]", "n3's link down; up-link 3 brings it back"),
                 ("kill worker:0 [SIG]", "SIGKILL (or SIG); start worker:0 starts it again"),
-                ("stop ps:0", "SIGSTOP; cont ps:0 for SIGCONT")]),
+                ("stop ps:0", "SIGSTOP; cont ps:0 for SIGCONT"),
+                ("slow ps:0 700", "every parameter call of ps:0 700 ms late (0 clears)")]),
     ("end:", [("destroy", "stop everything, remove the namespaces (logs are kept)")]),
 ]
 
@@ -451,23 +464,32 @@ class _Text(html.parser.HTMLParser):
 
     def __init__(self):
         super().__init__()
-        self.out, self.skip = [""], 0
+        self.out, self.skip, self.cell = [""], 0, 0
 
     def handle_starttag(self, tag, attrs):
         if tag in ("script", "style", "title"):
             self.skip += 1
-        elif tag in self.BLOCKS:
+        elif tag in self.BLOCKS and not (self.cell and tag == "div"):
             self.out.append("")
-        elif tag in ("td", "th", "span") and self.out[-1]:
+        elif tag in ("td", "th", "span", "div") and self.out[-1]:
             self.out[-1] += "  "
+        self.cell += tag in ("td", "th")
 
     def handle_endtag(self, tag):
         if tag in ("script", "style", "title"):
             self.skip -= 1
+        self.cell -= tag in ("td", "th") and self.cell > 0
 
     def handle_data(self, data):
-        if not self.skip:
-            self.out[-1] += " ".join(data.split())
+        if self.skip or not data:
+            return
+        line = self.out[-1]
+        if data[0].isspace() and line and not line.endswith(" "):
+            line += " "
+        line += " ".join(data.split())
+        if data[-1].isspace() and line and not line.endswith(" "):
+            line += " "
+        self.out[-1] = line
 
     def text(self):
         return "\n".join(line.strip() for line in self.out if line.strip())
@@ -506,6 +528,28 @@ def page_from_api(c, t, node, timeout):
     return lines, rows
 
 
+def run_chromium(c, node, chromium, jobs, timeout=60):
+    """Runs headless Chromium inside node once per job (extra args), at the same time, each
+    with a fresh profile; returns their CompletedProcess objects."""
+    with contextlib.ExitStack() as stack:
+        profiles = [stack.enter_context(tempfile.TemporaryDirectory(prefix="chromium-"))
+                    for _ in jobs]
+        results = [None] * len(jobs)
+
+        def one(i, extra):
+            argv = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profiles[i]}", *extra]
+            try:
+                results[i] = c.run(node, argv, timeout=timeout)
+            except netns.HarnessError as e:
+                results[i] = subprocess.CompletedProcess(argv, -1, "", str(e))
+        threads = [threading.Thread(target=one, args=(i, j)) for i, j in enumerate(jobs)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        return results
+
+
 def cmd_page(run, a):
     st, c, t = run.attach()
     node = c.node(a.node)
@@ -514,10 +558,8 @@ def cmd_page(run, a):
     if chromium and not a.text:
         out = os.path.abspath(a.out or os.path.join(
             run.dir, f"page-{node}-{time.strftime('%H%M%S')}.png"))
-        with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
-            flags = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}"]
-            shot = c.run(node, [*flags, f"--screenshot={out}", url], timeout=60)
-            dom = c.run(node, [*flags, "--dump-dom", url], timeout=60)
+        shot, dom = run_chromium(c, node, chromium, [[f"--screenshot={out}", url],
+                                                     ["--dump-dom", url]])
         if dom.returncode == 0 and dom.stdout.strip():
             parser = _Text()
             parser.feed(dom.stdout)
@@ -629,6 +671,12 @@ def cmd_signal(fixed=None):
         print(run.ask("signal", who=a.task, sig=int(sig)))
         return 0
     return run_it
+
+
+def cmd_slow(run, a):
+    what = "heartbeat_delay_ms" if a.heartbeat else "parameter_delay_ms"
+    print(run.ask("slow", who=a.task, what=what, ms=a.ms))
+    return 0
 
 
 def cmd_start(run, a):
@@ -769,6 +817,12 @@ def add_break(add):
     p.add_argument("task", metavar="TASK")
     p = add("cont", cmd_signal(signal.SIGCONT), "SIGCONT a task or sidecar")
     p.add_argument("task", metavar="TASK")
+    p = add("slow", cmd_slow, "delay every parameter call of a task by MS (0 clears): a slow "
+                              "ps (trainscopectl fault)")
+    p.add_argument("task", metavar="TASK")
+    p.add_argument("ms", type=int, metavar="MS")
+    p.add_argument("--heartbeat", action="store_true",
+                   help="delay its heartbeat answers instead")
     p = add("start", cmd_start, "start a task or sidecar:nK that is not running")
     p.add_argument("task", metavar="TASK")
 
@@ -786,6 +840,9 @@ def main():
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # e.g. `cluster.py page 1 | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -133,6 +133,7 @@ class TrainingCluster:
         self.http_port = int(flag_value(self.sidecar_args, "--http_port", SIDECAR_HTTP_PORT))
         self.grpc_port = int(flag_value(self.sidecar_args, "--grpc_port", SIDECAR_GRPC_PORT))
         self.tasks = {}  # name -> netns.Proc
+        self.delays = {}  # name -> {"parameter_delay_ms": .., "heartbeat_delay_ms": ..}
         self.sidecars = {}  # node -> netns.Proc
         ports = {}
         self.task_address = {}
@@ -219,6 +220,27 @@ class TrainingCluster:
         self.c.signal(p, sig)
         return p
 
+    def fault(self, task, parameter_delay_ms=None, heartbeat_delay_ms=None):
+        """Delays every parameter call (a slow ps) and/or heartbeat answer of task, through
+        `trainscopectl fault` run inside its node; None keeps a delay as it is, 0 clears it."""
+        if task not in self.task_node:
+            raise netns.HarnessError(f"no task {task!r}: the tasks are "
+                                     f"{', '.join(self.task_node)}")
+        delays = self.delays.setdefault(task, {"parameter_delay_ms": 0, "heartbeat_delay_ms": 0})
+        for key, value in (("parameter_delay_ms", parameter_delay_ms),
+                           ("heartbeat_delay_ms", heartbeat_delay_ms)):
+            if value is not None:
+                delays[key] = int(value)
+        r = self.c.run(self.task_node[task], [
+            os.path.join(self.bin, "trainscopectl"), "fault", "--task", self.task_address[task],
+            *[f"--{k}={v}" for k, v in sorted(delays.items())]], timeout=15)
+        if r.returncode != 0:
+            raise netns.HarnessError(f"trainscopectl fault on {task}: "
+                                     f"{(r.stdout + r.stderr).strip()}")
+        if not any(delays.values()):
+            del self.delays[task]
+        return dict(delays)
+
     # ------------------------------------------------------------ looking
 
     def sidecar_url(self, node, path="/"):
@@ -294,13 +316,14 @@ class TrainingCluster:
                 "sidecar_args": self.sidecar_args, "task_args": self.task_args,
                 "layout": self.layout.to_list(), "sidecar_nodes": self.sidecar_nodes,
                 "http_port": self.http_port, "spec": self.spec,
-                "tasks": {t: p.pid for t, p in self.tasks.items()},
+                "tasks": {t: p.pid for t, p in self.tasks.items()}, "delays": self.delays,
                 "sidecars": {n: p.pid for n, p in self.sidecars.items()}}
 
     def _load(self, st):
         by_pid = {p.pid: p for p in self.c.procs}
         self.tasks = {t: by_pid[pid] for t, pid in st["tasks"].items() if pid in by_pid}
         self.sidecars = {n: by_pid[pid] for n, pid in st["sidecars"].items() if pid in by_pid}
+        self.delays = st.get("delays", {})
 
     @classmethod
     def attach(cls, cluster, st):
