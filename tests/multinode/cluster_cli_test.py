@@ -144,11 +144,7 @@ def main():
     ap.add_argument("--bin", required=True)
     args = ap.parse_args()
     netns.skip_unless_supported("the cluster.py test")
-
-    def on_alarm(signum, frame):
-        raise Failure(f"the test took more than {DEADLINE_S} s")
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(DEADLINE_S)
+    netns.limit_time(DEADLINE_S)
     run_dir = tempfile.mkdtemp(prefix="multinode-cli-")
     cli = Cli(run_dir, os.path.abspath(args.bin))
     started = time.monotonic()
@@ -162,7 +158,7 @@ def main():
             log("keeper.log:\n" + "".join(f.readlines()[-15:]))
         return 1
     finally:
-        signal.alarm(0)
+        netns.limit_time(0)
         subprocess.run([sys.executable, os.path.join(HERE, "cluster.py"), "destroy", "--run",
                         run_dir], capture_output=True, timeout=60)
     log(f"PASSED in {time.monotonic() - started:.0f} s")

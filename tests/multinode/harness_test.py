@@ -23,7 +23,6 @@ Usage: harness_test.py --bin build/bin [--keep_logs]. Exit 0: passed, 1: failed,
 import argparse
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -151,11 +150,7 @@ def main():
     ap.add_argument("--keep_logs", action="store_true", help="keep the logs when passing")
     args = ap.parse_args()
     netns.skip_unless_supported("the multi-node harness test")
-
-    def on_alarm(signum, frame):
-        raise Failure(f"the test took more than {DEADLINE_S} s")
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(DEADLINE_S)
+    netns.limit_time(DEADLINE_S)
     started = time.monotonic()
     logs = tempfile.mkdtemp(prefix="multinode-harness-")
     root_before = root_network()
@@ -183,7 +178,7 @@ def main():
     except (Failure, netns.HarnessError) as e:
         log(f"FAILED: {e}")
     finally:
-        signal.alarm(0)
+        netns.limit_time(0)
     if not ok:
         log(f"logs of every process: {logs}")
         for f in sorted(os.listdir(logs)):

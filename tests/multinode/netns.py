@@ -168,6 +168,15 @@ def skip_unless_supported(what="the multi-node tests"):
         sys.exit(SKIP_CODE)
 
 
+def limit_time(seconds):
+    """Raises HarnessError in the main thread after `seconds` (SIGALRM), so that a test that
+    hangs still tears its cluster down before ctest's TIMEOUT kills it. 0 cancels."""
+    def on_alarm(signum, frame):
+        raise HarnessError(f"took more than {seconds} s")
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(seconds)
+
+
 def _kill_and_wait(pids, grace_s, log, reap=lambda: None):
     """SIGCONT + SIGTERM, then SIGKILL after grace_s, to each pid; returns those still alive.
     reap() collects the exit status of those that are our children."""
@@ -325,7 +334,7 @@ class Cluster:
         self._prev_handlers = {}
         if _attach is not None:
             self._load(_attach)
-            self.owner = False
+            self.owner, self._own_log_dir = False, False
             return
         if nodes < 1 or nodes > 250:
             raise HarnessError(f"nodes must be 1..250, not {nodes}")
@@ -334,6 +343,8 @@ class Cluster:
         self.subnet = subnet or f"10.213.{os.getpid() % 250 + 1}"
         self.nodes = [f"n{k}" for k in range(1, nodes + 1)]
         self.switch_ns = f"{self.prefix}-sw"
+        # A folder made here goes when the `with` block ends without an error; one given stays.
+        self._own_log_dir = log_dir is None
         self.log_dir = log_dir or tempfile.mkdtemp(prefix=f"{self.prefix}-logs-")
         os.makedirs(self.log_dir, exist_ok=True)
         self.namespaces = []  # Made so far, in order.
@@ -403,6 +414,10 @@ class Cluster:
     def __exit__(self, exc_type, exc, tb):
         # A failed check at teardown fails the test, unless it already failed for another reason.
         self.destroy(check=exc_type is None)
+        if self._own_log_dir and exc_type is None:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+        elif exc_type is not None:
+            self.log(f"logs of every process kept in {self.log_dir}")
         return False
 
     # ------------------------------------------------------------ state (cluster.py)

@@ -18,9 +18,11 @@ Standard library only.
 """
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.dont_write_bytecode = True
@@ -33,7 +35,7 @@ import os, sys, time
 sys.dont_write_bytecode = True
 sys.path.insert(0, sys.argv[1])
 import netns
-how = sys.argv[2]
+how, logs = sys.argv[2], sys.argv[3]
 
 def body(c):
     c.spawn(1, ["sleep", "1000"])
@@ -46,9 +48,9 @@ def body(c):
     time.sleep(60)
 
 if how == "no-with":
-    body(netns.Cluster(2, grace_s=1.0, log=lambda m: None))
+    body(netns.Cluster(2, log_dir=logs, grace_s=1.0, log=lambda m: None))
 else:
-    with netns.Cluster(2, grace_s=1.0, log=lambda m: None) as c:
+    with netns.Cluster(2, log_dir=logs, grace_s=1.0, log=lambda m: None) as c:
         body(c)
 """
 
@@ -57,9 +59,9 @@ def log(msg):
     print(f"[teardown_test {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def run_case(how, sig):
-    child = subprocess.Popen([sys.executable, "-c", CHILD, HERE, how], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+def run_case(how, sig, logs):
+    child = subprocess.Popen([sys.executable, "-c", CHILD, HERE, how, os.path.join(logs, how)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = child.stdout.readline().split()
     if not line or line[0] != "ready":
         child.kill()
@@ -102,7 +104,9 @@ def main():
     netns.skip_unless_supported("the multi-node teardown test")
     cases = [("exception", None), ("sigterm", signal.SIGTERM), ("sigint", signal.SIGINT),
              ("no-with", signal.SIGTERM), ("sigkill", signal.SIGKILL)]
-    failures = [f for f in (run_case(how, sig) for how, sig in cases) if f]
+    logs = tempfile.mkdtemp(prefix="multinode-teardown-")
+    failures = [f for f in (run_case(how, sig, logs) for how, sig in cases) if f]
+    shutil.rmtree(logs, ignore_errors=True)
     for f in failures:
         log(f"FAILED: {f}")
     if failures:
