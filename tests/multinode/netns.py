@@ -50,7 +50,7 @@ import urllib.request
 SKIP_CODE = 77  # ctest's SKIP_RETURN_CODE for the multi-node tests.
 REGISTRY = "/run/trainscope-netns"  # One JSON file per run: who made which namespaces.
 NETNS_DIR = "/run/netns"  # Where `ip netns` keeps its namespaces.
-NAME_RE = re.compile(r"^ts(\d+)-(sw|n\d+)$")
+NAME_RE = re.compile(r"^ts(\d+)-(sw|n\d+|probe)$")
 NODE_DEV = "eth0"  # The node's end of its veth.
 BRIDGE = "br0"
 NFT_TABLE = "trainscope"
@@ -223,7 +223,7 @@ def _owner_gone(prefix, pid):
 def cleanup_stale(log=print):
     """Removes the namespaces (and the processes in them) of earlier runs whose maker is gone.
 
-    Only names of this harness's form (`ts<pid>-sw`, `ts<pid>-n<k>`) are considered; a run whose
+    Only names of this harness's form (`ts<pid>-sw`, `-n<k>`, `-probe`) are considered; a run whose
     maker lives (another test running in parallel, a cluster.py cluster) is never touched.
     Returns the namespaces removed."""
     stale = {}
