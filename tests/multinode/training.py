@@ -1,0 +1,333 @@
+#!/usr/bin/python3
+"""A trainscope training cluster on a netns.Cluster: real linear_regression tasks and one
+trainscope-sidecar per node, with the ways to look at them from inside the nodes.
+
+The one place that says how the multi-node harness starts tasks and sidecars (TASK_FLAGS,
+sidecar_argv): cluster.py, the smoke test and the multi-node tests all build on it.
+
+    with netns.Cluster(3) as c:
+        t = training.TrainingCluster(c, "build/bin", training.Layout.default(3))
+        t.start()
+        t.wait_training()
+        t.steps("worker:0")            # from worker:0's own sidecar, asked inside its node
+        t.view(3)["tasks"]             # node 3's sidecar's whole-cluster view
+        t.kill("worker:1")             # SIGKILL, by pid
+
+Standard library only.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import netns
+
+TASK_PORT = 2222  # first task port on each node (then 2223, ...)
+SIDECAR_HTTP_PORT = 9400  # the sidecar's default --http_port
+SIDECAR_GRPC_PORT = 4317  # the sidecar's default --grpc_port (exchange, OTLP)
+CLUSTER_NAME = "multinode"
+
+# Every task: trains "forever", slowly enough to leave the CPU to the others, rides out a
+# partition instead of giving up after 10 failed steps, and accepts `trainscopectl fault`.
+TASK_FLAGS = ["--steps", "1000000000", "--log_every", "1000", "--max_step_failures", "1000000",
+              "--enable_fault_injection"]
+DEFAULT_STEP_DELAY_MS = 10
+
+
+def sidecar_argv(bin_dir, spec_path, cluster_name, extra=()):
+    """The sidecar of one node: default flags plus the cluster spec and name; its peers are
+    the spec's default (every other host of the spec). extra: more flags (--sidecar-arg)."""
+    return [os.path.join(bin_dir, "trainscope-sidecar"), "--cluster_spec", spec_path,
+            "--cluster_name", cluster_name, *extra]
+
+
+def flag_value(argv, flag, default):
+    """The value of --flag in argv (`--flag V` or `--flag=V`), else default."""
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a[len(flag) + 1:]
+    return default
+
+
+class Layout:
+    """Which task runs on which node: an ordered list of (task name, node index)."""
+
+    def __init__(self, placement):
+        self.placement = list(placement)
+        roles = {}
+        for task, _ in self.placement:
+            role, _, index = task.partition(":")
+            if not index.isdigit():
+                raise netns.HarnessError(f"layout: {task!r} is not role:index")
+            roles.setdefault(role, []).append(int(index))
+        for role, indices in roles.items():
+            if sorted(indices) != list(range(len(indices))):
+                raise netns.HarnessError(f"layout: {role} indices {sorted(indices)} are not "
+                                         f"0..{len(indices) - 1}, each once")
+
+    def check(self, nodes):
+        """HarnessError when a task is placed on a node beyond 1..nodes."""
+        for task, node in self.placement:
+            if not 1 <= node <= nodes:
+                raise netns.HarnessError(f"layout: {task} on node {node}, but the nodes are "
+                                         f"1..{nodes}")
+
+    @classmethod
+    def default(cls, nodes, ps_nodes=(1,), workers_per_node=1):
+        """ps:i on each of ps_nodes; workers_per_node workers on every other node (on node 1
+        too when there is no other)."""
+        placement = [(f"ps:{i}", n) for i, n in enumerate(ps_nodes)]
+        others = [n for n in range(1, nodes + 1) if n not in ps_nodes] or [1]
+        w = 0
+        for n in others:
+            for _ in range(workers_per_node):
+                placement.append((f"worker:{w}", n))
+                w += 1
+        return cls(placement)
+
+    @classmethod
+    def parse(cls, text):
+        """"ps@1,worker@2,worker@3" (indices per role in order), or with explicit indices
+        "ps:0@1,worker:0@2"."""
+        counts, placement = {}, []
+        for item in filter(None, (s.strip() for s in text.split(","))):
+            task, _, node = item.partition("@")
+            if not node.lstrip("n").isdigit():
+                raise netns.HarnessError(f"layout {item!r}: expected role@node, e.g. worker@2")
+            role, _, index = task.partition(":")
+            if not index:
+                index = str(counts.get(role, 0))
+            counts[role] = int(index) + 1
+            placement.append((f"{role}:{index}", int(node.lstrip("n"))))
+        if not any(t.startswith("worker:") or t.startswith("chief:") for t, _ in placement):
+            raise netns.HarnessError(f"layout {text!r} has no worker")
+        return cls(placement)
+
+    def to_list(self):
+        return [list(p) for p in self.placement]
+
+
+class TrainingCluster:
+    """Tasks and sidecars on the nodes of a netns.Cluster. Not thread-safe (like the Cluster).
+
+    Every read goes to a sidecar over HTTP from inside a node (default: the node it asks
+    about), so what it sees is what that node sees."""
+
+    def __init__(self, cluster, bin_dir, layout, cluster_name=CLUSTER_NAME,
+                 step_delay_ms=DEFAULT_STEP_DELAY_MS, sidecar_args=(), task_args=(),
+                 sidecar_nodes=None, _state=None):
+        self.c = cluster
+        self.bin = os.path.abspath(bin_dir)
+        self.name = cluster_name
+        self.step_delay_ms = step_delay_ms
+        self.sidecar_args = list(sidecar_args)
+        self.task_args = list(task_args)
+        self.layout = layout
+        layout.check(len(cluster.nodes))
+        self.task_node = {t: cluster.node(n) for t, n in layout.placement}
+        self.sidecar_nodes = [cluster.node(n) for n in (sidecar_nodes or cluster.nodes)]
+        self.http_port = int(flag_value(self.sidecar_args, "--http_port", SIDECAR_HTTP_PORT))
+        self.grpc_port = int(flag_value(self.sidecar_args, "--grpc_port", SIDECAR_GRPC_PORT))
+        self.tasks = {}  # name -> netns.Proc
+        self.delays = {}  # name -> {"parameter_delay_ms": .., "heartbeat_delay_ms": ..}
+        self.sidecars = {}  # node -> netns.Proc
+        ports = {}
+        self.task_address = {}
+        for t, node in self.task_node.items():
+            port = ports[node] = ports.get(node, TASK_PORT - 1) + 1
+            self.task_address[t] = f"{cluster.address(node)}:{port}"
+        roles = {}
+        for t in self.task_node:
+            role, index = t.split(":")
+            roles.setdefault(role, {})[int(index)] = self.task_address[t]
+        self.spec = {"cluster": {r: [by[i] for i in sorted(by)] for r, by in roles.items()}}
+        self.spec_path = os.path.join(cluster.log_dir, "cluster_spec.json")
+        if _state:
+            self._load(_state)
+
+    # ------------------------------------------------------------ starting
+
+    def need(self, name):
+        path = os.path.join(self.bin, name)
+        if not os.access(path, os.X_OK):
+            raise netns.HarnessError(f"{path} is missing: build it first (cmake --build build "
+                                     f"--target {name})")
+        return path
+
+    def start(self):
+        """Writes the spec, starts every sidecar, then the ps tasks, then the others."""
+        for b in ("linear_regression", "trainscope-sidecar", "trainscopectl"):
+            self.need(b)
+        with open(self.spec_path, "w") as f:
+            json.dump(self.spec, f, indent=1)
+        for node in self.sidecar_nodes:
+            self.start_sidecar(node)
+        for t in sorted(self.task_node, key=lambda t: not t.startswith("ps:")):
+            self.start_task(t)
+
+    def sidecar_argv(self):
+        return sidecar_argv(self.bin, self.spec_path, self.name, self.sidecar_args)
+
+    def start_sidecar(self, node):
+        node = self.c.node(node)
+        self.sidecars[node] = self.c.spawn(node, self.sidecar_argv(), name=f"sidecar:{node}")
+        return self.sidecars[node]
+
+    def task_argv(self, task):
+        return [os.path.join(self.bin, "linear_regression"), "--cluster_name", self.name,
+                "--step_delay_ms", str(self.step_delay_ms), *TASK_FLAGS, *self.task_args]
+
+    def task_env(self, task):
+        role, index = task.split(":")
+        return {"TF_CONFIG": json.dumps(dict(self.spec, task={"type": role,
+                                                               "index": int(index)})),
+                # Spans go to this node's own sidecar, whatever the caller's environment says.
+                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.grpc_port}",
+                "OTEL_SERVICE_NAME": f"{self.name}-{role}"}
+
+    def start_task(self, task):
+        """Starts (or starts again) task on its node."""
+        if task not in self.task_node:
+            raise netns.HarnessError(f"no task {task!r}: the tasks are "
+                                     f"{', '.join(self.task_node)}")
+        self.tasks[task] = self.c.spawn(self.task_node[task], self.task_argv(task),
+                                        env=self.task_env(task), name=task)
+        return self.tasks[task]
+
+    # ------------------------------------------------------------ processes
+
+    def proc(self, who):
+        """The Proc of a task ("worker:0") or a node's sidecar ("sidecar:n2", "sidecar:2")."""
+        if who.startswith("sidecar:"):
+            node = self.c.node(who.split(":", 1)[1])
+            if node not in self.sidecars:
+                raise netns.HarnessError(f"no sidecar on {node}")
+            return self.sidecars[node]
+        if who not in self.tasks:
+            raise netns.HarnessError(f"no task {who!r}: the tasks are {', '.join(self.tasks)}"
+                                     "; sidecars are sidecar:n1, ...")
+        return self.tasks[who]
+
+    def kill(self, who, sig=signal.SIGKILL):
+        """Sends sig (default SIGKILL) to a task or sidecar, by pid."""
+        p = self.proc(who)
+        if not p.alive():
+            raise netns.HarnessError(f"{who} (pid {p.pid}) is not running")
+        self.c.signal(p, sig)
+        return p
+
+    def fault(self, task, parameter_delay_ms=None, heartbeat_delay_ms=None):
+        """Delays every parameter call (a slow ps) and/or heartbeat answer of task, through
+        `trainscopectl fault` run inside its node; None keeps a delay as it is, 0 clears it."""
+        if task not in self.task_node:
+            raise netns.HarnessError(f"no task {task!r}: the tasks are "
+                                     f"{', '.join(self.task_node)}")
+        delays = self.delays.setdefault(task, {"parameter_delay_ms": 0, "heartbeat_delay_ms": 0})
+        for key, value in (("parameter_delay_ms", parameter_delay_ms),
+                           ("heartbeat_delay_ms", heartbeat_delay_ms)):
+            if value is not None:
+                delays[key] = int(value)
+        r = self.c.run(self.task_node[task], [
+            os.path.join(self.bin, "trainscopectl"), "fault", "--task", self.task_address[task],
+            *[f"--{k}={v}" for k, v in sorted(delays.items())]], timeout=15)
+        if r.returncode != 0:
+            raise netns.HarnessError(f"trainscopectl fault on {task}: "
+                                     f"{(r.stdout + r.stderr).strip()}")
+        if not any(delays.values()):
+            del self.delays[task]
+        return dict(delays)
+
+    # ------------------------------------------------------------ looking
+
+    def sidecar_url(self, node, path="/"):
+        return f"http://{self.c.address(node)}:{self.http_port}{path}"
+
+    def view(self, node, local=False, from_node=None, timeout=2.0):
+        """/api/v1/tasks of node's sidecar (local: its own tasks only), asked from inside
+        from_node (default: node itself)."""
+        url = self.sidecar_url(node, "/api/v1/tasks" + ("?local=1" if local else ""))
+        return self.c.http_json(from_node or node, url, timeout)
+
+    def task_view(self, task, node=None):
+        """The task as node's sidecar shows it (default: its own node's, first-hand); None when
+        that sidecar does not list it."""
+        node = self.c.node(node or self.task_node[task])
+        for t in self.view(node, local=node == self.task_node[task])["tasks"]:
+            if t.get("name") == task or f"{t.get('role')}:{t.get('task')}" == task:
+                return t
+        return None
+
+    def steps(self, task):
+        """The task's step count, first-hand from its own node's sidecar (None when unknown)."""
+        t = self.task_view(task)
+        return None if t is None or t.get("steps") is None else float(t["steps"])
+
+    def wait_training(self, timeout=60, tasks=None, log=None):
+        """Waits until every worker (or the given tasks) has made steps; HarnessError naming
+        the ones that did not, with the tail of their logs."""
+        tasks = tasks or [t for t in self.task_node if not t.startswith("ps:")]
+        deadline = time.monotonic() + timeout
+        pending = set(tasks)
+        while pending and time.monotonic() < deadline:
+            for who, p in [(t, self.tasks.get(t)) for t in pending] + [
+                    (f"sidecar:{self.task_node[t]}", self.sidecars.get(self.task_node[t]))
+                    for t in pending]:
+                if p is not None and not p.alive():
+                    raise netns.HarnessError(f"{who} exited ({p.returncode}) before training "
+                                             f"began; its log {p.log_path}:\n{p.tail(6)}")
+            for t in sorted(pending):
+                try:
+                    if (self.steps(t) or 0) > 0:
+                        pending.discard(t)
+                        if log:
+                            log(f"{t} is training")
+                except (OSError, ValueError):
+                    pass
+            time.sleep(0.2)
+        if pending:
+            raise netns.HarnessError(
+                f"no steps from {', '.join(sorted(pending))} after {timeout:.0f} s; "
+                + "; ".join(f"{p}: {self._tail(p)}" for p in sorted(pending)))
+
+    def _tail(self, who):
+        p = self.tasks.get(who)
+        if p is None:
+            return "not started"
+        state = "running" if p.alive() else f"exited ({p.returncode})"
+        return f"{state}, log {p.log_path}:\n{p.tail(6)}"
+
+    def ctl_status(self, node, about=None, capture=True, timeout=15):
+        """`trainscopectl status` run inside node, asking the sidecar of `about` (default:
+        node's own). Returns the CompletedProcess (capture=False: printed to our stdout)."""
+        argv = [os.path.join(self.bin, "trainscopectl"), "status", "--sidecar",
+                f"{self.c.address(about or node)}:{self.http_port}"]
+        if capture:
+            return self.c.run(node, argv, timeout=timeout)
+        return subprocess.run(self.c.exec_argv(node, argv), timeout=timeout)
+
+    # ------------------------------------------------------------ state (cluster.py)
+
+    def to_state(self):
+        return {"bin": self.bin, "name": self.name, "step_delay_ms": self.step_delay_ms,
+                "sidecar_args": self.sidecar_args, "task_args": self.task_args,
+                "layout": self.layout.to_list(), "sidecar_nodes": self.sidecar_nodes,
+                "http_port": self.http_port, "spec": self.spec,
+                "tasks": {t: p.pid for t, p in self.tasks.items()}, "delays": self.delays,
+                "sidecars": {n: p.pid for n, p in self.sidecars.items()}}
+
+    def _load(self, st):
+        by_pid = {p.pid: p for p in self.c.procs}
+        self.tasks = {t: by_pid[pid] for t, pid in st["tasks"].items() if pid in by_pid}
+        self.sidecars = {n: by_pid[pid] for n, pid in st["sidecars"].items() if pid in by_pid}
+        self.delays = st.get("delays", {})
+
+    @classmethod
+    def attach(cls, cluster, st):
+        """The TrainingCluster of a state written by to_state (cluster: the attached Cluster)."""
+        return cls(cluster, st["bin"], Layout([tuple(p) for p in st["layout"]]), st["name"],
+                   st["step_delay_ms"], st["sidecar_args"], st["task_args"],
+                   st["sidecar_nodes"], _state=st)
