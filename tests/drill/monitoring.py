@@ -70,18 +70,31 @@ def render_rules(src, path, promtool, overrides=RULE_OVERRIDES):
     check(promtool, "rules", path)
 
 
-def render_prometheus(src, path, promtool, sidecars, rules_path, alertmanager, interval="1s"):
-    """sidecars: ["host:port", ...]; the first also serves the tasks' service discovery."""
+# The scrape jobs of the shipped prometheus.yml.
+SHIPPED_JOBS = ("trainscope-sidecars", "trainscope-tasks")
+
+
+def render_prometheus(src, path, promtool, sidecars, rules_path, alertmanager, interval="1s",
+                      jobs=None, sd_query=""):
+    """sidecars: ["host:port", ...]; each also serves the tasks' service discovery (with
+    sd_query appended, e.g. "?local=1"). jobs: {shipped job name: another name}, as a user's
+    own scrape config would call them. rules_path None: no rule file, no Alertmanager."""
     with open(os.path.join(src, "dashboards/prometheus/prometheus.yml")) as f:
         cfg = f.read()
     w = "config"
+    for old, new in (jobs or {}).items():
+        cfg = replace_counted(cfg, f"job_name: {old}\n", f"job_name: {new}\n", 1, w)
     cfg = replace_counted(cfg, "scrape_interval: 15s", f"scrape_interval: {interval}", 1, w)
     cfg = replace_counted(cfg, "scrape_timeout: 10s", f"scrape_timeout: {interval}", 1, w)
     cfg = replace_counted(cfg, "scrape_interval: 5s", f"scrape_interval: {interval}", 1, w)
     cfg = replace_counted(cfg, "scrape_timeout: 4s", f"scrape_timeout: {interval}", 1, w)
     cfg = replace_counted(cfg, "evaluation_interval: 5s", f"evaluation_interval: {interval}", 1, w)
-    cfg = replace_counted(cfg, "  - alerts.yml", f"  - {rules_path}", 1, w)
-    cfg = replace_counted(cfg, '["127.0.0.1:9093"]', json.dumps([alertmanager]), 1, w)
+    if rules_path:
+        cfg = replace_counted(cfg, "  - alerts.yml", f"  - {rules_path}", 1, w)
+        cfg = replace_counted(cfg, '["127.0.0.1:9093"]', json.dumps([alertmanager]), 1, w)
+    else:
+        cfg = cut_section(cfg, "rule_files:")
+        cfg = cut_section(cfg, "alerting:")
     sidecars_file = os.path.join(os.path.dirname(path), "sidecars.yml")
     with open(sidecars_file, "w") as f:
         f.write(f"- targets: {json.dumps(sidecars)}\n")
@@ -89,11 +102,19 @@ def render_prometheus(src, path, promtool, sidecars, rules_path, alertmanager, i
     sd = ("      - url: http://127.0.0.1:9400/api/v1/sd\n"
           "        refresh_interval: 5s\n")
     cfg = replace_counted(cfg, sd, "".join(
-        f"      - url: http://{s}/api/v1/sd\n        refresh_interval: {interval}\n"
+        f"      - url: http://{s}/api/v1/sd{sd_query}\n        refresh_interval: {interval}\n"
         for s in sidecars), 1, w)
     with open(path, "w") as f:
         f.write(cfg)
     check(promtool, "config", path)
+
+
+def cut_section(cfg, key):
+    """cfg without the top-level section `key` (through the next blank line)."""
+    m = re.search(rf"(?ms)^{re.escape(key)}\n.*?\n\n", cfg)
+    if not m:
+        raise RenderError(f"rendering config: no section {key!r} followed by a blank line")
+    return cfg[:m.start()] + cfg[m.end():]
 
 
 def render_alertmanager(src, path, webhook_url, group_wait="1s", group_interval="1s"):
