@@ -138,7 +138,7 @@ def main():
     for n in sorted(used_pending):
         print(f"PENDING: {n} is used but not yet exported ({pending[n]})")
         if n in names:
-            print(f"  ... it is in a names header now: remove it from pending_metrics.txt")
+            print("  ... it is in a names header now: remove it from pending_metrics.txt")
     for f in failures:
         print("FAIL:", f)
     if strict and used_pending:

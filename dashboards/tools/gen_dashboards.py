@@ -16,6 +16,10 @@ import json
 import os
 import sys
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from generated import write_or_check  # noqa: E402
+
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "grafana", "dashboards")
 DS = {"type": "prometheus", "uid": "${datasource}"}
 
@@ -687,21 +691,7 @@ def main():
     except ValueError as e:
         print(f"gen_dashboards: {args.config}: {e}", file=sys.stderr)
         return 2
-    os.makedirs(args.out, exist_ok=True)
-    stale = []
-    for name, text in files.items():
-        path = os.path.join(args.out, name)
-        current = open(path).read() if os.path.exists(path) else None
-        if current != text:
-            stale.append(name)
-            if not args.check:
-                with open(path, "w") as f:
-                    f.write(text)
-    if args.check and stale:
-        print("out of date (run dashboards/tools/gen_dashboards.py):", ", ".join(stale))
-        return 1
-    print(("checked " if args.check else "wrote ") + ", ".join(sorted(files)))
-    return 0
+    return write_or_check(args.out, files, args.check, "dashboards/tools/gen_dashboards.py")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,10 @@ import sys
 
 import yaml
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from generated import write_or_check  # noqa: E402
+
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 PROM = "dashboards/prometheus/prometheus.yml"
 RULES = "dashboards/prometheus/alerts.yml"
@@ -216,21 +220,7 @@ def main():
     except (OSError, ValueError, KeyError, yaml.YAMLError) as e:
         print(f"gen_deploy: {e!r}", file=sys.stderr)
         return 2
-    stale = []
-    for rel, text in files.items():
-        path = os.path.join(ROOT, rel)
-        current = open(path).read() if os.path.exists(path) else None
-        if current != text:
-            stale.append(rel)
-            if not args.check:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "w") as f:
-                    f.write(text)
-    if args.check and stale:
-        print("out of date (run dashboards/tools/gen_deploy.py):", ", ".join(stale))
-        return 1
-    print(("checked " if args.check else "wrote ") + ", ".join(sorted(files)))
-    return 0
+    return write_or_check(ROOT, files, args.check, "dashboards/tools/gen_deploy.py")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ Writes DIR/report.json and DIR/report.md (default DIR: a temporary folder, remov
 import argparse
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -657,6 +656,7 @@ class Drill:
                 break
             fn()
         if wanted is None:
+            self.finish_worker()
             self.check_no_false_alarms()
         if not self.args.skip_queries:
             if not json_checked:
@@ -682,6 +682,22 @@ class Drill:
             "sigstop-ps: calls to the stopped ps:1 exceeded their deadline",
         ("TrainscopePsLatencyHigh", "ps", "1"): "sigstop-ps: calls to the stopped ps:1 were slow",
     }
+
+    def finish_worker(self, quiet_s=15):
+        """The end of a job pages nothing: worker:0 is asked to stop (SIGTERM: it finishes
+        cleanly, its last heartbeat says done); the sidecar must say `done`, and for quiet_s
+        (past TrainscopeTaskDead's `for:`, a scrape, an evaluation and group_wait) nothing may
+        reach the webhook about it (check_no_false_alarms)."""
+        log("worker:0 finishes its job (SIGTERM): it must be done, and page nothing")
+        self.should_run.discard("worker:0")
+        self.tasks["worker:0"].signal(signal.SIGTERM)
+        try:
+            wait_for("worker:0 done", lambda: self.state_of("worker:0") == "done", 30, 0.2)
+        except DrillError as e:
+            self.failures.append(f"a finished worker: {e} (state {self.state_of('worker:0')})")
+            return
+        time.sleep(quiet_s)
+        self.notes.append(f"worker:0 finished (state done); waited {quiet_s} s for any page")
 
     def check_no_false_alarms(self):
         """Every alert that reached the webhook is one a scenario caused."""

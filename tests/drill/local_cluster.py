@@ -7,13 +7,17 @@ moment, a ps with a memory budget), as a real run would over time. Used by job_n
 scale_out_test.py; the processes are fire_drill.Proc, stopped by pid. Standard library only.
 """
 
+import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import urllib.parse
 
+import monitoring
 from fire_drill import DrillError, Proc, free_port, http_get, http_json, log, wait_for
 
 CLUSTER = "stack"
@@ -139,3 +143,31 @@ class LocalCluster:
                 except subprocess.TimeoutExpired:
                     log(f"{p.name} (pid {p.pid}) ignored SIGTERM; killing it")
                     p.kill9()
+
+
+def test_main(doc, run, prefix):
+    """main() of a test built on LocalCluster: --bin, --src, --out; run(args, work, failures)
+    appends what failed. Prints the failures; 0 when none. The folder stays on failure."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--bin", required=True, help="folder with the built binaries")
+    ap.add_argument("--src", required=True, help="the source tree")
+    ap.add_argument("--out", help="folder for configs, data and logs (kept)")
+    args = ap.parse_args()
+    work = os.path.abspath(args.out) if args.out else tempfile.mkdtemp(prefix=prefix)
+    if args.out:
+        shutil.rmtree(work, ignore_errors=True)  # data of an earlier run would mix in
+    os.makedirs(work, exist_ok=True)
+    failures = []
+    try:
+        run(args, work, failures)
+    except (DrillError, monitoring.RenderError) as e:
+        failures.append(str(e))
+    for f in failures:
+        print("FAIL:", f)
+    if failures:
+        log(f"FAILED; everything is in {work}")
+        return 1
+    log("PASSED")
+    if not args.out:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0

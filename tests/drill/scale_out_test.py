@@ -14,19 +14,16 @@ Usage: scale_out_test.py --bin BUILD/bin --src SOURCE_DIR [--out DIR]
 Exit 0 when every check passed. Standard library only.
 """
 
-import argparse
 import os
-import shutil
 import sys
-import tempfile
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import monitoring  # noqa: E402 (beside this file)
-from fire_drill import (DrillError, free_port, has_gpu, http_get, http_json, log,  # noqa: E402
+from fire_drill import (free_port, has_gpu, http_get, http_json, log,  # noqa: E402
                         wait_for)
-from local_cluster import CLUSTER, LocalCluster, prom_query  # noqa: E402
+from local_cluster import CLUSTER, LocalCluster, prom_query, test_main  # noqa: E402
 
 GROUPS = {"a": ["ps:0", "worker:0"], "b": ["ps:1", "worker:1"]}
 
@@ -123,30 +120,7 @@ def run(args, work, failures):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--src", required=True)
-    ap.add_argument("--out", help="folder for configs, data and logs (kept)")
-    args = ap.parse_args()
-    work = os.path.abspath(args.out) if args.out else tempfile.mkdtemp(prefix="scale-out-")
-    for old in ("store-data", "agent-a-data", "agent-b-data"):
-        shutil.rmtree(os.path.join(work, old), ignore_errors=True)
-    os.makedirs(work, exist_ok=True)
-    failures = []
-    try:
-        run(args, work, failures)
-    except (DrillError, monitoring.RenderError) as e:
-        failures.append(str(e))
-    for f in failures:
-        print("FAIL:", f)
-    if failures:
-        log(f"FAILED; everything is in {work}")
-        return 1
-    log("PASSED")
-    if not args.out:
-        shutil.rmtree(work, ignore_errors=True)
-    return 0
-
+    return test_main(__doc__, run, "scale-out-")
 
 if __name__ == "__main__":
     sys.exit(main())
