@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "grpcpp/grpcpp.h"
+#include "trainscope/sidecar/api.h"
 #include "trainscope/sidecar/http_client.h"
 #include "trainscope/sidecar/names.h"
 #include "trainscope/sidecar/task_view.h"
@@ -50,11 +52,30 @@ std::string Ago(double since) {
   return buf;
 }
 
+// Lines about the nodes that are not simply alive, and the partitions: one line each.
+void PrintNodesAndPartitions(const trainscope::sidecar::pb::TaskList& list) {
+  for (const auto& n : list.nodes()) {
+    if (n.status() == "alive" && n.reason().empty()) continue;
+    std::string name = n.hostname().empty() ? n.node() : n.hostname() + " (" + n.node() + ")";
+    std::string tasks;
+    for (const std::string& t : n.tasks()) tasks += (tasks.empty() ? "" : ", ") + t;
+    std::printf("NODE %s %s%s%s%s\n", name.c_str(), n.status().c_str(),
+                n.reason().empty() ? "" : (": " + n.reason()).c_str(),
+                tasks.empty() ? "" : "; tasks: ", tasks.c_str());
+  }
+  for (const auto& p : list.partitions()) {
+    std::printf("PARTITION %s (%s) cannot reach %s (%s) for %s: %s%s\n", p.a().c_str(),
+                p.a_node().c_str(), p.b().c_str(), p.b_node().c_str(), Ago(p.since()).c_str(),
+                p.error().c_str(),
+                p.nodes_cut() ? "; the two nodes' sidecars cannot reach each other either" : "");
+  }
+}
+
 // Exit codes: 0 every task up or done, 1 some task in another state, 2 the sidecar cannot be
 // asked.
 int Status(const std::string& sidecar, bool json) {
-  auto resp = trainscope::sidecar::HttpGet(
-      sidecar, std::string(trainscope::sidecar::names::kPathTasks), 3000);
+  namespace ts = trainscope::sidecar;
+  auto resp = ts::HttpGet(sidecar, std::string(ts::names::kPathTasks), 3000);
   if (!resp.ok()) {
     std::cerr << "trainscopectl: cannot ask the sidecar at " << sidecar << ": "
               << resp.status().message() << "\n";
@@ -66,30 +87,49 @@ int Status(const std::string& sidecar, bool json) {
     return 2;
   }
   if (json) std::cout << resp->body << "\n";
-  auto views = trainscope::sidecar::ParseTaskViewsJson(resp->body);
-  if (!views.ok()) {
+  auto list = ts::ParseTaskListJson(resp->body);
+  if (!list.ok()) {
     std::cerr << "trainscopectl: the sidecar at " << sidecar
-              << " sent something else than a task list: " << views.status().message() << "\n";
+              << " sent something else than a task list: " << list.status().message() << "\n";
     return 2;
   }
-  trainscope::sidecar::SortForPeople(*views);
-  int problems = 0;
-  for (const TaskView& v : *views) problems += !trainscope::sidecar::IsHealthy(v.state);
-  if (json) return problems ? 1 : 0;
-  bool tty = isatty(STDOUT_FILENO);
-  std::printf("%-12s %-12s %-6s %-22s %s\n", "TASK", "STATE", "SINCE", "ADDRESS", "REASON");
-  for (const TaskView& v : *views) {
-    std::string state(trainscope::sidecar::StateName(v.state));
-    if (tty) {
-      std::printf("%-12s %s%-12s\033[0m %-6s %-22s %s\n", v.task.ShortName().c_str(),
-                  Colour(v.state), state.c_str(), Ago(v.since).c_str(), v.address.c_str(),
-                  v.reason.c_str());
+  std::vector<TaskView> views;
+  int skipped = 0;
+  for (const auto& t : list->tasks()) {
+    auto v = ts::FromProto(t);
+    if (v.ok()) {
+      views.push_back(*std::move(v));
     } else {
-      std::printf("%-12s %-12s %-6s %-22s %s\n", v.task.ShortName().c_str(), state.c_str(),
-                  Ago(v.since).c_str(), v.address.c_str(), v.reason.c_str());
+      ++skipped;
     }
   }
-  std::printf("%zu task(s), %d need attention\n", views->size(), problems);
+  ts::SortForPeople(views);
+  int problems = 0;
+  for (const TaskView& v : views) problems += !ts::IsHealthy(v.state);
+  if (json) return problems ? 1 : 0;
+  if (list->api_version() < ts::kApiVersion) {
+    std::printf(
+        "note: the sidecar at %s is older than this trainscopectl (API version %d, this one "
+        "reads %d): it shows no nodes or partitions; upgrade it\n",
+        sidecar.c_str(), list->api_version(), ts::kApiVersion);
+  }
+  if (list->isolated()) {
+    std::printf(
+        "THIS NODE (%s) IS CUT OFF from every other node: what it says of other nodes is "
+        "not current\n",
+        list->node().c_str());
+  }
+  PrintNodesAndPartitions(*list);
+  bool tty = isatty(STDOUT_FILENO);
+  std::printf("%-12s %-12s %-6s %-22s %s\n", "TASK", "STATE", "SINCE", "ADDRESS", "REASON");
+  for (const TaskView& v : views) {
+    std::string state(ts::StateName(v.state));
+    std::printf("%-12s %s%-12s%s %-6s %-22s %s\n", v.task.ShortName().c_str(),
+                tty ? Colour(v.state) : "", state.c_str(), tty ? "\033[0m" : "",
+                Ago(v.since).c_str(), v.address.c_str(), v.reason.c_str());
+  }
+  std::printf("%zu task(s), %d need attention%s\n", views.size(), problems,
+              skipped ? (", " + std::to_string(skipped) + " not understood").c_str() : "");
   return problems ? 1 : 0;
 }
 

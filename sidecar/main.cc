@@ -1,16 +1,51 @@
-// trainscope-sidecar: flags -> SidecarOptions -> Run() -> exit code.
+// trainscope-sidecar: flags -> SidecarOptions -> Sidecar -> wait for a signal -> exit code.
+// The process-wide settings live here, not in the library: malloc arenas, abseil's mutex mode,
+// and which thread takes SIGINT/SIGTERM.
 #include <malloc.h>
+#include <signal.h>
 
 #include <cstdlib>
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "absl/synchronization/mutex.h"
 #include "trainscope/sidecar/sidecar.h"
+
+namespace {
+
+// Blocks SIGINT and SIGTERM in every thread started from here on; WaitForStopSignal takes them.
+sigset_t BlockStopSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+int Run(const trainscope::sidecar::SidecarOptions& o, const sigset_t& signals) {
+  auto sidecar = trainscope::sidecar::Sidecar::Create(o);
+  if (!sidecar.ok()) {
+    std::cerr << "trainscope-sidecar: " << sidecar.status().message() << "\n";
+    return sidecar.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  (*sidecar)->Start();
+  int sig = 0;
+  sigwait(&signals, &sig);
+  (*sidecar)->Stop();
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // glibc gives each thread that allocates its own arena (up to 8 per core); with gRPC's and
   // civetweb's threads that is several MiB of mostly idle heap. Two arenas suffice.
   mallopt(M_ARENA_MAX, 2);
+  // gRPC's mutexes are absl::Mutex; Debian's abseil keeps its deadlock detection on (a graph of
+  // every lock order, updated on each lock): ~10% of the sidecar's CPU while polling.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  const sigset_t signals = BlockStopSignals();
   trainscope::sidecar::SidecarOptions o;
   if (const char* c = std::getenv("TRAINSCOPE_CLUSTER")) o.cluster_name = c;
   if (const char* tf = std::getenv("TF_CONFIG")) o.tf_config = tf;
@@ -37,14 +72,20 @@ int main(int argc, char** argv) {
   app.add_option("--stall_after_s", o.stall_after_s,
                  "Progress frozen this long while training counts as stalled")
       ->capture_default_str();
-  app.add_option("--http_address", o.http_address, "Address to serve HTTP and gRPC on")
+  app.add_option("--http_address", o.http_address,
+                 "Address to serve HTTP and gRPC on; a specific address also says which node "
+                 "this is (the tasks whose host is that address)")
       ->capture_default_str();
+  app.add_option("--advertise_address", o.advertise_address,
+                 "host:port the other sidecars reach this one's gRPC port at (default: "
+                 "--http_address when specific, else the host of this node's tasks)");
   app.add_option("--http_port", o.http_port,
                  "HTTP port: /metrics, /api/v1/tasks, /api/v1/sd, /api/v1/traces, /, /healthz (0: "
                  "any free port)")
       ->capture_default_str();
   app.add_option("--grpc_port", o.grpc_port,
-                 "gRPC port: grpc.health.v1 and OTLP TraceService/Export (-1: off)")
+                 "gRPC port: the exchange with other sidecars, OTLP TraceService/Export and "
+                 "grpc.health.v1 (-1: off)")
       ->capture_default_str();
   app.add_option("--trace_memory_bytes", o.trace_memory_bytes,
                  "Memory for the spans kept (pending joins, slow and failed requests)")
@@ -65,18 +106,27 @@ int main(int argc, char** argv) {
                  "Bound of the forwarding queue; spans beyond it are dropped and counted")
       ->capture_default_str();
   app.add_option("--peer_sidecars", o.peer_sidecars,
-                 "Other sidecars, host:port,... (default: every other host of the spec at "
-                 "--http_port; \"none\": no peers)");
-  app.add_option("--peer_poll_ms", o.peer_poll_ms, "How often to ask peer sidecars")
+                 "Other sidecars' gRPC addresses, host:port,... (default: every other host of "
+                 "the spec at --grpc_port; \"none\": no exchange)");
+  app.add_option("--gossip_interval_ms", o.gossip_interval_ms,
+                 "The exchange's period: one probe of one peer, news to a few")
       ->capture_default_str();
-  app.add_flag("--check_config", o.check_config,
+  app.add_option("--sync_interval_s", o.sync_interval_s,
+                 "How often to compare a slice of the cluster state with one peer")
+      ->capture_default_str();
+  bool check_config = false;
+  app.add_flag("--check_config", check_config,
                "Check the cluster spec and flags and exit: 0 and what would be watched when they "
                "are valid, 2 and the error when not");
   CLI11_PARSE(app, argc, argv);
-  absl::Status status = trainscope::sidecar::Run(o);
-  if (!status.ok()) {
-    std::cerr << "trainscope-sidecar: " << status.message() << "\n";
-    return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  if (check_config) {
+    auto summary = trainscope::sidecar::CheckConfig(o);
+    if (!summary.ok()) {
+      std::cerr << "trainscope-sidecar: " << summary.status().message() << "\n";
+      return 2;
+    }
+    std::cout << *summary << "\n";
+    return 0;
   }
-  return 0;
+  return Run(o, signals);
 }

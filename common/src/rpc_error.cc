@@ -38,6 +38,8 @@ constexpr Pattern kPatterns[] = {
     {"goaway", RpcFailure::kLost, "connection closed by peer (GOAWAY)"},
     {"trying to connect an http1.x server", RpcFailure::kApplication,
      "an HTTP/1 server answers there, not gRPC (wrong port?)"},
+    {"failed parsing http/2", RpcFailure::kApplication,
+     "something that does not speak gRPC answers there (wrong port?)"},
 };
 
 }  // namespace

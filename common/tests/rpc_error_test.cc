@@ -29,6 +29,8 @@ TEST(RpcErrorTest, Table) {
       {14, "", RpcFailure::kUnavailable, "UNAVAILABLE"},
       {14, "Trying to connect an http1.x server", RpcFailure::kApplication,
        "an HTTP/1 server answers there, not gRPC (wrong port?)"},
+      {14, "UNAVAILABLE: ipv4:127.0.0.1:1: Failed parsing HTTP/2", RpcFailure::kApplication,
+       "something that does not speak gRPC answers there (wrong port?)"},
   };
   for (const Case& c : cases) {
     RpcErrorSummary s = ClassifyRpcError(c.code, c.message, 250);

@@ -2,8 +2,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include "internal.h"
-#include "telemetry/interceptors.h"
 #include "trainscope/runtime/status_macros.h"
+#include "trainscope/telemetry/grpc_instrumentation.h"
 
 namespace trainscope {
 

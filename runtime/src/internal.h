@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "task_status.h"
 #include "trainscope/common/cluster_spec.h"
-#include "trainscope/runtime/task_status.h"
 #include "trainscope/runtime/tensor.h"
 #include "trainscope/v1/runtime.pb.h"
 

@@ -6,7 +6,7 @@
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/spdlog.h"
 #include "trainscope/runtime/task.h"
-#include "trainscope/runtime/telemetry/context.h"
+#include "trainscope/telemetry/context.h"
 
 namespace trainscope {
 namespace {

@@ -1,5 +1,5 @@
 // Bind checks, listener lookup, gRPC error summaries and /proc readings; see net_util.h.
-#include "trainscope/runtime/net_util.h"
+#include "net_util.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>

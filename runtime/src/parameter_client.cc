@@ -8,12 +8,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "internal.h"
+#include "net_util.h"
 #include "trainscope/common/proc.h"
 #include "trainscope/common/rpc_error.h"
-#include "trainscope/runtime/net_util.h"
 #include "trainscope/runtime/status_macros.h"
-#include "trainscope/runtime/telemetry/context.h"
-#include "trainscope/runtime/telemetry/telemetry.h"
+#include "trainscope/telemetry/context.h"
+#include "trainscope/telemetry/telemetry.h"
 #include "trainscope/v1/runtime.grpc.pb.h"
 
 namespace trainscope {

@@ -1,5 +1,5 @@
 // Variable storage and SGD updates on a ps task; see parameter_store.h.
-#include "trainscope/runtime/parameter_store.h"
+#include "parameter_store.h"
 
 #include <Eigen/Core>
 #include <chrono>

@@ -1,5 +1,5 @@
 // Task and peer bookkeeping for heartbeats; see task_status.h.
-#include "trainscope/runtime/task_status.h"
+#include "task_status.h"
 
 namespace trainscope {
 

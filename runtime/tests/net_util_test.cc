@@ -1,5 +1,5 @@
 // Bind checks name the holder of a port; gRPC errors are summarized in a few words.
-#include "trainscope/runtime/net_util.h"
+#include "net_util.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

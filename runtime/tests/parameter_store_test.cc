@@ -1,5 +1,5 @@
 // The ps's variable store: dtype/shape checks with messages, memory budget, SGD updates.
-#include "trainscope/runtime/parameter_store.h"
+#include "parameter_store.h"
 
 #include <gtest/gtest.h>
 

@@ -27,6 +27,7 @@
 
 #include "CLI/CLI.hpp"
 #include "process.h"
+#include "trainscope/sidecar/api.h"
 #include "trainscope/sidecar/http_client.h"
 #include "trainscope/sidecar/task_view.h"
 
@@ -65,7 +66,7 @@ struct SidecarProc {
     auto r = trainscope::sidecar::HttpGet("127.0.0.1:" + std::to_string(port),
                                           "/api/v1/tasks?local=1", 1000);
     if (!r.ok()) return std::nullopt;
-    auto views = trainscope::sidecar::ParseTaskViewsJson(r->body);
+    auto views = trainscope::sidecar::ParseTaskViews(r->body);
     if (!views.ok()) return std::nullopt;
     for (auto& v : *views) {
       if (v.task.ShortName() == name) return v;

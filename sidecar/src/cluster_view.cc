@@ -1,12 +1,15 @@
-// Merging and reading the cluster view; see cluster_view.h.
-#include "trainscope/sidecar/cluster_view.h"
+// Building and reading the cluster view; see cluster_view.h.
+#include "cluster_view.h"
 
+#include <algorithm>
 #include <map>
+#include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "trainscope/common/clock.h"
 
 namespace trainscope::sidecar {
 namespace {
@@ -18,6 +21,328 @@ bool IsWildcardOrLoopback(const std::string& host) {
 
 std::string Shorten(const std::string& s, size_t n) {
   return s.size() <= n ? s : s.substr(0, n - 3) + "...";
+}
+
+// "n3 (10.0.0.3:4317)", or the id alone when the host name is unknown.
+std::string NodeName(const std::string& id, const std::string& hostname) {
+  return hostname.empty() || hostname == id ? id : absl::StrCat(hostname, " (", id, ")");
+}
+
+// A silent member whose port refuses connections: its machine answers, its sidecar is down.
+bool SidecarDown(const Member& m) {
+  return m.status == MemberStatus::kSilent && absl::StrContains(m.last_error, "refused");
+}
+
+// A state in which a task answers its own sidecar.
+bool Answers(TaskState s) {
+  return s == TaskState::kUp || s == TaskState::kSlow || s == TaskState::kBlocked ||
+         s == TaskState::kStalled;
+}
+
+struct Merge {
+  explicit Merge(const ClusterViewInputs& inputs) : in(inputs) {}
+  const ClusterViewInputs& in;
+  std::map<TaskRef, TaskView> tasks;
+  std::map<std::string, const Member*> members;  // By node id (not this node).
+  std::map<std::string, std::string> hostnames;  // By node id.
+  std::map<std::string, std::vector<TaskRef>> node_tasks;
+  std::map<std::string, std::set<std::string>> unreachable;  // node -> nodes it cannot reach.
+  std::optional<double> isolated_since;
+  int skipped = 0;
+
+  const Member* MemberOf(const std::string& node) const {
+    auto it = members.find(node);
+    return it == members.end() ? nullptr : it->second;
+  }
+  std::string NameOf(const std::string& node) const {
+    auto it = hostnames.find(node);
+    return NodeName(node, it == hostnames.end() ? "" : it->second);
+  }
+  std::string Since(double since) const { return HumanDuration(in.now_unix - since); }
+};
+
+void MergeFirstHand(Merge& m) {
+  for (const TaskView& v : m.in.local) {
+    TaskView copy = v;
+    copy.source.clear();
+    copy.node = m.in.self;
+    copy.node_hostname = m.in.self_hostname;
+    m.node_tasks[m.in.self].push_back(v.task);
+    m.tasks[v.task] = std::move(copy);
+  }
+  m.hostnames[m.in.self] = m.in.self_hostname;
+}
+
+void MergeRecords(Merge& m) {
+  if (!m.in.exchange) return;
+  for (const Member& mem : m.in.exchange->members) {
+    m.members[mem.id] = &mem;
+    m.hostnames[mem.id] = mem.hostname;
+  }
+  std::map<TaskRef, double> made_at;
+  for (const auto& [node, entry] : m.in.exchange->records) {
+    const v1::NodeRecord& r = entry->record;
+    if (!r.hostname().empty()) m.hostnames[node] = r.hostname();
+    for (const std::string& u : r.unreachable_nodes()) m.unreachable[node].insert(u);
+    if (node == m.in.self) continue;
+    for (const v1::TaskView& t : r.tasks()) {
+      auto view = FromProto(t);
+      if (!view.ok() || m.in.spec->FindAddress(view->task) == nullptr ||
+          (!view->cluster.empty() && view->cluster != m.in.cluster)) {
+        ++m.skipped;
+        continue;
+      }
+      m.node_tasks[node].push_back(view->task);
+      auto it = m.tasks.find(view->task);
+      if (it != m.tasks.end() &&
+          (it->second.source.empty() || made_at[view->task] >= r.made_at())) {
+        continue;  // First-hand wins; else the newest report.
+      }
+      made_at[view->task] = r.made_at();
+      view->cluster = m.in.cluster;
+      view->source = node;
+      view->node = node;
+      view->node_hostname = r.hostname();
+      view->address = *m.in.spec->FindAddress(view->task);
+      view->learned_at = entry->learned_at;
+      m.tasks[view->task] = *std::move(view);
+    }
+  }
+  if (m.in.exchange->isolated_since_unix) m.isolated_since = *m.in.exchange->isolated_since_unix;
+}
+
+// Tasks that no node reports on: say whose sidecar should have, and what is known of it.
+std::string UnreportedReason(const Merge& m, const TaskRef& t) {
+  if (!m.in.has_peers) return "not watched by this sidecar, and no peer sidecar is configured";
+  std::string node = m.in.expected_node ? m.in.expected_node(t) : "";
+  if (node.empty()) return "no sidecar reports on it (its host is no node of the exchange)";
+  if (node == m.in.self)
+    return "its host is this node, but this sidecar does not watch it "
+           "(--local_tasks)";
+  const Member* mem = m.MemberOf(node);
+  std::string name = m.NameOf(node);
+  if (mem == nullptr)
+    return absl::StrCat("no sidecar reports on it; its node ", name,
+                        " is not a member of the exchange (--peer_sidecars?)");
+  if (!mem->heard) {
+    return absl::StrCat("no sidecar reports on it: the sidecar of its node ", name,
+                        " has never answered (",
+                        mem->last_error.empty() ? "not asked yet" : mem->last_error,
+                        "); is it running, with the same --grpc_port?");
+  }
+  if (SidecarDown(*mem)) {
+    return absl::StrCat("no sidecar reports on it: the sidecar of its node ", name, " is down (",
+                        mem->last_error, ")");
+  }
+  if (mem->status == MemberStatus::kSilent) {
+    return absl::StrCat("no sidecar reports on it: its node ", name,
+                        " is cut off from every other node (isolated, or the machine is down)");
+  }
+  return absl::StrCat("no sidecar reports on it: the sidecar of its node ", name,
+                      " does not watch it (its --local_tasks?)");
+}
+
+void FillUnreported(Merge& m) {
+  for (const TaskRef& t : m.in.spec->AllTasks()) {
+    if (m.tasks.count(t)) continue;
+    TaskView v;
+    v.cluster = m.in.cluster;
+    v.task = t;
+    v.address = *m.in.spec->FindAddress(t);
+    v.state = TaskState::kUnreachable;
+    v.since = m.in.now_unix;
+    v.observed_at = m.in.now_unix;
+    v.reason = UnreportedReason(m, t);
+    m.tasks[t] = std::move(v);
+  }
+}
+
+// Remote tasks of nodes whose sidecar is silent, suspect or gone.
+void ApplyNodeStatus(Merge& m) {
+  for (auto& [t, v] : m.tasks) {
+    if (v.source.empty()) continue;
+    const Member* mem = m.MemberOf(v.node);
+    if (mem == nullptr) continue;
+    const std::string name = m.NameOf(v.node);
+    const double since = mem->status_since;
+    const std::string last = absl::StrCat("last reported ", std::string(StateName(v.state)), ": ",
+                                          Shorten(v.reason, 160));
+    if (SidecarDown(*mem) && v.state != TaskState::kDone) {
+      v.state = TaskState::kUnreachable;
+      v.since = since;
+      v.reason =
+          absl::StrCat("nobody watches it: the sidecar of its node ", name, " is down for ",
+                       m.Since(since), " (", mem->last_error, "; the machine answers); ", last);
+    } else if (mem->status == MemberStatus::kSilent && v.state != TaskState::kDone) {
+      v.state = TaskState::kUnreachable;
+      v.since = since;
+      v.reason = absl::StrCat("its node ", name, " is cut off from every other node for ",
+                              m.Since(since), " (isolated, or the machine is down); ", last);
+    } else if (mem->status == MemberStatus::kLeft && v.state != TaskState::kDone) {
+      v.state = TaskState::kUnreachable;
+      v.since = since;
+      v.reason = absl::StrCat("the sidecar of its node ", name, " stopped ", m.Since(since),
+                              " ago, so nobody watches it; ", last);
+    } else if (mem->status == MemberStatus::kSuspect) {
+      absl::StrAppend(&v.reason, "; the sidecar of its node ", name, " has missed probes for ",
+                      m.Since(since));
+    }
+  }
+}
+
+// This node is cut off: nothing it says about other nodes is current.
+void ApplySelfIsolation(Merge& m) {
+  if (!m.isolated_since) return;
+  const std::string others =
+      absl::StrCat(m.members.size(), " other node", m.members.size() == 1 ? "" : "s");
+  const std::string what = absl::StrCat(
+      "this node ", m.NameOf(m.in.self), " is cut off from every other node for ",
+      m.Since(*m.isolated_since), " (its sidecar reaches none of ", others, "' sidecars)");
+  for (auto& [t, v] : m.tasks) {
+    if (!v.source.empty() || v.node != m.in.self) {
+      if (v.state == TaskState::kDone) continue;
+      v.reason = absl::StrCat(what, "; last heard: ", std::string(StateName(v.state)), " (",
+                              Shorten(v.reason, 120), ")");
+      v.state = TaskState::kUnreachable;
+      v.since = *m.isolated_since;
+    } else if (v.state == TaskState::kUp || v.state == TaskState::kDone) {
+      absl::StrAppend(&v.reason, "; ", what);
+    } else {
+      v.reason = absl::StrCat(what, "; ", v.reason);
+    }
+  }
+}
+
+struct Evidence {
+  TaskRef peer;
+  std::string address;
+  std::string error;
+  double since = 0;
+};
+
+// The peers `v` fails to reach over the network.
+std::vector<Evidence> NetworkFailures(const TaskView& v) {
+  std::vector<Evidence> out;
+  auto add = [&](const TaskRef& peer, const std::string& address, const std::string& error,
+                 double since) {
+    for (Evidence& e : out) {
+      if (e.peer == peer) {
+        e.since = std::min(e.since, since);
+        return;
+      }
+    }
+    out.push_back({peer, address, error, since});
+  };
+  for (const PeerInfo& p : v.peers) {
+    if (p.connected || p.consecutive_failures < 1 ||
+        !(p.network_failure || IsNetworkError(p.last_error))) {
+      continue;
+    }
+    double ago = p.seconds_since_success >= 0 ? p.seconds_since_success : v.observed_at - v.since;
+    add(p.peer, p.address, p.last_error, v.observed_at - std::max(0.0, ago));
+  }
+  for (const BlockedPeer& b : v.blocked_on) {
+    if (IsNetworkError(b.last_error))
+      add(b.peer, b.address, b.last_error, v.observed_at - b.seconds);
+  }
+  return out;
+}
+
+void FindPartitions(Merge& m, ClusterView& view) {
+  if (m.isolated_since) return;  // Nothing this node sees of others is current.
+  auto alive = [&](const std::string& node) {
+    if (node.empty() || node == m.in.self) return true;
+    const Member* mem = m.MemberOf(node);
+    return mem == nullptr || mem->status == MemberStatus::kAlive ||
+           mem->status == MemberStatus::kSuspect;
+  };
+  std::vector<std::pair<TaskRef, std::string>> notes_a;
+  std::vector<std::pair<TaskRef, std::string>> notes_b;
+  for (const auto& [ta, a] : m.tasks) {
+    if (!Answers(a.state) || !alive(a.node)) continue;
+    for (const Evidence& e : NetworkFailures(a)) {
+      auto it = m.tasks.find(e.peer);
+      if (it == m.tasks.end()) continue;
+      const TaskView& b = it->second;
+      const std::string where =
+          absl::StrCat(e.peer.ShortName(), " at ", e.address.empty() ? b.address : e.address,
+                       " on ", m.NameOf(b.node));
+      if (!alive(b.node)) {
+        notes_a.push_back({ta, absl::StrCat("cannot reach ", where, " (", Shorten(e.error, 80),
+                                            "): that node is cut off from every other node")});
+        continue;
+      }
+      if (!Answers(b.state)) continue;  // b is dead, hung, missing...: not a partition.
+      PartitionInfo p{ta, e.peer, a.node, b.node, a.address, b.address, e.since, e.error, false};
+      p.nodes_cut = m.unreachable[a.node].count(b.node) || m.unreachable[b.node].count(a.node);
+      std::string cut =
+          p.nodes_cut ? absl::StrCat("; the sidecars of ", m.NameOf(a.node), " and ",
+                                     m.NameOf(b.node), " cannot reach each other directly either")
+                      : "";
+      notes_a.push_back(
+          {ta, absl::StrCat("partition: cannot reach ", where, " for ", m.Since(e.since), " (",
+                            Shorten(e.error, 80), "), though ", e.peer.ShortName(),
+                            " answers its own sidecar", cut)});
+      notes_b.push_back({e.peer, absl::StrCat("partitioned from ", ta.ShortName(), " on ",
+                                              m.NameOf(a.node), " for ", m.Since(e.since), " (",
+                                              ta.ShortName(), " cannot reach it)")});
+      view.partitions.push_back(std::move(p));
+    }
+  }
+  for (auto& [t, note] : notes_a) {
+    TaskView& v = m.tasks[t];
+    v.reason = v.state == TaskState::kUp ? absl::StrCat(v.reason, "; ", note)
+                                         : absl::StrCat(note, "; ", v.reason);
+  }
+  for (auto& [t, note] : notes_b) absl::StrAppend(&m.tasks[t].reason, "; ", note);
+  for (const PartitionInfo& p : view.partitions) {
+    m.tasks[p.a].partitioned_from.push_back(p.b.ShortName());
+    m.tasks[p.b].partitioned_from.push_back(p.a.ShortName());
+  }
+}
+
+void BuildNodes(const Merge& m, ClusterView& view) {
+  NodeInfo self;
+  self.id = m.in.self;
+  self.hostname = m.in.self_hostname;
+  self.self = true;
+  self.status = m.isolated_since ? "isolated" : "alive";
+  self.since = m.isolated_since.value_or(0);
+  if (m.isolated_since) {
+    self.reason =
+        absl::StrCat("this node is cut off from every other node for ", m.Since(*m.isolated_since));
+  }
+  if (auto it = m.node_tasks.find(m.in.self); it != m.node_tasks.end()) self.tasks = it->second;
+  view.nodes.push_back(std::move(self));
+  for (const auto& [id, mem] : m.members) {
+    NodeInfo n;
+    n.id = id;
+    n.hostname = m.NameOf(id) == id ? "" : mem->hostname;
+    n.status = std::string(MemberStatusName(mem->status));
+    n.since = mem->status_since;
+    if (auto it = m.node_tasks.find(id); it != m.node_tasks.end()) n.tasks = it->second;
+    if (!mem->heard) {
+      n.status = "unknown";
+      n.reason = absl::StrCat("has never answered",
+                              mem->last_error.empty() ? "" : " (" + mem->last_error + ")");
+    } else if (SidecarDown(*mem)) {
+      n.status = "down";
+      n.reason = absl::StrCat("its sidecar is down for ", m.Since(n.since), " (", mem->last_error,
+                              "): the machine answers; is trainscope-sidecar running there?");
+    } else if (mem->status == MemberStatus::kSilent) {
+      n.reason = absl::StrCat("cut off from every other node for ", m.Since(n.since),
+                              ": answers no probe, directly or through other nodes (isolated, "
+                              "or the machine is down)");
+    } else if (mem->status == MemberStatus::kSuspect) {
+      n.reason = absl::StrCat("missed probes for ", m.Since(n.since));
+    } else if (mem->status == MemberStatus::kLeft) {
+      n.reason = "its sidecar stopped";
+    } else if (mem->reached_indirectly && mem->direct_failures > 0) {
+      n.reason = absl::StrCat("reached only through other nodes: the direct link is cut (",
+                              mem->last_error, ")");
+    }
+    view.nodes.push_back(std::move(n));
+  }
 }
 
 }  // namespace
@@ -32,49 +357,67 @@ bool SameAddress(const std::string& a, const std::string& b) {
   return IsWildcardOrLoopback(ha->host) || IsWildcardOrLoopback(hb->host);
 }
 
-std::vector<TaskView> MergeViews(const std::string& cluster, const ClusterSpec& spec,
-                                 const std::vector<TaskView>& local,
-                                 const std::vector<PeerReport>& peers, double now_unix) {
-  std::map<TaskRef, TaskView> merged;
-  for (const TaskView& v : local) merged[v.task] = v;
-  std::map<TaskRef, bool> is_local;
-  for (const TaskView& v : local) is_local[v.task] = true;
-  for (const PeerReport& p : peers) {
-    if (!p.ok) continue;
-    for (const TaskView& v : p.views) {
-      if (!v.cluster.empty() && v.cluster != cluster) continue;
-      if (!spec.FindAddress(v.task) || is_local.count(v.task)) continue;
-      auto it = merged.find(v.task);
-      if (it == merged.end() || v.observed_at > it->second.observed_at) {
-        TaskView copy = v;
-        copy.cluster = cluster;
-        copy.source = p.sidecar;
-        copy.address = *spec.FindAddress(v.task);
-        merged[v.task] = std::move(copy);
-      }
-    }
+bool IsNetworkError(absl::string_view error) {
+  const std::string e = absl::AsciiStrToLower(error);
+  for (const char* needle : {"connection lost", "no route to host", "network is unreachable",
+                             "connection timed out", "connection reset", "keepalive"}) {
+    if (absl::StrContains(e, needle)) return true;
   }
-  std::vector<std::string> tried;
-  for (const PeerReport& p : peers) {
-    tried.push_back(p.ok ? p.sidecar : absl::StrCat(p.sidecar, " (", Shorten(p.error, 80), ")"));
+  return false;
+}
+
+ClusterView BuildClusterView(const ClusterViewInputs& in) {
+  Merge m(in);
+  MergeFirstHand(m);
+  MergeRecords(m);
+  FillUnreported(m);
+  ApplyNodeStatus(m);
+  ClusterView view;
+  view.self = in.self;
+  view.self_hostname = in.self_hostname;
+  view.isolated_since = m.isolated_since;
+  FindPartitions(m, view);
+  ApplySelfIsolation(m);
+  BuildNodes(m, view);
+  for (auto& [t, v] : m.tasks) view.tasks.push_back(std::move(v));
+  AnnotateBlocked(view.tasks, *in.spec);
+  SortForPeople(view.tasks);
+  return view;
+}
+
+pb::TaskList ToTaskList(const std::string& cluster, const ClusterView& view, bool local_only) {
+  pb::TaskList list;
+  list.set_cluster(CleanText(cluster));
+  list.set_api_version(kApiVersion);
+  list.set_node(CleanText(view.self));
+  list.set_isolated(view.isolated_since.has_value());
+  for (const TaskView& v : view.tasks) {
+    if (local_only && !v.source.empty()) continue;
+    ToProto(v, /*full_peers=*/true, list.add_tasks());
   }
-  for (const TaskRef& t : spec.AllTasks()) {
-    if (merged.count(t)) continue;
-    TaskView v;
-    v.cluster = cluster;
-    v.task = t;
-    v.address = *spec.FindAddress(t);
-    v.state = TaskState::kUnreachable;
-    v.since = now_unix;
-    v.observed_at = now_unix;
-    v.reason = tried.empty()
-                   ? "not watched by this sidecar, and no peer sidecar is configured"
-                   : absl::StrCat("no sidecar reports on it; asked: ", absl::StrJoin(tried, ", "));
-    merged[t] = std::move(v);
+  for (const NodeInfo& n : view.nodes) {
+    if (local_only && !n.self) continue;
+    pb::NodeView* o = list.add_nodes();
+    o->set_node(CleanText(n.id));
+    o->set_hostname(CleanText(n.hostname));
+    o->set_status(n.status);
+    o->set_since(n.since);
+    for (const TaskRef& t : n.tasks) o->add_tasks(t.ShortName());
+    o->set_reason(CleanText(n.reason));
   }
-  std::vector<TaskView> out;
-  for (auto& [t, v] : merged) out.push_back(std::move(v));
-  return out;
+  for (const PartitionInfo& p : view.partitions) {
+    pb::Partition* o = list.add_partitions();
+    o->set_a(p.a.ShortName());
+    o->set_a_node(CleanText(p.a_node));
+    o->set_a_address(CleanText(p.a_address));
+    o->set_b(p.b.ShortName());
+    o->set_b_node(CleanText(p.b_node));
+    o->set_b_address(CleanText(p.b_address));
+    o->set_since(p.since);
+    o->set_error(CleanText(p.error));
+    o->set_nodes_cut(p.nodes_cut);
+  }
+  return list;
 }
 
 void AnnotateBlocked(std::vector<TaskView>& views, const ClusterSpec& spec) {
@@ -95,8 +438,8 @@ void AnnotateBlocked(std::vector<TaskView>& views, const ClusterSpec& spec) {
                                      b.address, ": fix the cluster spec"));
         continue;
       }
-      auto spec_address = spec.FindAddress(b.peer);
-      if (!spec_address) {
+      const std::string* spec_address = spec.FindAddress(b.peer);
+      if (spec_address == nullptr) {
         notes.push_back(absl::StrCat(name, " is not in this sidecar's cluster spec"));
       } else if (!b.address.empty() && !SameAddress(*spec_address, b.address)) {
         notes.push_back(absl::StrCat(v.task.ShortName(), " uses ", b.address, " for ", name,
@@ -107,8 +450,7 @@ void AnnotateBlocked(std::vector<TaskView>& views, const ClusterSpec& spec) {
         notes.push_back(absl::StrCat(name, " is missing: it has not answered ",
                                      pv->source.empty() ? "this sidecar" : pv->source,
                                      " either; is it started?"));
-      } else if (pv != nullptr && pv->state != TaskState::kUp && pv->state != TaskState::kSlow &&
-                 pv->state != TaskState::kBlocked && pv->state != TaskState::kStalled) {
+      } else if (pv != nullptr && !Answers(pv->state)) {
         notes.push_back(absl::StrCat(name, " is ", std::string(StateName(pv->state)), " (",
                                      Shorten(pv->reason, 120), ")"));
       } else if (pv != nullptr && pv->state == TaskState::kBlocked) {
@@ -118,48 +460,6 @@ void AnnotateBlocked(std::vector<TaskView>& views, const ClusterSpec& spec) {
     if (!notes.empty()) notes_for.push_back({i, absl::StrJoin(notes, "; ")});
   }
   for (auto& [i, n] : notes_for) absl::StrAppend(&views[i].reason, "; ", n);
-}
-
-bool IsDeadlineError(absl::string_view error) {
-  return absl::StrContains(error, "DEADLINE_EXCEEDED") ||
-         absl::StrContains(absl::AsciiStrToLower(error), "deadline exceeded") ||
-         absl::StrContains(error, "no answer within");
-}
-
-void MarkPartitions(std::vector<TaskView>& views, double now_unix) {
-  std::vector<std::pair<size_t, std::string>> marks;
-  for (size_t i = 0; i < views.size(); ++i) {
-    const TaskView& t = views[i];
-    if (t.state != TaskState::kUp) continue;
-    std::vector<std::string> reporters;
-    std::string last_error;
-    for (const TaskView& r : views) {
-      if (r.task == t.task || r.state == TaskState::kDead || r.state == TaskState::kMissing ||
-          r.state == TaskState::kDone) {
-        continue;
-      }
-      for (const PeerInfo& p : r.peers) {
-        if (p.peer != t.task || p.connected || p.consecutive_failures < 3) continue;
-        if (p.seconds_since_success >= 0 && p.seconds_since_success < 3) continue;
-        // A peer that answers too slowly is reached: that is a slow or overloaded task (its
-        // latency and deadline alerts), not a partition.
-        if (IsDeadlineError(p.last_error)) continue;
-        reporters.push_back(r.task.ShortName());
-        if (last_error.empty()) last_error = p.last_error;
-      }
-    }
-    if (reporters.empty()) continue;
-    marks.push_back(
-        {i, absl::StrCat("partition: answers its own sidecar",
-                         t.source.empty() ? "" : " (" + t.source + ")", ", but ",
-                         absl::StrJoin(reporters, ", "), " cannot reach it at ", t.address,
-                         last_error.empty() ? "" : " (" + Shorten(last_error, 120) + ")")});
-  }
-  for (auto& [i, reason] : marks) {
-    views[i].state = TaskState::kUnreachable;
-    views[i].reason = std::move(reason);
-    views[i].since = now_unix;
-  }
 }
 
 }  // namespace trainscope::sidecar

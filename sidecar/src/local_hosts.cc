@@ -38,7 +38,15 @@ LocalHosts::LocalHosts() {
 LocalHosts::LocalHosts(std::string hostname, std::vector<std::string> addresses)
     : hostname_(std::move(hostname)), addresses_(std::move(addresses)) {}
 
+LocalHosts LocalHosts::Bound(std::string bound) {
+  LocalHosts hosts;
+  hosts.addresses_ = {std::move(bound)};
+  hosts.strict_ = true;
+  return hosts;
+}
+
 bool LocalHosts::IsLocalAddress(const std::string& literal) const {
+  if (strict_) return literal == addresses_[0];
   in_addr v4{};
   if (inet_pton(AF_INET, literal.c_str(), &v4) == 1) {
     if ((ntohl(v4.s_addr) >> 24) == 127 || v4.s_addr == 0) return true;
@@ -48,7 +56,8 @@ bool LocalHosts::IsLocalAddress(const std::string& literal) const {
 }
 
 bool LocalHosts::IsLocal(const std::string& host) const {
-  if (host == "localhost" || host == "ip6-localhost" || (!hostname_.empty() && host == hostname_)) {
+  if (!strict_ && (host == "localhost" || host == "ip6-localhost" ||
+                   (!hostname_.empty() && host == hostname_))) {
     return true;
   }
   in_addr v4{};

@@ -81,12 +81,20 @@ void AddProcessMetrics(std::vector<MetricFamily>& out) {
   out.push_back(std::move(thr_f));
 }
 
-}  // namespace
+// One family holding one sample.
+void Single(std::vector<MetricFamily>& out, std::string_view name, std::string help,
+            MetricType type, double value) {
+  auto f = Family(name, std::move(help), type);
+  if (type == MetricType::Counter) {
+    AddCounter(f, {}, value);
+  } else {
+    AddGauge(f, {}, value);
+  }
+  out.push_back(std::move(f));
+}
 
-std::string RenderMetrics(const std::vector<TaskView>& views,
-                          const std::vector<TaskCounters>& counters, const SidecarStats& stats,
-                          const std::vector<TaskView>& cluster) {
-  std::vector<MetricFamily> out;
+// First-hand facts about this node's tasks.
+void AddTaskFamilies(const LocalSnapshot& local, std::vector<MetricFamily>& out) {
   auto up =
       Family(names::kTaskUp,
              "1 when the task is up (answers on time, makes progress); 0 otherwise, done included.",
@@ -120,9 +128,9 @@ std::string RenderMetrics(const std::vector<TaskView>& views,
   auto threads = Family(names::kTaskThreads, "Threads the task reports.", MetricType::Gauge);
   auto fds =
       Family(names::kTaskOpenFds, "Open file descriptors the task reports.", MetricType::Gauge);
-  for (size_t i = 0; i < views.size(); ++i) {
-    const TaskView& v = views[i];
-    const TaskCounters& c = counters[i];
+  for (size_t i = 0; i < local.views.size(); ++i) {
+    const TaskView& v = local.views[i];
+    const TaskCounters& c = local.counters[i];
     auto labels = TaskLabels(v);
     AddGauge(up, labels, v.state == TaskState::kUp ? 1 : 0);
     for (int s = 0; s < kNumTaskStates; ++s) {
@@ -161,48 +169,97 @@ std::string RenderMetrics(const std::vector<TaskView>& views,
       AddGauge(fds, labels, v.open_fds);
     }
   }
-  auto partitioned = Family(names::kTaskPartitioned,
-                            "1 while the task answers its own sidecar but other tasks cannot "
-                            "reach it (a partition); 0 otherwise.",
-                            MetricType::Gauge);
-  for (const TaskView& v : cluster) {
-    AddGauge(partitioned, TaskLabels(v), absl::StartsWith(v.reason, "partition:") ? 1 : 0);
-  }
   for (auto* f : {&up, &state, &transitions, &blocked, &age, &restarts, &phi, &latency,
-                  &last_latency, &steps, &step_time, &cpu, &rss, &threads, &fds, &partitioned}) {
+                  &last_latency, &steps, &step_time, &cpu, &rss, &threads, &fds}) {
     out.push_back(std::move(*f));
   }
-  auto watched = Family(names::kSidecarWatchedTasks, "Tasks this sidecar watches first-hand.",
+}
+
+// What only the cluster view tells about this node's tasks and about this node.
+void AddClusterFamilies(const LocalSnapshot& local, const ClusterView& cluster,
+                        std::vector<MetricFamily>& out) {
+  std::map<TaskRef, const TaskView*> by_task;
+  for (const TaskView& v : cluster.tasks) by_task[v.task] = &v;
+  auto partitioned = Family(names::kTaskPartitioned,
+                            "1 while the task and a peer are both alive but cannot reach each "
+                            "other (a partition); 0 otherwise. This node's tasks only.",
+                            MetricType::Gauge);
+  auto pairs = Family(names::kTaskPartition,
+                      "1 for each peer this node's task is partitioned from (series exist only "
+                      "while the partition lasts).",
+                      MetricType::Gauge);
+  for (const TaskView& v : local.views) {
+    auto it = by_task.find(v.task);
+    const bool cut = it != by_task.end() && !it->second->partitioned_from.empty();
+    AddGauge(partitioned, TaskLabels(v), cut ? 1 : 0);
+    if (!cut) continue;
+    for (const std::string& peer : it->second->partitioned_from) {
+      auto ref = ParseTaskRef(peer);
+      if (!ref.ok()) continue;
+      auto labels = TaskLabels(v);
+      labels.push_back({std::string(names::kLabelPeerRole), ref->role});
+      labels.push_back({std::string(names::kLabelPeerTask), std::to_string(ref->index)});
+      AddGauge(pairs, labels, 1);
+    }
+  }
+  out.push_back(std::move(partitioned));
+  out.push_back(std::move(pairs));
+  Single(out, names::kSidecarIsolated,
+         "1 while this node is cut off from every other node (its sidecar reaches none of them).",
+         MetricType::Gauge, cluster.isolated_since ? 1 : 0);
+}
+
+void AddSidecarFamilies(const LocalSnapshot& local, const SidecarStats& stats,
+                        std::vector<MetricFamily>& out) {
+  Single(out, names::kSidecarWatchedTasks, "Tasks this sidecar watches first-hand.",
+         MetricType::Gauge, static_cast<double>(local.views.size()));
+  Single(out, names::kSidecarPauses, "Times the sidecar's own loop was paused and it re-learned.",
+         MetricType::Counter, static_cast<double>(stats.pauses));
+  Single(out, names::kSidecarPeerErrors, "Failed or nonsensical exchanges with peer sidecars.",
+         MetricType::Counter, static_cast<double>(stats.peer_errors));
+  Single(out, names::kSidecarPeers, "Other sidecars of the cluster this one knows.",
+         MetricType::Gauge, stats.peers);
+  auto members = Family(names::kSidecarMembers, "Other sidecars of the cluster, by status.",
                         MetricType::Gauge);
-  AddGauge(watched, {}, static_cast<double>(views.size()));
-  out.push_back(std::move(watched));
-  auto pauses =
-      Family(names::kSidecarPauses, "Times the sidecar's own loop was paused and it re-learned.",
-             MetricType::Counter);
-  AddCounter(pauses, {}, static_cast<double>(stats.pauses));
-  out.push_back(std::move(pauses));
-  auto peer_errors =
-      Family(names::kSidecarPeerErrors, "Failed or nonsensical answers from peer sidecars.",
-             MetricType::Counter);
-  AddCounter(peer_errors, {}, static_cast<double>(stats.peer_errors));
-  out.push_back(std::move(peer_errors));
-  auto peers =
-      Family(names::kSidecarPeers, "Peer sidecars asked for their views.", MetricType::Gauge);
-  AddGauge(peers, {}, stats.peers);
-  out.push_back(std::move(peers));
-  auto received = Family(names::kTracesSpansReceived,
-                         "Spans received over OTLP (TraceService/Export).", MetricType::Counter);
-  AddCounter(received, {}, static_cast<double>(stats.spans_received));
-  out.push_back(std::move(received));
-  auto kept =
-      Family(names::kTracesSpansKept,
-             "Spans held now (pending a join, or of slow or failed requests).", MetricType::Gauge);
-  AddGauge(kept, {}, static_cast<double>(stats.spans_kept));
-  out.push_back(std::move(kept));
-  auto kept_bytes =
-      Family(names::kTracesKeptBytes, "Estimated bytes of the spans held now.", MetricType::Gauge);
-  AddGauge(kept_bytes, {}, static_cast<double>(stats.bytes_kept));
-  out.push_back(std::move(kept_bytes));
+  for (MemberStatus s :
+       {MemberStatus::kAlive, MemberStatus::kSuspect, MemberStatus::kSilent, MemberStatus::kLeft}) {
+    auto it = stats.members_by_status.find(s);
+    AddGauge(members, {{std::string(names::kLabelStatus), std::string(MemberStatusName(s))}},
+             it == stats.members_by_status.end() ? 0 : it->second);
+  }
+  out.push_back(std::move(members));
+  const ExchangeStats& x = stats.exchange;
+  auto messages =
+      Family(names::kSidecarExchangeMessages,
+             "Exchange messages with other sidecars, by direction.", MetricType::Counter);
+  auto bytes =
+      Family(names::kSidecarExchangeBytes,
+             "Exchange payload bytes with other sidecars, by direction.", MetricType::Counter);
+  for (auto [direction, n, b] :
+       {std::tuple{names::kDirectionSent, x.messages_sent, x.bytes_sent},
+        std::tuple{names::kDirectionReceived, x.messages_received, x.bytes_received}}) {
+    std::vector<ClientMetric::Label> l = {
+        {std::string(names::kLabelDirection), std::string(direction)}};
+    AddCounter(messages, l, static_cast<double>(n));
+    AddCounter(bytes, l, static_cast<double>(b));
+  }
+  out.push_back(std::move(messages));
+  out.push_back(std::move(bytes));
+  Single(out, names::kSidecarRecordsLearned,
+         "Newer node records learned from other sidecars (changes somewhere in the cluster).",
+         MetricType::Counter, static_cast<double>(x.records_learned));
+  Single(out, names::kSidecarRecordsRefused, "Node records from other sidecars that made no sense.",
+         MetricType::Counter, static_cast<double>(x.records_refused));
+}
+
+void AddTraceFamilies(const SidecarStats& stats, std::vector<MetricFamily>& out) {
+  Single(out, names::kTracesSpansReceived, "Spans received over OTLP (TraceService/Export).",
+         MetricType::Counter, static_cast<double>(stats.spans_received));
+  Single(out, names::kTracesSpansKept,
+         "Spans held now (pending a join, or of slow or failed requests).", MetricType::Gauge,
+         static_cast<double>(stats.spans_kept));
+  Single(out, names::kTracesKeptBytes, "Estimated bytes of the spans held now.", MetricType::Gauge,
+         static_cast<double>(stats.bytes_kept));
   auto dropped = Family(names::kTracesSpansDropped,
                         "Spans not kept, or forgotten early, by reason.", MetricType::Counter);
   for (auto [reason, value] : {std::pair{names::kReasonInvalid, stats.dropped_invalid},
@@ -213,22 +270,25 @@ std::string RenderMetrics(const std::vector<TaskView>& views,
                static_cast<double>(value));
   }
   out.push_back(std::move(dropped));
-  {  // Always exported (0 without --otlp_upstream), so a rule on them need not test presence.
-    auto fwd = Family(names::kTracesForwardedSpans, "Spans forwarded to the OTLP upstream.",
-                      MetricType::Counter);
-    AddCounter(fwd, {}, static_cast<double>(stats.forwarded_spans));
-    out.push_back(std::move(fwd));
-    auto fwd_dropped =
-        Family(names::kTracesForwardDroppedSpans,
-               "Spans not forwarded: the queue was full or the upstream refused them.",
-               MetricType::Counter);
-    AddCounter(fwd_dropped, {}, static_cast<double>(stats.forward_dropped_spans));
-    out.push_back(std::move(fwd_dropped));
-    auto fwd_fail = Family(names::kTracesForwardFailures,
-                           "Failed Export calls to the OTLP upstream.", MetricType::Counter);
-    AddCounter(fwd_fail, {}, static_cast<double>(stats.forward_failures));
-    out.push_back(std::move(fwd_fail));
-  }
+  // Always exported (0 without --otlp_upstream), so a rule on them need not test presence.
+  Single(out, names::kTracesForwardedSpans, "Spans forwarded to the OTLP upstream.",
+         MetricType::Counter, static_cast<double>(stats.forwarded_spans));
+  Single(out, names::kTracesForwardDroppedSpans,
+         "Spans not forwarded: the queue was full or the upstream refused them.",
+         MetricType::Counter, static_cast<double>(stats.forward_dropped_spans));
+  Single(out, names::kTracesForwardFailures, "Failed Export calls to the OTLP upstream.",
+         MetricType::Counter, static_cast<double>(stats.forward_failures));
+}
+
+}  // namespace
+
+std::string RenderMetrics(const LocalSnapshot& local, const SidecarStats& stats,
+                          const ClusterView& cluster) {
+  std::vector<MetricFamily> out;
+  AddTaskFamilies(local, out);
+  AddClusterFamilies(local, cluster, out);
+  AddSidecarFamilies(local, stats, out);
+  AddTraceFamilies(stats, out);
   AddProcessMetrics(out);
   std::ostringstream text;
   prometheus::TextSerializer().Serialize(text, out);

@@ -1,12 +1,19 @@
 #pragma once
 // Prometheus exposition of the sidecar: per-task families built at scrape time from the
-// trackers' published views (so series of blocked peers vanish with the wait), and the
-// sidecar's own process_* metrics. Private to the sidecar library.
+// watcher's published views (so series of blocked peers vanish with the wait), what the cluster
+// view says of this node's tasks (partitions) and of this node (cut off), the exchange's
+// counters, and the sidecar's own process_* metrics. Series grow with this node's tasks, never
+// with the cluster. Private to the sidecar library.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "cluster_view.h"
+#include "membership.h"
+#include "peer_exchange.h"
+#include "task_watcher.h"
 #include "trainscope/sidecar/task_tracker.h"
 #include "trainscope/sidecar/task_view.h"
 
@@ -16,6 +23,8 @@ struct SidecarStats {
   int64_t pauses = 0;
   int64_t peer_errors = 0;
   int peers = 0;
+  ExchangeStats exchange;
+  std::map<MemberStatus, int> members_by_status;
   // Traces (see names.h, kTraces*).
   int64_t spans_received = 0;
   int64_t spans_kept = 0;
@@ -30,11 +39,10 @@ struct SidecarStats {
   int64_t forward_failures = 0;
 };
 
-// The text exposition format (version 0.0.4) of everything. `views` and `counters` are parallel
-// (this node's tasks, first-hand); `cluster` is the merged view of the whole cluster, for what
-// only it can tell (partitions).
-std::string RenderMetrics(const std::vector<TaskView>& views,
-                          const std::vector<TaskCounters>& counters, const SidecarStats& stats,
-                          const std::vector<TaskView>& cluster);
+// The text exposition format (version 0.0.4) of everything: `local` is this node's tasks,
+// first-hand; `cluster` the whole cluster's view, for what only it can tell (partitions, a node
+// cut off).
+std::string RenderMetrics(const LocalSnapshot& local, const SidecarStats& stats,
+                          const ClusterView& cluster);
 
 }  // namespace trainscope::sidecar

@@ -1,50 +1,40 @@
-// Run(): wiring of spec, trackers, poller, peer views and the HTTP and gRPC servers.
+// The sidecar composed of its parts; see sidecar.h.
 #include "trainscope/sidecar/sidecar.h"
-
-#include <signal.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
-#include <cstdio>
 #include <fstream>
-#include <map>
-#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
 
-#include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
+#include "cluster_view.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "http_routes.h"
 #include "http_server.h"
 #include "metrics.h"
 #include "nlohmann/json.hpp"
-#include "poller.h"
+#include "peer_exchange.h"
 #include "spdlog/spdlog.h"
 #include "status_page.h"
+#include "task_watcher.h"
 #include "trace_receiver.h"
+#include "trainscope/common/clock.h"
 #include "trainscope/common/cluster_spec.h"
-#include "trainscope/sidecar/cluster_view.h"
-#include "trainscope/sidecar/http_client.h"
+#include "trainscope/common/grpc_channel.h"
 #include "trainscope/sidecar/local_hosts.h"
 #include "trainscope/sidecar/names.h"
-#include "trainscope/sidecar/task_tracker.h"
 #include "trainscope/sidecar/trace_store.h"
 
 namespace trainscope::sidecar {
 namespace {
-
-std::atomic<bool> g_stop{false};
-
-void OnSignal(int) { g_stop.store(true); }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -68,6 +58,10 @@ absl::Status Validate(const SidecarOptions& o) {
   if (o.http_port < 0 || o.http_port > 65535 || o.grpc_port < -1 || o.grpc_port > 65535) {
     return absl::InvalidArgumentError("ports must be within 0..65535");
   }
+  if (o.gossip_interval_ms < 20 || o.gossip_interval_ms > 10000 || o.sync_interval_s < 0.1) {
+    return absl::InvalidArgumentError(
+        "--gossip_interval_ms must be within 20..10000 and --sync_interval_s at least 0.1");
+  }
   if (o.cluster_name.empty()) return absl::InvalidArgumentError("--cluster_name is empty");
   if (o.trace_memory_bytes < (64 << 10)) {
     return absl::InvalidArgumentError("--trace_memory_bytes must be at least 65536");
@@ -82,53 +76,131 @@ absl::Status Validate(const SidecarOptions& o) {
   return absl::OkStatus();
 }
 
-// Everything the HTTP handlers read; written by the poll loop and the peer thread.
-struct Shared {
-  absl::Mutex mu;
-  std::vector<TaskView> local ABSL_GUARDED_BY(mu);
-  std::vector<TaskCounters> counters ABSL_GUARDED_BY(mu);
-  std::vector<PeerReport> peers ABSL_GUARDED_BY(mu);
-  SidecarStats stats ABSL_GUARDED_BY(mu);
-};
-
-std::string SdJson(const std::vector<TaskView>& views) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const TaskView& v : views) {
-    if (v.metrics_address.empty()) continue;
-    out.push_back({{"targets", {v.metrics_address}},
-                   {"labels",
-                    {{std::string(names::kLabelCluster), v.cluster},
-                     {std::string(names::kLabelRole), v.task.role},
-                     {std::string(names::kLabelTask), std::to_string(v.task.index)}}}});
-  }
-  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+bool IsWildcard(const std::string& host) {
+  return host == "0.0.0.0" || host == "::" || host.empty();
 }
 
-// The value of `name` in a query string ("a=1&b=x%2Fy"), percent-decoded; "" when absent.
-std::string QueryParam(const std::string& query, std::string_view name) {
-  for (absl::string_view part : absl::StrSplit(query, '&')) {
-    size_t eq = part.find('=');
-    if (eq == absl::string_view::npos ||
-        part.substr(0, eq) != absl::string_view(name.data(), name.size())) {
-      continue;
-    }
-    std::string out;
-    absl::string_view v = part.substr(eq + 1);
-    for (size_t i = 0; i < v.size() && out.size() < 512; ++i) {
-      if (v[i] == '+') {
-        out.push_back(' ');
-      } else if (v[i] == '%' && i + 2 < v.size() &&
-                 std::isxdigit(static_cast<unsigned char>(v[i + 1])) &&
-                 std::isxdigit(static_cast<unsigned char>(v[i + 2]))) {
-        out.push_back(static_cast<char>(std::stoi(std::string(v.substr(i + 1, 2)), nullptr, 16)));
-        i += 2;
-      } else {
-        out.push_back(v[i]);
+// What the options and the spec say this node is: its tasks, its id, its peers.
+struct Plan {
+  TfConfig config;
+  std::string spec_origin;
+  std::vector<WatchedTask> tasks;
+  std::string self;
+  std::string hostname;
+  std::vector<std::string> peers;
+  bool exchange = false;
+  std::map<std::string, std::string> node_of_host;  // Spec host -> the node id expected there.
+};
+
+absl::Status PlanPeers(const SidecarOptions& o, const std::set<std::string>& remote_hosts,
+                       Plan& plan) {
+  if (o.peer_sidecars == "none" || o.grpc_port < 0) return absl::OkStatus();
+  if (!o.peer_sidecars.empty()) {
+    for (absl::string_view part : absl::StrSplit(o.peer_sidecars, ',', absl::SkipWhitespace())) {
+      std::string p(absl::StripAsciiWhitespace(part));
+      auto hp = ParseHostPort(p);
+      if (!hp.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("--peer_sidecars: ", hp.status().message()));
       }
+      if (p != plan.self) plan.peers.push_back(p);
+      plan.node_of_host[hp->host] = p;
     }
-    return out;
+  } else {
+    for (const std::string& h : remote_hosts) {
+      std::string id =
+          absl::StrCat(h.find(':') != std::string::npos ? "[" + h + "]" : h, ":", o.grpc_port);
+      plan.peers.push_back(id);
+      plan.node_of_host[h] = id;
+    }
   }
-  return "";
+  plan.exchange = true;
+  if (o.grpc_port == 0 && !plan.peers.empty()) {
+    return absl::InvalidArgumentError(
+        "--grpc_port 0 (any free port) cannot be told to peer sidecars: give a port");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Plan> MakePlan(const SidecarOptions& o) {
+  if (absl::Status s = Validate(o); !s.ok()) return s;
+  Plan plan;
+  std::string text;
+  if (!o.cluster_spec_file.empty()) {
+    auto read = ReadFile(o.cluster_spec_file);
+    if (!read.ok()) return read.status();
+    text = *read;
+    plan.spec_origin = o.cluster_spec_file;
+  } else if (!o.tf_config.empty()) {
+    text = o.tf_config;
+    plan.spec_origin = "TF_CONFIG";
+  } else {
+    return absl::InvalidArgumentError(
+        "no cluster spec: set TF_CONFIG or pass --cluster_spec FILE (TF_CONFIG JSON)");
+  }
+  auto config = ParseTfConfig(text, /*require_task=*/false);
+  if (!config.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(plan.spec_origin, ": ", config.status().message()));
+  }
+  plan.config = *std::move(config);
+  const ClusterSpec& spec = plan.config.cluster;
+  const bool bound = !IsWildcard(o.http_address);
+  LocalHosts hosts = bound ? LocalHosts::Bound(o.http_address) : LocalHosts();
+  plan.hostname = LocalHosts().hostname();
+  std::vector<TaskRef> chosen;
+  std::set<std::string> remote_hosts;
+  std::string first_local_host;
+  for (const TaskRef& t : spec.AllTasks()) {
+    auto hp = ParseHostPort(*spec.FindAddress(t));
+    bool local = hp.ok() && hosts.IsLocal(hp->host);
+    if (!local && hp.ok()) remote_hosts.insert(hp->host);
+    if (local && first_local_host.empty()) first_local_host = hp->host;
+    if (o.local_tasks.empty() && local) chosen.push_back(t);
+  }
+  if (!o.local_tasks.empty()) {
+    auto list = ParseTaskList(o.local_tasks, spec);
+    if (!list.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--local_tasks: ", list.status().message()));
+    }
+    chosen = *list;
+  }
+  for (const TaskRef& t : chosen) {
+    const std::string& address = *spec.FindAddress(t);
+    auto hp = ParseHostPort(address);
+    plan.tasks.push_back({t, address, hp.ok() && hosts.IsLocal(hp->host)});
+  }
+  if (!o.advertise_address.empty()) {
+    if (auto hp = ParseHostPort(o.advertise_address); !hp.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--advertise_address: ", hp.status().message()));
+    }
+    plan.self = o.advertise_address;
+  } else {
+    std::string host = bound ? o.http_address : first_local_host;
+    if (host.empty()) host = plan.hostname;
+    plan.self = absl::StrCat(host.find(':') != std::string::npos ? "[" + host + "]" : host, ":",
+                             std::max(0, o.grpc_port));
+  }
+  if (absl::Status s = PlanPeers(o, remote_hosts, plan); !s.ok()) return s;
+  return plan;
+}
+
+std::string Summary(const Plan& plan, const SidecarOptions& o) {
+  std::vector<std::string> watched;
+  for (const WatchedTask& t : plan.tasks) {
+    watched.push_back(absl::StrCat(t.task.ShortName(), "@", t.address));
+  }
+  return absl::StrCat("cluster spec from ", plan.spec_origin,
+                      " is valid: ", plan.config.cluster.AllTasks().size(), " tasks; cluster ",
+                      o.cluster_name, "; this node ", plan.exchange ? plan.self : plan.hostname,
+                      " watches ", watched.empty() ? "none" : absl::StrJoin(watched, ", "),
+                      "; peers: ", plan.peers.empty() ? "none" : absl::StrJoin(plan.peers, ", "));
+}
+
+bool IsTraceId(std::string_view id) {
+  return id.size() == 32 && std::all_of(id.begin(), id.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
 }
 
 RequestFilter FilterFrom(const std::string& query) {
@@ -142,157 +214,167 @@ RequestFilter FilterFrom(const std::string& query) {
   return f;
 }
 
-bool IsTraceId(absl::string_view id) {
-  return id.size() == 32 && std::all_of(id.begin(), id.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
+// Prometheus HTTP service discovery: every task's own /metrics, labelled.
+std::string SdJson(const std::vector<TaskView>& views, bool local_only) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const TaskView& v : views) {
+    if (v.metrics_address.empty() || (local_only && !v.source.empty())) continue;
+    out.push_back({{"targets", {v.metrics_address}},
+                   {"labels",
+                    {{std::string(names::kLabelCluster), v.cluster},
+                     {std::string(names::kLabelRole), v.task.role},
+                     {std::string(names::kLabelTask), std::to_string(v.task.index)}}}});
+  }
+  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
+
+HttpServer::Response Json(std::string body) { return {200, "application/json", std::move(body)}; }
 
 }  // namespace
 
-void RequestStop() { g_stop.store(true); }
+absl::StatusOr<std::string> CheckConfig(const SidecarOptions& options) {
+  auto plan = MakePlan(options);
+  if (!plan.ok()) return plan.status();
+  return Summary(*plan, options);
+}
 
-absl::Status Run(const SidecarOptions& o) {
-  if (absl::Status s = Validate(o); !s.ok()) return s;
-  // gRPC's mutexes are absl::Mutex; Debian's abseil keeps its deadlock detection on (a graph of
-  // every lock order, updated on each lock): ~10% of the sidecar's CPU while polling.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  std::string spec_text;
-  std::string spec_origin;
-  if (!o.cluster_spec_file.empty()) {
-    auto text = ReadFile(o.cluster_spec_file);
-    if (!text.ok()) return text.status();
-    spec_text = *text;
-    spec_origin = o.cluster_spec_file;
-  } else if (!o.tf_config.empty()) {
-    spec_text = o.tf_config;
-    spec_origin = "TF_CONFIG";
-  } else {
-    return absl::InvalidArgumentError(
-        "no cluster spec: set TF_CONFIG or pass --cluster_spec FILE (TF_CONFIG JSON)");
-  }
-  auto config = ParseTfConfig(spec_text, /*require_task=*/false);
-  if (!config.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(spec_origin, ": ", config.status().message()));
-  }
-  const ClusterSpec* spec = &config->cluster;
-  LocalHosts hosts;
-  std::vector<TaskRef> tasks;
-  std::set<std::string> remote_hosts;
-  for (const TaskRef& t : spec->AllTasks()) {
-    auto hp = ParseHostPort(*spec->FindAddress(t));
-    bool local = hp.ok() && hosts.IsLocal(hp->host);
-    if (!local && hp.ok()) remote_hosts.insert(hp->host);
-    if (o.local_tasks.empty() && local) tasks.push_back(t);
-  }
-  if (!o.local_tasks.empty()) {
-    auto list = ParseTaskList(o.local_tasks, *spec);
-    if (!list.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--local_tasks: ", list.status().message()));
+class Sidecar::Impl {
+ public:
+  Impl(SidecarOptions options, Plan plan)
+      : options_(std::move(options)),
+        plan_(std::move(plan)),
+        summary_(Summary(plan_, options_)),
+        trace_store_(TraceOptions()) {}
+
+  ~Impl() { Stop(); }
+
+  absl::Status Build() {
+    WatcherOptions w;
+    w.cluster = options_.cluster_name;
+    w.tasks = plan_.tasks;
+    w.tracker = TrackerOptionsFrom(options_);
+    w.heartbeat_deadline_ms = options_.heartbeat_deadline_ms;
+    w.watcher_name = absl::StrCat("trainscope-sidecar@", plan_.hostname);
+    w.hostname = plan_.hostname;
+    w.start_unix = UnixSeconds();
+    watcher_ = std::make_unique<TaskWatcher>(std::move(w), [this] {
+      if (exchange_) exchange_->Poke();
+    });
+    if (plan_.exchange) {
+      ExchangeOptions x;
+      x.cluster = options_.cluster_name;
+      x.self = plan_.self;
+      x.hostname = plan_.hostname;
+      x.peers = plan_.peers;
+      x.membership.period_s = options_.gossip_interval_ms / 1000.0;
+      x.sync_interval_s = options_.sync_interval_s;
+      x.max_message_bytes = static_cast<size_t>(options_.otlp_max_request_bytes);
+      exchange_ = std::make_unique<PeerExchange>(std::move(x), [this] { return LocalViews(); });
     }
-    tasks = *list;
-  }
-  std::vector<std::string> peer_sidecars;
-  if (o.peer_sidecars == "none") {
-  } else if (!o.peer_sidecars.empty()) {
-    for (absl::string_view part : absl::StrSplit(o.peer_sidecars, ',', absl::SkipWhitespace())) {
-      std::string p(part);
-      if (!ParseHostPort(p).ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--peer_sidecars: \"", p, "\" is not host:port"));
+    if (!options_.otlp_upstream.empty()) {
+      auto f = OtlpForwarder::Create(options_.otlp_upstream, options_.otlp_queue_bytes);
+      if (!f.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("--otlp_upstream: ", f.status().message()));
       }
-      peer_sidecars.emplace_back(p);
+      forwarder_ = std::move(*f);
     }
-  } else {
-    for (const std::string& h : remote_hosts) {
-      peer_sidecars.push_back(absl::StrCat(h, ":", o.http_port == 0 ? 9400 : o.http_port));
-    }
+    trace_receiver_ = std::make_unique<TraceReceiver>(&trace_store_, forwarder_.get());
+    AddRoutes();
+    auto http =
+        HttpServer::Start(options_.http_address, options_.http_port,
+                          [this](const HttpServer::Request& r) { return routes_.Serve(r); });
+    if (!http.ok()) return http.status();
+    http_ = std::move(*http);
+    return StartGrpc();
   }
 
-  if (o.check_config) {
-    std::vector<std::string> names;
-    for (const TaskRef& t : tasks) names.push_back(t.ShortName());
-    std::printf("cluster spec from %s is valid: %zu tasks; this node watches %s; peers: %s\n",
-                spec_origin.c_str(), spec->AllTasks().size(),
-                names.empty() ? "none" : absl::StrJoin(names, ", ").c_str(),
-                peer_sidecars.empty() ? "none" : absl::StrJoin(peer_sidecars, ", ").c_str());
-    return absl::OkStatus();
+  void Start() {
+    spdlog::info("trainscope-sidecar: {}", summary_);
+    spdlog::info("trainscope-sidecar: http on {}:{}, grpc on {}", options_.http_address,
+                 http_->port(),
+                 grpc_port_ >= 0 ? absl::StrCat(options_.http_address, ":", grpc_port_) : "off");
+    watcher_->Start();
+    if (exchange_) exchange_->Start();
   }
 
-  TrackerOptions topts;
-  topts.interval_s = o.heartbeat_interval_ms / 1000.0;
-  topts.hung_after_s = o.hung_after_ms / 1000.0;
-  topts.blocked_after_s = o.blocked_after_ms / 1000.0;
-  topts.stall_after_s = o.stall_after_s;
-  topts.relearn_s = std::max(1.0, 10 * topts.interval_s);
-  topts.min_stddev_s = std::max(0.05, topts.interval_s / 2);
-
-  double start_s = MonotonicSeconds();
-  double start_unix = UnixSeconds();
-  std::vector<TaskTracker> trackers;
-  std::vector<HeartbeatPoller::Target> targets;
-  for (const TaskRef& t : tasks) {
-    std::string address = *spec->FindAddress(t);
-    auto hp = ParseHostPort(address);
-    bool local = hp.ok() && hosts.IsLocal(hp->host);
-    trackers.emplace_back(o.cluster_name, t, address, local, hosts.hostname(), topts, start_s,
-                          start_unix);
-    targets.push_back({address, local});
+  void Stop() {
+    if (stopped_.exchange(true)) return;
+    spdlog::info("trainscope-sidecar: stopping");
+    if (exchange_) exchange_->Stop();
+    if (watcher_) watcher_->Stop();
+    if (grpc_server_) {
+      grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+      idle_cq_->Shutdown();
+      if (idle_cq_thread_.joinable()) idle_cq_thread_.join();
+    }
+    http_.reset();
   }
 
-  Shared shared;
-  {
-    absl::MutexLock lock(&shared.mu);
-    for (auto& t : trackers) {
-      shared.local.push_back(t.view());
-      shared.counters.push_back(t.counters());
-    }
-    shared.stats.peers = static_cast<int>(peer_sidecars.size());
+  int http_port() const { return http_ ? http_->port() : -1; }
+  int grpc_port() const { return grpc_port_; }
+  const std::string& node() const { return plan_.self; }
+  const std::string& summary() const { return summary_; }
+
+ private:
+  TraceStoreOptions TraceOptions() const {
+    TraceStoreOptions t;
+    t.memory_bytes = options_.trace_memory_bytes;
+    t.slow_window_s = options_.slow_window_s;
+    t.slow_per_key = options_.slow_per_key;
+    return t;
   }
 
-  const std::string cluster = o.cluster_name;
-  const ClusterSpec cluster_spec = *spec;
-  auto cluster_view = [&](bool local_only) {
-    std::vector<TaskView> views;
-    std::vector<TaskView> merged;
-    {
-      absl::MutexLock lock(&shared.mu);
-      merged = MergeViews(cluster, cluster_spec, shared.local, shared.peers, UnixSeconds());
-      if (local_only) views = shared.local;
-    }
-    AnnotateBlocked(merged, cluster_spec);
-    if (local_only) {
-      // Blocked reasons still use the whole cluster's knowledge.
-      std::map<TaskRef, std::string> reasons;
-      for (const TaskView& m : merged) reasons[m.task] = m.reason;
-      for (TaskView& v : views) {
-        if (v.state == TaskState::kBlocked) v.reason = reasons[v.task];
-      }
-      SortForPeople(views);
-      return views;
-    }
-    MarkPartitions(merged, UnixSeconds());
-    SortForPeople(merged);
-    return merged;
-  };
-
-  TraceStoreOptions trace_options;
-  trace_options.memory_bytes = o.trace_memory_bytes;
-  trace_options.slow_window_s = o.slow_window_s;
-  trace_options.slow_per_key = o.slow_per_key;
-  TraceStore trace_store(trace_options);
-  std::unique_ptr<OtlpForwarder> forwarder;
-  if (!o.otlp_upstream.empty()) {
-    auto f = OtlpForwarder::Create(o.otlp_upstream, o.otlp_queue_bytes);
-    if (!f.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--otlp_upstream: ", f.status().message()));
-    }
-    forwarder = std::move(*f);
+  static TrackerOptions TrackerOptionsFrom(const SidecarOptions& o) {
+    TrackerOptions t;
+    t.interval_s = o.heartbeat_interval_ms / 1000.0;
+    t.hung_after_s = o.hung_after_ms / 1000.0;
+    t.blocked_after_s = o.blocked_after_ms / 1000.0;
+    t.stall_after_s = o.stall_after_s;
+    t.relearn_s = std::max(1.0, 10 * t.interval_s);
+    t.min_stddev_s = std::max(0.05, t.interval_s / 2);
+    return t;
   }
-  TraceReceiver trace_receiver(&trace_store, forwarder.get());
-  auto trace_stats = [&](SidecarStats& stats) {
-    TraceReceiver::Stats r = trace_receiver.stats();
-    TraceStoreStats t = trace_store.stats();
+
+  std::vector<TaskView> LocalViews() const {
+    std::vector<TaskView> views = watcher_->snapshot()->views;
+    for (TaskView& v : views) {
+      v.node = plan_.self;
+      v.node_hostname = plan_.hostname;
+    }
+    return views;
+  }
+
+  ClusterView CurrentView() const {
+    ClusterViewInputs in;
+    in.cluster = options_.cluster_name;
+    in.spec = &plan_.config.cluster;
+    in.local = LocalViews();
+    in.exchange = exchange_ ? exchange_->snapshot() : nullptr;
+    in.self = plan_.exchange ? plan_.self : "";
+    in.self_hostname = plan_.hostname;
+    in.has_peers = !plan_.peers.empty();
+    in.expected_node = [this](const TaskRef& t) -> std::string {
+      auto hp = ParseHostPort(*plan_.config.cluster.FindAddress(t));
+      if (!hp.ok()) return "";
+      auto it = plan_.node_of_host.find(hp->host);
+      return it == plan_.node_of_host.end() ? plan_.self : it->second;
+    };
+    in.now_unix = UnixSeconds();
+    return BuildClusterView(in);
+  }
+
+  SidecarStats Stats() const {
+    SidecarStats stats;
+    stats.pauses = watcher_->snapshot()->pauses;
+    if (exchange_) {
+      auto x = exchange_->snapshot();
+      stats.peers = static_cast<int>(x->members.size());
+      stats.exchange = exchange_->stats();
+      stats.peer_errors = stats.exchange.errors;
+      for (const Member& m : x->members) stats.members_by_status[m.status]++;
+    }
+    TraceReceiver::Stats r = trace_receiver_->stats();
+    TraceStoreStats t = trace_store_.stats();
     stats.spans_received = r.spans_received;
     stats.dropped_invalid = r.spans_invalid;
     stats.spans_kept = t.spans_kept;
@@ -300,255 +382,142 @@ absl::Status Run(const SidecarOptions& o) {
     stats.dropped_evicted = t.dropped_evicted;
     stats.dropped_trace_full = t.dropped_trace_full;
     stats.dropped_duplicate = t.dropped_duplicate;
-    if (forwarder) {
-      OtlpForwarder::Stats f = forwarder->stats();
+    if (forwarder_) {
+      OtlpForwarder::Stats f = forwarder_->stats();
       stats.forwarding = true;
       stats.forwarded_spans = f.forwarded_spans;
       stats.forward_dropped_spans = f.dropped_spans;
       stats.forward_failures = f.failures;
     }
-  };
-  const std::map<std::string, double> slow_extra = {
-      {"window_s", o.slow_window_s}, {"per_key", static_cast<double>(o.slow_per_key)}};
+    return stats;
+  }
 
-  auto handler = [&](const HttpServer::Request& req) -> HttpServer::Response {
-    bool local_only = absl::StrContains(req.query, "local=1");
-    if (req.path == names::kPathMetrics) {
-      std::vector<TaskView> views;
-      std::vector<TaskCounters> counters;
-      SidecarStats stats;
-      {
-        absl::MutexLock lock(&shared.mu);
-        views = shared.local;
-        counters = shared.counters;
-        stats = shared.stats;
+  void AddRoutes() {
+    routes_.Exact(std::string(names::kPathMetrics), [this](const HttpServer::Request&) {
+      auto local = watcher_->snapshot();
+      return HttpServer::Response{200, "text/plain; version=0.0.4; charset=utf-8",
+                                  RenderMetrics(*local, Stats(), CurrentView())};
+    });
+    routes_.Exact(std::string(names::kPathTasks), [this](const HttpServer::Request& r) {
+      pb::TaskList list =
+          ToTaskList(options_.cluster_name, CurrentView(), QueryParam(r.query, "local") == "1");
+      const std::string task = QueryParam(r.query, "task");
+      if (!task.empty()) {
+        auto* tasks = list.mutable_tasks();
+        tasks->erase(std::remove_if(tasks->begin(), tasks->end(),
+                                    [&](const pb::TaskView& t) { return t.name() != task; }),
+                     tasks->end());
       }
-      trace_stats(stats);
-      return {200, "text/plain; version=0.0.4; charset=utf-8",
-              RenderMetrics(views, counters, stats, cluster_view(false))};
-    }
-    if (req.path == names::kPathTasks) {
-      return {200, "application/json", TaskViewsToJson(cluster, cluster_view(local_only))};
-    }
-    if (req.path == names::kPathSd) {
-      return {200, "application/json", SdJson(cluster_view(local_only))};
-    }
-    if (req.path == names::kPathTracesSlow) {
-      return {
-          200, "application/json",
-          RequestsToJson(trace_store.Slow(FilterFrom(req.query), MonotonicSeconds()), slow_extra)};
-    }
-    if (req.path == names::kPathTracesErrors) {
-      return {200, "application/json",
-              RequestsToJson(trace_store.Errors(FilterFrom(req.query), MonotonicSeconds()))};
-    }
-    if (req.path.rfind(names::kPathTracesPrefix, 0) == 0) {
-      std::string id = absl::AsciiStrToLower(req.path.substr(names::kPathTracesPrefix.size()));
+      return Json(ToJson(list));
+    });
+    routes_.Exact(std::string(names::kPathSd), [this](const HttpServer::Request& r) {
+      ClusterView view = CurrentView();
+      return Json(SdJson(view.tasks, QueryParam(r.query, "local") == "1"));
+    });
+    routes_.Exact(std::string(names::kPathTracesSlow), [this](const HttpServer::Request& r) {
+      const std::map<std::string, double> extra = {
+          {"window_s", options_.slow_window_s},
+          {"per_key", static_cast<double>(options_.slow_per_key)}};
+      return Json(
+          RequestsToJson(trace_store_.Slow(FilterFrom(r.query), MonotonicSeconds()), extra));
+    });
+    routes_.Exact(std::string(names::kPathTracesErrors), [this](const HttpServer::Request& r) {
+      return Json(RequestsToJson(trace_store_.Errors(FilterFrom(r.query), MonotonicSeconds())));
+    });
+    routes_.Prefix(std::string(names::kPathTracesPrefix), [this](const HttpServer::Request& r) {
+      std::string id = absl::AsciiStrToLower(r.path.substr(names::kPathTracesPrefix.size()));
       if (!IsTraceId(id)) {
-        return {400, "text/plain; charset=utf-8",
-                "a trace id is 32 hex digits: /api/v1/traces/<trace id>\n"};
+        return HttpServer::Response{400, "text/plain; charset=utf-8",
+                                    "a trace id is 32 hex digits: /api/v1/traces/<trace id>\n"};
       }
-      auto detail = trace_store.Trace(id, MonotonicSeconds());
+      auto detail = trace_store_.Trace(id, MonotonicSeconds());
       if (!detail) {
-        return {404, "text/plain; charset=utf-8",
-                absl::StrCat("trace ", id,
-                             " is not kept here (neither slow nor failed, or "
-                             "already forgotten)\n")};
+        return HttpServer::Response{
+            404, "text/plain; charset=utf-8",
+            absl::StrCat("trace ", id,
+                         " is not kept here (neither slow nor failed, or already forgotten)\n")};
       }
-      return {200, "application/json", TraceDetailToJson(*detail)};
-    }
-    if (req.path == names::kPathHealthz) return {200, "text/plain; charset=utf-8", "ok\n"};
-    if (req.path == names::kPathStatusPage || req.path == "/index.html") {
-      return {200, "text/html; charset=utf-8", std::string(StatusPageHtml())};
-    }
-    return {404, "text/plain; charset=utf-8", "not found\n"};
-  };
+      return Json(TraceDetailToJson(*detail));
+    });
+    routes_.Exact(std::string(names::kPathHealthz), [](const HttpServer::Request&) {
+      return HttpServer::Response{200, "text/plain; charset=utf-8", "ok\n"};
+    });
+    auto page = [](const HttpServer::Request&) {
+      return HttpServer::Response{200, "text/html; charset=utf-8", std::string(StatusPageHtml())};
+    };
+    routes_.Exact(std::string(names::kPathStatusPage), page);
+    routes_.Exact("/index.html", page);
+  }
 
-  auto http = HttpServer::Start(o.http_address, o.http_port, handler);
-  if (!http.ok()) return http.status();
-
-  std::unique_ptr<grpc::Server> grpc_server;
-  std::unique_ptr<grpc::ServerCompletionQueue> idle_cq;
-  std::thread idle_cq_thread;
-  int grpc_port = -1;
-  if (o.grpc_port >= 0) {
+  absl::Status StartGrpc() {
+    if (options_.grpc_port < 0) return absl::OkStatus();
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(absl::StrCat(o.http_address, ":", o.grpc_port),
-                             grpc::InsecureServerCredentials(), &grpc_port);
-    builder.SetMaxReceiveMessageSize(o.otlp_max_request_bytes);
-    builder.RegisterService(&trace_receiver);
-    for (grpc::Service* s : o.extra_grpc_services) builder.RegisterService(s);
+    builder.AddListeningPort(absl::StrCat(options_.http_address, ":", options_.grpc_port),
+                             grpc::InsecureServerCredentials(), &grpc_port_);
+    builder.SetMaxReceiveMessageSize(options_.otlp_max_request_bytes);
+    AcceptKeepalive(&builder);
+    builder.RegisterService(trace_receiver_.get());
+    if (exchange_) builder.RegisterService(exchange_->service());
     // A completion queue the health service's async machinery may use; a thread drains it.
-    idle_cq = builder.AddCompletionQueue();
+    idle_cq_ = builder.AddCompletionQueue();
     builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
     builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
     builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 2);
-    grpc_server = builder.BuildAndStart();
-    if (!grpc_server || grpc_port == 0) {
-      idle_cq->Shutdown();
+    grpc_server_ = builder.BuildAndStart();
+    if (!grpc_server_ || grpc_port_ == 0) {
+      idle_cq_->Shutdown();
       void* tag = nullptr;
       bool ok = false;
-      while (idle_cq->Next(&tag, &ok)) {
+      while (idle_cq_->Next(&tag, &ok)) {
       }
-      return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", o.http_address, ":",
-                                                 o.grpc_port,
+      grpc_server_.reset();
+      return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", options_.http_address,
+                                                 ":", options_.grpc_port,
                                                  " (port in use? pick another --grpc_port)"));
     }
-    grpc_server->GetHealthCheckService()->SetServingStatus(true);
-    idle_cq_thread = std::thread([cq = idle_cq.get()] {
+    grpc_server_->GetHealthCheckService()->SetServingStatus(true);
+    idle_cq_thread_ = std::thread([cq = idle_cq_.get()] {
       void* tag = nullptr;
       bool ok = false;
       while (cq->Next(&tag, &ok)) {
       }
     });
+    return absl::OkStatus();
   }
 
-  std::vector<std::string> watched;
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    watched.push_back(absl::StrCat(tasks[i].ShortName(), "@", targets[i].address));
-  }
-  spdlog::info("trainscope-sidecar: cluster {}; watching {} task(s): {}; peers: {}", cluster,
-               tasks.size(), absl::StrJoin(watched, ", "),
-               peer_sidecars.empty() ? "none" : absl::StrJoin(peer_sidecars, ", "));
-  spdlog::info("trainscope-sidecar: http on {}:{}, grpc on {}", o.http_address, (*http)->port(),
-               grpc_port >= 0 ? absl::StrCat(o.http_address, ":", grpc_port) : "off");
-  if (grpc_port >= 0) {
-    spdlog::info(
-        "trainscope-sidecar: OTLP traces on {}:{}; slow window {} s, {} per (method, ps); "
-        "memory {} KiB; upstream {}",
-        o.http_address, grpc_port, o.slow_window_s, o.slow_per_key, o.trace_memory_bytes >> 10,
-        forwarder ? forwarder->target() : "none");
-  }
+  const SidecarOptions options_;
+  const Plan plan_;
+  const std::string summary_;
+  std::unique_ptr<TaskWatcher> watcher_;
+  std::unique_ptr<PeerExchange> exchange_;
+  mutable TraceStore trace_store_;  // Thread-safe; its stats() is not const.
+  std::unique_ptr<OtlpForwarder> forwarder_;
+  std::unique_ptr<TraceReceiver> trace_receiver_;
+  HttpRoutes routes_;
+  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<grpc::ServerCompletionQueue> idle_cq_;
+  std::thread idle_cq_thread_;
+  int grpc_port_ = -1;
+  std::atomic<bool> stopped_{false};
+};
 
-  g_stop.store(false);
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-
-  // Peer sidecars: their views of their own tasks, about once per peer_poll_ms.
-  std::thread peer_thread([&] {
-    std::map<std::string, std::string> last_error;
-    while (!g_stop.load()) {
-      std::vector<PeerReport> reports;
-      int64_t errors = 0;
-      for (const std::string& peer : peer_sidecars) {
-        PeerReport r;
-        r.sidecar = peer;
-        auto resp = HttpGet(peer, std::string(names::kPathTasks) + "?local=1", 1000);
-        if (!resp.ok()) {
-          r.error = std::string(resp.status().message());
-        } else if (resp->status != 200) {
-          r.error = absl::StrCat("HTTP ", resp->status);
-        } else {
-          int skipped = 0;
-          auto views = ParseTaskViewsJson(resp->body, &skipped);
-          if (!views.ok()) {
-            r.error = absl::StrCat("sent nonsense: ", views.status().message());
-          } else {
-            r.ok = true;
-            r.views = std::move(*views);
-            if (skipped > 0) r.error = absl::StrCat(skipped, " malformed task(s) skipped");
-          }
-        }
-        if (!r.ok || !r.error.empty()) ++errors;
-        if (r.error != last_error[peer]) {
-          if (!r.error.empty()) spdlog::warn("peer sidecar {}: {}", peer, r.error);
-          last_error[peer] = r.error;
-        }
-        reports.push_back(std::move(r));
-      }
-      {
-        absl::MutexLock lock(&shared.mu);
-        shared.peers = std::move(reports);
-        shared.stats.peer_errors += errors;
-      }
-      for (int waited = 0; waited < o.peer_poll_ms && !g_stop.load(); waited += 50) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-    }
-  });
-
-  // The poll loop.
-  HeartbeatPoller poller(targets, o.heartbeat_deadline_ms,
-                         absl::StrCat("trainscope-sidecar@", hosts.hostname()));
-  const double interval = topts.interval_s;
-  const double pause_threshold = std::max(1.0, 10 * interval);
-  // Adaptive polling: a task that is up, regular and checkable in /proc is asked only every
-  // `relax_ticks`-th tick; on the ticks between, /proc/<pid>/stat (a few microseconds, against
-  // ~100 us of CPU for a heartbeat round trip) tells gone, zombie and stopped, and any of those,
-  // a failure, a late or slow answer, waiting, done, ... puts it back to every tick at once. The
-  // relaxed gap stays <= 250 ms: the runtime answers for 300 ms after it reaches phase done, and
-  // the sidecar must see that phase before the process goes (done, not dead).
-  const int relax_ticks = std::max(1, static_cast<int>(0.25 / interval + 1e-9));
-  uint64_t tick_no = 0;
-  double next_tick = MonotonicSeconds();
-  std::vector<TaskView> views(trackers.size());
-  std::vector<TaskCounters> counters(trackers.size());
-  while (!g_stop.load()) {
-    bool failed = false;
-    poller.Wait(next_tick, [&](size_t i, const PollResult& r) {
-      trackers[i].OnResult(r);
-      failed |= !r.ok;
-    });
-    double now = MonotonicSeconds();
-    // A failed poll may be decisive (connection refused, process gone): judge it now rather
-    // than at the next tick.
-    if (now < next_tick && !failed) continue;
-    bool tick = now >= next_tick;
-    bool paused = tick && now - next_tick > pause_threshold;
-    if (paused) {
-      spdlog::warn("the sidecar itself was paused for {:.1f} s; re-learning before judging tasks",
-                   now - next_tick);
-      for (auto& t : trackers) t.OnSidecarPause(now);
-    }
-    if (tick) {
-      ++tick_no;
-      for (size_t i = 0; i < trackers.size(); ++i) {
-        if (poller.InFlight(i)) continue;
-        if (relax_ticks > 1 && (tick_no + i) % relax_ticks != 0 &&
-            trackers[i].MaySkipPoll(now, ReadProcStat)) {
-          trackers[i].OnPollSkipped();
-          continue;
-        }
-        poller.Poll(i, now);
-      }
-    }
-    double unix_now = UnixSeconds();
-    for (size_t i = 0; i < trackers.size(); ++i) {
-      views[i] = trackers[i].Evaluate(now, unix_now, ReadProcStat);
-      counters[i] = trackers[i].counters();
-      for (const std::string& e : trackers[i].TakeEvents()) spdlog::info("{}", e);
-    }
-    for (size_t i = 0; i < views.size(); ++i) {
-      if (views[i].state != TaskState::kUp) continue;
-      std::string straggler = StragglerReason(views[i], views, topts);
-      if (!straggler.empty()) {
-        views[i].state = TaskState::kSlow;
-        views[i].reason = straggler;
-      }
-    }
-    {
-      absl::MutexLock lock(&shared.mu);
-      shared.local = views;
-      shared.counters = counters;
-      if (paused) shared.stats.pauses++;
-    }
-    if (tick) {
-      next_tick += interval;
-      if (next_tick < now) next_tick = now + interval;
-    }
-  }
-  spdlog::info("trainscope-sidecar: stopping");
-  poller.Shutdown();
-  peer_thread.join();
-  if (grpc_server) {
-    grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    idle_cq->Shutdown();
-    idle_cq_thread.join();
-  }
-  return absl::OkStatus();
+absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Create(const SidecarOptions& options) {
+  auto plan = MakePlan(options);
+  if (!plan.ok()) return plan.status();
+  auto impl = std::make_unique<Impl>(options, *std::move(plan));
+  if (absl::Status s = impl->Build(); !s.ok()) return s;
+  return std::unique_ptr<Sidecar>(new Sidecar(std::move(impl)));
 }
+
+Sidecar::Sidecar(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Sidecar::~Sidecar() { impl_->Stop(); }
+void Sidecar::Start() { impl_->Start(); }
+void Sidecar::Stop() { impl_->Stop(); }
+int Sidecar::http_port() const { return impl_->http_port(); }
+int Sidecar::grpc_port() const { return impl_->grpc_port(); }
+const std::string& Sidecar::node() const { return impl_->node(); }
+const std::string& Sidecar::summary() const { return impl_->summary(); }
 
 }  // namespace trainscope::sidecar

@@ -1,104 +1,265 @@
-// Merging views of several sidecars, blocked-reason annotations and partitions.
-#include "trainscope/sidecar/cluster_view.h"
+// The cluster view from first-hand views and the exchange's records: merging, why a task is
+// unknown, a node cut off (seen from outside, and from inside), a sidecar down, partitions, and
+// blocked-reason annotations.
+#include "cluster_view.h"
 
 #include <gtest/gtest.h>
 
 namespace trainscope::sidecar {
 namespace {
 
+// ps:0 on node n1, worker:0 on n2, worker:1 on n3; this sidecar is n1.
 ClusterSpec Spec() {
   return ParseTfConfig(
-             R"({"cluster": {"ps": ["127.0.0.1:2223"], "worker": ["127.0.0.1:2224", "10.0.0.2:2224"]}})",
+             R"({"cluster": {"ps": ["10.0.0.1:2222"], "worker": ["10.0.0.2:2222", "10.0.0.3:2222"]}})",
              false)
       ->cluster;
 }
 
-TaskView View(TaskRef t, TaskState s, std::string address = "") {
+TaskView View(TaskRef t, TaskState s, const std::string& reason = "") {
   TaskView v;
   v.cluster = "c";
   v.task = std::move(t);
   v.state = s;
-  v.address = address;
-  v.observed_at = 10;
+  v.reason = reason.empty() ? std::string(StateName(s)) : reason;
+  v.observed_at = 100;
+  v.since = 90;
   return v;
 }
 
-TEST(MergeViews, LocalWinsPeersFillTheRestUnknownIsUnreachable) {
-  std::vector<TaskView> local = {View({"ps", 0}, TaskState::kUp)};
-  PeerReport good{"10.0.0.2:9400",
-                  true,
-                  "",
-                  {View({"worker", 1}, TaskState::kUp), View({"ps", 0}, TaskState::kDead)}};
-  TaskView other_cluster = View({"worker", 0}, TaskState::kUp);
-  other_cluster.cluster = "other";
-  good.views.push_back(other_cluster);
-  PeerReport bad{"10.0.0.3:9400", false, "sent nonsense: not JSON", {}};
-  auto merged = MergeViews("c", Spec(), local, {good, bad}, 100);
-  ASSERT_EQ(merged.size(), 3u);
-  EXPECT_EQ(merged[0].task.ShortName(), "ps:0");
-  EXPECT_EQ(merged[0].state, TaskState::kUp);
-  EXPECT_EQ(merged[1].task.ShortName(), "worker:0");
-  EXPECT_EQ(merged[1].state, TaskState::kUnreachable);
-  EXPECT_NE(merged[1].reason.find("10.0.0.3:9400 (sent nonsense: not JSON)"), std::string::npos);
-  EXPECT_EQ(merged[2].state, TaskState::kUp);
-  EXPECT_EQ(merged[2].source, "10.0.0.2:9400");
-  EXPECT_EQ(merged[2].address, "10.0.0.2:2224");
+class ClusterViewTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    spec_ = Spec();
+    exchange_ = std::make_shared<ExchangeSnapshot>();
+    for (const char* id : {"n2:4317", "n3:4317"}) {
+      Member m;
+      m.id = id;
+      m.hostname = std::string(id).substr(0, 2);
+      m.heard = true;
+      m.status_since = 95;
+      exchange_->members.push_back(m);
+    }
+    local_ = {View({"ps", 0}, TaskState::kUp, "serving, answers every 100 ms")};
+  }
+
+  void Report(const std::string& node, std::vector<TaskView> views) {
+    auto entry = std::make_shared<RecordEntry>();
+    entry->record.set_node(node);
+    entry->record.set_hostname(node.substr(0, 2));
+    entry->record.set_made_at(99);
+    for (const TaskView& v : views) ToProto(v, false, entry->record.add_tasks());
+    entry->learned_at = 99.5;
+    exchange_->records[node] = entry;
+  }
+
+  Member& MemberOf(const std::string& id) {
+    for (Member& m : exchange_->members) {
+      if (m.id == id) return m;
+    }
+    return exchange_->members[0];
+  }
+
+  ClusterView Build() {
+    ClusterViewInputs in;
+    in.cluster = "c";
+    in.spec = &spec_;
+    in.local = local_;
+    in.exchange = exchange_;
+    in.self = "n1:4317";
+    in.self_hostname = "n1";
+    in.has_peers = true;
+    in.expected_node = [](const TaskRef& t) {
+      return t.role == "ps" ? std::string("n1:4317") : "n" + std::to_string(t.index + 2) + ":4317";
+    };
+    in.now_unix = 100;
+    return BuildClusterView(in);
+  }
+
+  static const TaskView& Find(const ClusterView& view, const std::string& name) {
+    for (const TaskView& v : view.tasks) {
+      if (v.task.ShortName() == name) return v;
+    }
+    static TaskView none;
+    return none;
+  }
+
+  ClusterSpec spec_;
+  std::shared_ptr<ExchangeSnapshot> exchange_;
+  std::vector<TaskView> local_;
+};
+
+TEST_F(ClusterViewTest, FirstHandPlusRecordsAndWhyATaskIsUnknown) {
+  Report("n2:4317", {View({"worker", 0}, TaskState::kUp, "training, answers on time")});
+  MemberOf("n3:4317").heard = false;
+  MemberOf("n3:4317").last_error = "connection refused";
+  ClusterView view = Build();
+  ASSERT_EQ(view.tasks.size(), 3u);
+  const TaskView& w0 = Find(view, "worker:0");
+  EXPECT_EQ(w0.state, TaskState::kUp);
+  EXPECT_EQ(w0.source, "n2:4317");
+  EXPECT_EQ(w0.address, "10.0.0.2:2222");
+  EXPECT_EQ(w0.learned_at, 99.5);
+  const TaskView& w1 = Find(view, "worker:1");
+  EXPECT_EQ(w1.state, TaskState::kUnreachable);
+  EXPECT_NE(w1.reason.find("the sidecar of its node n3 (n3:4317) has never answered (connection "
+                           "refused); is it running"),
+            std::string::npos)
+      << w1.reason;
+  EXPECT_EQ(Find(view, "ps:0").source, "");
+  EXPECT_EQ(view.nodes[0].id, "n1:4317");
+  EXPECT_TRUE(view.nodes[0].self);
+  EXPECT_EQ(view.nodes[2].status, "unknown");
+}
+
+TEST_F(ClusterViewTest, ACutOffNodeIsOneIncidentNotNTaskFailures) {
+  Report("n3:4317", {View({"worker", 1}, TaskState::kUp, "training, answers on time")});
+  Report("n2:4317", {View({"worker", 0}, TaskState::kUp)});
+  MemberOf("n3:4317").status = MemberStatus::kSilent;
+  MemberOf("n3:4317").last_error = "no answer within 250 ms";
+  ClusterView view = Build();
+  const TaskView& w1 = Find(view, "worker:1");
+  EXPECT_EQ(w1.state, TaskState::kUnreachable);
+  EXPECT_EQ(w1.reason.rfind("its node n3 (n3:4317) is cut off from every other node for 5.0 s "
+                            "(isolated, or the machine is down); last reported up",
+                            0),
+            0u)
+      << w1.reason;
+  EXPECT_EQ(view.nodes[2].status, "silent");
+  EXPECT_EQ(view.nodes[2].tasks, (std::vector<TaskRef>{TaskRef{"worker", 1}}));
+  EXPECT_TRUE(view.partitions.empty());
+}
+
+TEST_F(ClusterViewTest, ASidecarThatRefusesConnectionsIsDownNotCutOff) {
+  Report("n2:4317", {View({"worker", 0}, TaskState::kUp)});
+  MemberOf("n2:4317").status = MemberStatus::kSilent;
+  MemberOf("n2:4317").last_error = "connection refused";
+  ClusterView view = Build();
+  EXPECT_EQ(view.nodes[1].status, "down");
+  const TaskView& w0 = Find(view, "worker:0");
+  EXPECT_EQ(w0.state, TaskState::kUnreachable);
+  EXPECT_NE(w0.reason.find("nobody watches it: the sidecar of its node n2 (n2:4317) is down"),
+            std::string::npos)
+      << w0.reason;
+}
+
+TEST_F(ClusterViewTest, ThisNodeCutOffSaysSoForEveryTask) {
+  Report("n2:4317", {View({"worker", 0}, TaskState::kUp)});
+  exchange_->isolated_since_unix = 97;
+  local_[0].state = TaskState::kStalled;
+  local_[0].reason = "steps stuck";
+  ClusterView view = Build();
+  ASSERT_TRUE(view.isolated_since.has_value());
+  EXPECT_EQ(view.nodes[0].status, "isolated");
+  const TaskView& ps = Find(view, "ps:0");
+  EXPECT_EQ(ps.state, TaskState::kStalled);
+  EXPECT_EQ(ps.reason.rfind("this node n1 (n1:4317) is cut off from every other node for 3.0 s", 0),
+            0u)
+      << ps.reason;
+  const TaskView& w0 = Find(view, "worker:0");
+  EXPECT_EQ(w0.state, TaskState::kUnreachable);
+  EXPECT_NE(w0.reason.find("last heard: up"), std::string::npos) << w0.reason;
+}
+
+TEST_F(ClusterViewTest, PartitionNamesBothSidesAndNeitherIsDeadOrHung) {
+  TaskView w0 = View({"worker", 0}, TaskState::kBlocked, "waiting 2.0 s in Pull for ps:0");
+  w0.blocked_on.push_back({{"ps", 0}, "10.0.0.1:2222", 2, "connection lost"});
+  w0.peers.push_back({{"ps", 0}, "10.0.0.1:2222", false, 3, "connection lost", 2.5, 0, ""});
+  Report("n2:4317", {w0});
+  exchange_->records["n2:4317"] = [&] {
+    auto e = std::make_shared<RecordEntry>(*exchange_->records["n2:4317"]);
+    e->record.add_unreachable_nodes("n1:4317");
+    return e;
+  }();
+  Report("n3:4317", {View({"worker", 1}, TaskState::kUp)});
+  ClusterView view = Build();
+  ASSERT_EQ(view.partitions.size(), 1u);
+  const PartitionInfo& p = view.partitions[0];
+  EXPECT_EQ(p.a.ShortName(), "worker:0");
+  EXPECT_EQ(p.b.ShortName(), "ps:0");
+  EXPECT_TRUE(p.nodes_cut);
+  EXPECT_NEAR(p.since, 97.5, 0.01);
+  const TaskView& a = Find(view, "worker:0");
+  EXPECT_EQ(a.state, TaskState::kBlocked);
+  EXPECT_EQ(a.reason.rfind("partition: cannot reach ps:0 at 10.0.0.1:2222 on n1 (n1:4317) for "
+                           "2.5 s (connection lost), though ps:0 answers its own sidecar; the "
+                           "sidecars of n2 (n2:4317) and n1 (n1:4317) cannot reach each other "
+                           "directly either",
+                           0),
+            0u)
+      << a.reason;
+  const TaskView& b = Find(view, "ps:0");
+  EXPECT_EQ(b.state, TaskState::kUp);
+  EXPECT_NE(b.reason.find("partitioned from worker:0 on n2 (n2:4317)"), std::string::npos)
+      << b.reason;
+  EXPECT_EQ(b.partitioned_from, std::vector<std::string>{"worker:0"});
+  pb::TaskList list = ToTaskList("c", view, false);
+  ASSERT_EQ(list.partitions_size(), 1);
+  EXPECT_EQ(list.partitions(0).a(), "worker:0");
+}
+
+TEST_F(ClusterViewTest, ASlowPeerOrADeadOneIsNoPartition) {
+  TaskView w0 = View({"worker", 0}, TaskState::kSlow);
+  w0.peers.push_back({{"ps", 0}, "10.0.0.1:2222", false, 3, "no answer within 5000 ms", 6, 0, ""});
+  Report("n2:4317", {w0});
+  EXPECT_TRUE(Build().partitions.empty());
+  w0.peers[0].last_error = "connection lost";
+  Report("n2:4317", {w0});
+  local_[0].state = TaskState::kDead;
+  EXPECT_TRUE(Build().partitions.empty());
+  // A peer on a node that is cut off: named, but as that node's trouble.
+  local_[0].state = TaskState::kUp;
+  TaskView w1 = View({"worker", 1}, TaskState::kUp);
+  Report("n3:4317", {w1});
+  w0.peers[0] = {{"worker", 1}, "10.0.0.3:2222", false, 3, "connection lost", 6, 0, ""};
+  Report("n2:4317", {w0});
+  MemberOf("n3:4317").status = MemberStatus::kSilent;
+  ClusterView view = Build();
+  EXPECT_TRUE(view.partitions.empty());
+  EXPECT_NE(Find(view, "worker:0").reason.find("that node is cut off from every other node"),
+            std::string::npos);
 }
 
 TEST(AnnotateBlocked, SaysWhereThePeerReallyListens) {
-  TaskView worker = View({"worker", 0}, TaskState::kBlocked);
-  worker.reason = "waiting 12 s in CreateSession for ps:0 at 127.0.0.1:2222 (connection refused)";
-  worker.blocked_on.push_back({{"ps", 0}, "127.0.0.1:2222", 12, "connection refused"});
+  ClusterSpec spec = Spec();
+  TaskView worker = View({"worker", 0}, TaskState::kBlocked,
+                         "waiting 12 s in CreateSession for ps:0 at 10.0.0.1:2222 (connection "
+                         "refused)");
+  worker.blocked_on.push_back({{"ps", 0}, "10.0.0.1:2222", 12, "connection refused"});
   TaskView ps = View({"ps", 0}, TaskState::kUp);
-  ps.listen_address = "127.0.0.1:2223";
+  ps.listen_address = "10.0.0.1:2223";
   std::vector<TaskView> views = {worker, ps};
-  AnnotateBlocked(views, Spec());
+  AnnotateBlocked(views, spec);
   EXPECT_EQ(views[0].reason,
-            "waiting 12 s in CreateSession for ps:0 at 127.0.0.1:2222 (connection refused); "
-            "ps:0 is listening on 127.0.0.1:2223, not 127.0.0.1:2222: fix the cluster spec");
+            "waiting 12 s in CreateSession for ps:0 at 10.0.0.1:2222 (connection refused); "
+            "ps:0 is listening on 10.0.0.1:2223, not 10.0.0.1:2222: fix the cluster spec");
 }
 
 TEST(AnnotateBlocked, SaysThePeerIsDeadOrMissing) {
-  TaskView worker = View({"worker", 0}, TaskState::kBlocked);
-  worker.reason = "waiting";
-  worker.blocked_on.push_back({{"ps", 0}, "127.0.0.1:2223", 12, "connection refused"});
-  TaskView ps = View({"ps", 0}, TaskState::kMissing);
-  ps.reason = "never answered";
+  ClusterSpec spec = Spec();
+  TaskView worker = View({"worker", 0}, TaskState::kBlocked, "waiting");
+  worker.blocked_on.push_back({{"ps", 0}, "10.0.0.1:2222", 12, "connection refused"});
+  TaskView ps = View({"ps", 0}, TaskState::kMissing, "never answered");
   std::vector<TaskView> views = {worker, ps};
-  AnnotateBlocked(views, Spec());
+  AnnotateBlocked(views, spec);
   EXPECT_EQ(views[0].reason,
             "waiting; ps:0 is missing: it has not answered this sidecar either; is it started?");
   views[0].reason = "waiting";
   views[1].state = TaskState::kDead;
   views[1].reason = "process 7 exited";
-  AnnotateBlocked(views, Spec());
+  AnnotateBlocked(views, spec);
   EXPECT_EQ(views[0].reason, "waiting; ps:0 is dead (process 7 exited)");
 }
 
-TEST(MarkPartitions, UpTaskThatPeersCannotReach) {
-  TaskView ps = View({"ps", 0}, TaskState::kUp, "127.0.0.1:2223");
-  TaskView worker = View({"worker", 0}, TaskState::kUp);
-  worker.peers.push_back(
-      {{"ps", 0}, "127.0.0.1:2223", false, 5, "connection timed out", 10, 0, ""});
-  std::vector<TaskView> views = {ps, worker};
-  MarkPartitions(views, 100);
-  EXPECT_EQ(views[0].state, TaskState::kUnreachable);
-  EXPECT_NE(views[0].reason.find("partition"), std::string::npos);
-  EXPECT_NE(views[0].reason.find("worker:0 cannot reach it at 127.0.0.1:2223"), std::string::npos);
-  EXPECT_EQ(views[1].state, TaskState::kUp);
-  // A short hiccup is not a partition.
-  views = {ps, worker};
-  views[1].peers[0].seconds_since_success = 1;
-  MarkPartitions(views, 100);
-  EXPECT_EQ(views[0].state, TaskState::kUp);
-  // A ps that answers too slowly is reached: slow, not partitioned.
-  views = {ps, worker};
-  views[1].peers[0].last_error = "no answer within 1000 ms";
-  MarkPartitions(views, 100);
-  EXPECT_EQ(views[0].state, TaskState::kUp);
-  views[1].peers[0].last_error = "DEADLINE_EXCEEDED: Deadline Exceeded";
-  MarkPartitions(views, 100);
-  EXPECT_EQ(views[0].state, TaskState::kUp);
+TEST(NetworkErrors, OnlyTheNetworksFailuresCount) {
+  for (const char* e : {"connection lost (no keepalive answer: packets stopped)",
+                        "no route to host", "connection timed out", "connection reset by peer"}) {
+    EXPECT_TRUE(IsNetworkError(e)) << e;
+  }
+  for (const char* e : {"no answer within 1000 ms", "connection refused", "DEADLINE_EXCEEDED: x",
+                        "INVALID_ARGUMENT: bad shape", ""}) {
+    EXPECT_FALSE(IsNetworkError(e)) << e;
+  }
 }
 
 TEST(SameAddress, WildcardAndLoopbackCompareByPort) {

@@ -39,6 +39,7 @@ struct FakeOptions {
   std::vector<std::string> waiting_on;    // role:index@host:port
   std::vector<std::string> peer_failing;  // role:index@host:port: peers it fails to reach
   std::string waiting_error = "connection refused";
+  std::string peer_error = "connection timed out";  // last_error of each --peer_failing peer
   int heartbeat_delay_ms = 0;
   int oversized_bytes = 0;
   std::string metrics_address;
@@ -117,7 +118,7 @@ class FakeTaskService final : public pb::TaskService::Service {
       p->set_address(at == std::string::npos ? "" : spec.substr(at + 1));
       p->set_connected(false);
       p->set_consecutive_failures(10);
-      p->set_last_error("connection timed out");
+      p->set_last_error(o_.peer_error);
       p->set_seconds_since_success(30);
     }
     r->mutable_resources()->set_threads(3);
@@ -167,6 +168,7 @@ int main(int argc, char** argv) {
   app.add_option("--waiting_on", o.waiting_on, "role:index@host:port (repeat)");
   app.add_option("--waiting_error", o.waiting_error);
   app.add_option("--peer_failing", o.peer_failing, "role:index@host:port it cannot reach (repeat)");
+  app.add_option("--peer_error", o.peer_error, "The last error of each --peer_failing peer");
   app.add_option("--heartbeat_delay_ms", o.heartbeat_delay_ms);
   app.add_option("--oversized_bytes", o.oversized_bytes, "Pad the answer to this size");
   app.add_option("--metrics_address", o.metrics_address);

@@ -18,5 +18,14 @@ TEST(LocalHosts, LoopbackHostnameAndInterfaces) {
   EXPECT_FALSE(hosts.IsLocal("no-such-host.invalid"));
 }
 
+TEST(LocalHosts, BoundToOneAddressOnlyThatCounts) {
+  LocalHosts hosts = LocalHosts::Bound("127.0.0.5");
+  EXPECT_TRUE(hosts.IsLocal("127.0.0.5"));
+  EXPECT_FALSE(hosts.IsLocal("127.0.0.6"));
+  EXPECT_FALSE(hosts.IsLocal("127.0.0.1"));
+  EXPECT_FALSE(hosts.IsLocal("localhost"));
+  EXPECT_FALSE(hosts.IsLocal(hosts.hostname()));
+}
+
 }  // namespace
 }  // namespace trainscope::sidecar

@@ -1,12 +1,14 @@
-// JSON of task views as peer sidecars exchange them: round trip, and nonsense handled.
+// Task views in their API form: proto and JSON round trip, older sidecars' JSON, nonsense.
 #include "trainscope/sidecar/task_view.h"
 
 #include <gtest/gtest.h>
 
+#include "trainscope/sidecar/api.h"
+
 namespace trainscope::sidecar {
 namespace {
 
-TEST(TaskViewJson, RoundTrip) {
+TEST(TaskViewApi, ProtoAndJsonRoundTrip) {
   TaskView v;
   v.cluster = "c";
   v.task = {"worker", 2};
@@ -16,8 +18,19 @@ TEST(TaskViewJson, RoundTrip) {
   v.since = 1.7e9;
   v.blocked_on.push_back({{"ps", 1}, "h:2", 3, "connection refused"});
   v.incarnation = 18446744073709551615ull;
-  v.peers.push_back({{"ps", 1}, "h:2", false, 4, "refused", -1, 0, ""});
-  auto back = ParseTaskViewsJson(TaskViewsToJson("c", {v}));
+  v.steps = 123456789012;
+  v.peers.push_back({{"ps", 1}, "h:2", false, 4, "refused", -1, 0, "", true, 0.5, 0.9});
+  pb::TaskList list;
+  list.set_cluster("c");
+  ToProto(v, true, list.add_tasks());
+  const std::string json = ToJson(list);
+  // The field names and shapes users script against.
+  EXPECT_NE(json.find("\"waiting_on\":[\"ps:1\"]"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"state\":\"blocked\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"task\":2"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"steps\":123456789012"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"incarnation\":\"18446744073709551615\""), std::string::npos) << json;
+  auto back = ParseTaskViews(json);
   ASSERT_TRUE(back.ok()) << back.status();
   ASSERT_EQ(back->size(), 1u);
   const TaskView& b = (*back)[0];
@@ -26,38 +39,58 @@ TEST(TaskViewJson, RoundTrip) {
   EXPECT_EQ(b.reason, v.reason);
   EXPECT_EQ(b.WaitingOn(), std::vector<std::string>{"ps:1"});
   EXPECT_EQ(b.incarnation, v.incarnation);
+  EXPECT_EQ(b.steps, v.steps);
   ASSERT_EQ(b.peers.size(), 1u);
   EXPECT_EQ(b.peers[0].consecutive_failures, 4);
-  EXPECT_NE(TaskViewsToJson("c", {v}).find("\"waiting_on\":[\"ps:1\"]"), std::string::npos);
+  EXPECT_TRUE(b.peers[0].network_failure);
+  EXPECT_DOUBLE_EQ(b.peers[0].step_share, 0.9);
 }
 
-TEST(TaskViewJson, NonsenseIsAnErrorOrSkipped) {
-  for (const char* bad :
-       {"", "null", "42", "{\"tasks\": 3}", "{\"x\": []}", "\xff\xfe", "{\"tasks\": [", "<html>"}) {
-    EXPECT_FALSE(ParseTaskViewsJson(bad).ok()) << bad;
+TEST(TaskViewApi, OlderSidecarsJsonStillParses) {
+  // What a sidecar of the previous release sent: numbers where they were numbers.
+  auto views = ParseTaskViews(
+      R"({"cluster":"c","tasks":[{"cluster":"c","role":"ps","task":0,"name":"ps:0",
+          "state":"up","reason":"serving","since":1.7e9,"waiting_on":[],"blocked_on":[],
+          "pid":4242,"incarnation":"77","restarts":1,"steps":5120,"resident_bytes":1048576,
+          "peers":[],"heartbeat_age_seconds":0.05,"phi":0.1}]})");
+  ASSERT_TRUE(views.ok()) << views.status();
+  ASSERT_EQ(views->size(), 1u);
+  EXPECT_EQ((*views)[0].pid, 4242);
+  EXPECT_EQ((*views)[0].incarnation, 77u);
+  EXPECT_EQ((*views)[0].steps, 5120);
+  EXPECT_EQ(ParseTaskListJson(R"({"cluster":"c","tasks":[]})")->api_version(), 0);
+}
+
+TEST(TaskViewApi, NonsenseIsAnErrorOrSkipped) {
+  for (const char* bad : {"", "null", "42", "{\"tasks\": 3}", "\xff\xfe", "{\"tasks\": [", "<html>",
+                          "{\"tasks\": [{\"role\": 5}]}"}) {
+    EXPECT_FALSE(ParseTaskViews(bad).ok()) << bad;
   }
   int skipped = 0;
-  auto views = ParseTaskViewsJson(
-      R"({"tasks": [1, "x", {"role": 5, "task": 0, "state": "up"},
+  auto views = ParseTaskViews(
+      R"({"tasks": [{"role": "", "task": 0, "state": "up"},
                     {"role": "ps", "task": -1, "state": "up"},
                     {"role": "ps", "task": 0, "state": "exploded"},
-                    {"role": "ps", "task": 1.5, "state": "up"},
-                    {"role": "ps", "task": 0, "state": "up", "since": "yesterday",
-                     "peers": [7, {"peer": 3}], "waiting_on": [1, "ps:"], "pid": 1e300}]})",
+                    {"role": "p s", "task": 0, "state": "up"},
+                    {"role": "ps", "task": 0, "state": "up", "since": 5,
+                     "peers": [{"peer": "nonsense"}], "waiting_on": ["ps:"]}]})",
       &skipped);
   ASSERT_TRUE(views.ok()) << views.status();
   EXPECT_EQ(views->size(), 1u);
-  EXPECT_EQ(skipped, 6);
-  EXPECT_EQ((*views)[0].since, 0);
-  EXPECT_EQ((*views)[0].pid, 0);
+  EXPECT_EQ(skipped, 4);
+  EXPECT_TRUE((*views)[0].peers.empty());
+  EXPECT_TRUE((*views)[0].blocked_on.empty());
 }
 
-TEST(TaskViewJson, InvalidUtf8InAReasonDoesNotThrow) {
+TEST(TaskViewApi, InvalidUtf8IsCleanedNotFatal) {
   TaskView v;
   v.task = {"ps", 0};
-  v.reason = "bad \xff byte";
-  std::string json = TaskViewsToJson("c", {v});
-  EXPECT_TRUE(ParseTaskViewsJson(json).ok());
+  v.reason = "bad \xff byte, then \xe2\x82\xac and a cut \xe2\x82";
+  pb::TaskList list;
+  ToProto(v, true, list.add_tasks());
+  EXPECT_EQ(list.tasks(0).reason(), "bad ? byte, then \xe2\x82\xac and a cut ??");
+  EXPECT_TRUE(ParseTaskViews(ToJson(list)).ok());
+  EXPECT_EQ(CleanText(std::string(3000, 'x')).size(), kMaxText);
 }
 
 TEST(TaskViewSort, ProblemsFirst) {

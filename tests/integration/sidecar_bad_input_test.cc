@@ -9,12 +9,15 @@
 #include <atomic>
 #include <thread>
 
+#include "grpcpp/grpcpp.h"
 #include "sidecar_harness.h"
+#include "trainscope/sidecar/v1/sidecar.grpc.pb.h"
 
 namespace trainscope::testing {
 namespace {
 
 using sidecar::TaskState;
+using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 // A TCP server on 127.0.0.1:`port` that answers every connection with `reply` and closes it.
@@ -143,32 +146,79 @@ TEST(SidecarBadInput, MalformedClusterSpecIsAClearErrorAtStart) {
   EXPECT_NE(none.Output().find("no cluster spec"), std::string::npos) << none.Output();
 }
 
-TEST(SidecarBadInput, PeerSidecarSendingNonsense) {
-  int nonsense_port = FreePort();
+TEST(SidecarBadInput, PeersThatAreNoSidecarOrSpeakNonsense) {
+  // An old-style peer (HTTP on the port given) and a port that sends garbage.
+  int http_port = FreePort();
   int garbage_port = FreePort();
-  RawServer nonsense(nonsense_port,
-                     "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n"
-                     "{\"tasks\": [1, {\"role\": 5}, {\"role\": \"ps\", \"task\": 0, "
-                     "\"state\": \"exploded\"}, {\"role\": \"worker\", \"task\": 9999999999}]}");
+  RawServer http(http_port, "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{}");
   RawServer garbage(garbage_port, Garbage(5000));
   std::string ps_address = FreeAddress();
   std::string worker_address = FreeAddress();
   auto ps = StartFakeTask(ps_address, "ps", 0, {"--phase", "serving"});
+  int grpc_port = FreePort();
   Sidecar sidecar(
       {{"ps", {ps_address}}, {"worker", {worker_address}}},
-      {"--local_tasks", "ps:0", "--peer_sidecars",
-       "127.0.0.1:" + std::to_string(nonsense_port) + ",127.0.0.1:" + std::to_string(garbage_port),
-       "--peer_poll_ms", "200"});
+      {"--local_tasks", "ps:0", "--grpc_port", std::to_string(grpc_port), "--peer_sidecars",
+       "127.0.0.1:" + std::to_string(http_port) + ",127.0.0.1:" + std::to_string(garbage_port)});
   ASSERT_TRUE(sidecar.WaitForState("ps:0", TaskState::kUp, seconds(10))) << sidecar.Describe();
-  std::this_thread::sleep_for(seconds(1));
-  auto worker = sidecar.Task("worker:0");
+  auto worker =
+      sidecar.WaitForState("worker:0", TaskState::kUnreachable, seconds(10), "never answered");
   ASSERT_TRUE(worker) << sidecar.Describe();
-  EXPECT_EQ(worker->state, TaskState::kUnreachable);
   EXPECT_NE(worker->reason.find("no sidecar reports on it"), std::string::npos) << worker->reason;
-  EXPECT_NE(worker->reason.find(std::to_string(garbage_port)), std::string::npos) << worker->reason;
+
+  // A real gRPC client that says the wrong things.
+  auto stub = sidecar::v1::Exchange::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(grpc_port), grpc::InsecureChannelCredentials()));
+  auto ping = [&](const sidecar::v1::PingRequest& request) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
+    sidecar::v1::PingResponse response;
+    return stub->Ping(&ctx, request, &response);
+  };
+  sidecar::v1::PingRequest request;
+  request.mutable_header()->set_protocol_version(1);
+  request.mutable_header()->set_cluster("another-run");
+  request.mutable_header()->set_node("127.0.0.9:4317");
+  grpc::Status s = ping(request);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("belongs to cluster \"another-run\", not \"default\""),
+            std::string::npos)
+      << s.error_message();
+  request.mutable_header()->set_cluster("default");
+  request.mutable_header()->set_protocol_version(99);
+  s = ping(request);
+  EXPECT_NE(s.error_message().find("speaks exchange protocol 99, this sidecar 1"),
+            std::string::npos)
+      << s.error_message();
+  // Records that are no records: refused and counted, the rest goes on.
+  request.mutable_header()->set_protocol_version(1);
+  sidecar::v1::NodeRecord* bad = request.mutable_gossip()->add_records();
+  bad->set_node("127.0.0.9:4317");
+  bad->set_version(1);
+  sidecar::v1::TaskView* t = bad->add_tasks();
+  t->set_role("worker");
+  t->set_state("exploded");
+  EXPECT_TRUE(ping(request).ok());
+  // Too much: refused by gRPC before it reaches the exchange.
+  request.mutable_gossip()->Clear();
+  request.set_target(std::string(5 << 20, 'x'));
+  EXPECT_EQ(ping(request).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+
   EXPECT_TRUE(sidecar.process().Running());
-  EXPECT_NE(sidecar.Get("/metrics").find("trainscope_sidecar_peer_errors_total"),
-            std::string::npos);
+  ASSERT_TRUE(sidecar.WaitForState("ps:0", TaskState::kUp, seconds(5))) << sidecar.Describe();
+  const std::string metrics = sidecar.Get("/metrics");
+  EXPECT_NE(metrics.find("trainscope_sidecar_exchange_records_refused_total 1"), std::string::npos)
+      << metrics;
+  // Each peer's error, once it was probed, says what answers there.
+  std::string tasks;
+  for (int i = 0; i < 50; ++i) {
+    tasks = sidecar.Get("/api/v1/tasks");
+    if (tasks.find("does not speak gRPC answers there") != std::string::npos) break;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  EXPECT_NE(tasks.find("something that does not speak gRPC answers there (wrong port?)"),
+            std::string::npos)
+      << tasks;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <thread>
 
+#include "trainscope/sidecar/api.h"
 #include "trainscope/sidecar/http_client.h"
 
 namespace trainscope::testing {
@@ -54,7 +55,7 @@ std::string Sidecar::Get(const std::string& path) {
 
 std::vector<sidecar::TaskView> Sidecar::Tasks(const std::string& query) {
   std::string body = Get("/api/v1/tasks" + query);
-  auto views = sidecar::ParseTaskViewsJson(body);
+  auto views = sidecar::ParseTaskViews(body);
   if (!views.ok()) return {};
   return *views;
 }

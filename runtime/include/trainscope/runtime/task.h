@@ -20,7 +20,6 @@
 namespace trainscope {
 
 class ParameterClient;
-class TaskStatus;
 
 // Thread-safe where noted; Start/CreateSession/FinishTraining are called from the main thread.
 class Task {
@@ -34,7 +33,6 @@ class Task {
   const TaskRef& self() const;
   const ClusterSpec& cluster() const;
   bool IsParameterServer() const;
-  TaskStatus& status();
 
   // ps: blocks until every worker and chief has called FinishTraining, or a stop signal.
   absl::Status ServeUntilDone();

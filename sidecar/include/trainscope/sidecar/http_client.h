@@ -1,6 +1,6 @@
 #pragma once
-// A minimal HTTP/1.0 GET over a POSIX socket, with a deadline and a size cap: enough for a
-// sidecar to ask its peers for their views and for trainscopectl to ask a sidecar.
+// HTTP GET through civetweb's client (the library prometheus-cpp already brings), with a
+// deadline on the answer and a size cap: for trainscopectl and the benches to ask a sidecar.
 
 #include <string>
 
@@ -14,9 +14,9 @@ struct HttpResponse {
 };
 
 // GETs http://`host_port``path`. Fails (Unavailable / DeadlineExceeded / InvalidArgument) when
-// the peer cannot be reached, is too slow, or sends more than `max_bytes` or no HTTP at all.
-// Thread-safe (no shared state).
+// the server cannot be reached, does not answer within `timeout_ms`, or sends more than
+// `max_bytes` or no HTTP at all. Thread-safe (no shared state).
 absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::string& path,
-                                     int timeout_ms = 1000, size_t max_bytes = 8 << 20);
+                                     int timeout_ms = 3000, size_t max_bytes = 8 << 20);
 
 }  // namespace trainscope::sidecar

@@ -1,6 +1,8 @@
 #pragma once
-// Which hosts of a cluster spec are this machine: loopback addresses, "localhost", this host's
-// name, or an address of a local interface. The sidecar watches the tasks whose host is local.
+// Which hosts of a cluster spec are this node: by default loopback addresses, "localhost", this
+// host's name, or an address of a local interface; for a sidecar bound to one address, only that
+// address (and names that resolve to it), so that several nodes can share a machine (network
+// namespaces, 127.0.0.x). The sidecar watches the tasks whose host is this node.
 
 #include <string>
 #include <vector>
@@ -16,6 +18,8 @@ class LocalHosts {
   LocalHosts();
   // For tests: a fixed hostname and interface address list.
   LocalHosts(std::string hostname, std::vector<std::string> addresses);
+  // This node is the one address `bound` (a sidecar started with --http_address ADDR).
+  static LocalHosts Bound(std::string bound);
 
   bool IsLocal(const std::string& host) const;
   const std::string& hostname() const { return hostname_; }
@@ -25,6 +29,7 @@ class LocalHosts {
 
   std::string hostname_;
   std::vector<std::string> addresses_;
+  bool strict_ = false;  // Only addresses_ count: no loopback, no hostname.
 };
 
 }  // namespace trainscope::sidecar

@@ -14,13 +14,20 @@ inline constexpr std::string_view kLabelState = "state";
 inline constexpr std::string_view kLabelPeerRole = "peer_role";
 inline constexpr std::string_view kLabelPeerTask = "peer_task";
 inline constexpr std::string_view kLabelReason = "reason";
+inline constexpr std::string_view kLabelStatus = "status";
+inline constexpr std::string_view kLabelDirection = "direction";
+inline constexpr std::string_view kDirectionSent = "sent";
+inline constexpr std::string_view kDirectionReceived = "received";
 
 // Per watched task (local tasks only: a sidecar exports what it has seen first-hand).
 // 1 when the task's state is `up`, else 0 (also 0 for `done`: alert on state="dead", not on up).
 inline constexpr std::string_view kTaskUp = "trainscope_task_up";
-// 1 while the cluster view says the task is partitioned: up by its own node's sidecar, but
-// other tasks cannot reach it; 0 otherwise. Every sidecar exports it for every task it knows.
+// 1 while the task and a peer are both alive (each answers its own sidecar) but cannot reach
+// each other; 0 otherwise. Each sidecar exports it for its own node's tasks only.
 inline constexpr std::string_view kTaskPartitioned = "trainscope_task_partitioned";
+// 1 per (task, peer) pair of a partition, exported by the sidecar of `task` while it lasts
+// (labels peer_role, peer_task).
+inline constexpr std::string_view kTaskPartition = "trainscope_task_partition";
 // 1 for the task's current state, 0 for every other state (one series per state).
 inline constexpr std::string_view kTaskState = "trainscope_task_state";
 // Seconds a blocked task has been waiting on each peer (series exist only while waiting).
@@ -53,6 +60,18 @@ inline constexpr std::string_view kSidecarWatchedTasks = "trainscope_sidecar_wat
 inline constexpr std::string_view kSidecarPauses = "trainscope_sidecar_pauses_total";
 inline constexpr std::string_view kSidecarPeerErrors = "trainscope_sidecar_peer_errors_total";
 inline constexpr std::string_view kSidecarPeers = "trainscope_sidecar_peers";
+// The exchange between sidecars: other sidecars by status (alive, suspect, silent, left),
+// messages and payload bytes by direction, node records learned and refused.
+inline constexpr std::string_view kSidecarMembers = "trainscope_sidecar_members";
+inline constexpr std::string_view kSidecarExchangeMessages =
+    "trainscope_sidecar_exchange_messages_total";
+inline constexpr std::string_view kSidecarExchangeBytes = "trainscope_sidecar_exchange_bytes_total";
+inline constexpr std::string_view kSidecarRecordsLearned =
+    "trainscope_sidecar_exchange_records_learned_total";
+inline constexpr std::string_view kSidecarRecordsRefused =
+    "trainscope_sidecar_exchange_records_refused_total";
+// 1 while this node is cut off from every other node.
+inline constexpr std::string_view kSidecarIsolated = "trainscope_sidecar_isolated";
 
 // The sidecar as the node's trace agent (OTLP TraceService/Export on its gRPC port).
 // Spans received (valid or not) in Export calls.
@@ -101,7 +120,8 @@ inline constexpr std::string_view kStateDone = "done";
 
 // HTTP paths on --http_port.
 inline constexpr std::string_view kPathMetrics = "/metrics";
-inline constexpr std::string_view kPathTasks = "/api/v1/tasks";  // ?local=1: own tasks only
+// ?local=1: this node's tasks only; ?task=ps:0: that task only.
+inline constexpr std::string_view kPathTasks = "/api/v1/tasks";
 inline constexpr std::string_view kPathSd = "/api/v1/sd";
 inline constexpr std::string_view kPathHealthz = "/healthz";
 inline constexpr std::string_view kPathStatusPage = "/";

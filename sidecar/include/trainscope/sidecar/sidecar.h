@@ -1,19 +1,23 @@
 #pragma once
-// The sidecar as a whole: options (a plain struct, filled by main.cc from flags) and Run(), which
-// reads the cluster spec, polls the heartbeats of the local tasks, decides their states, asks
-// the peer sidecars for theirs, and serves everything over HTTP (/metrics, /api/v1/tasks,
-// /api/v1/sd, /api/v1/traces/..., /, /healthz) and gRPC (grpc.health.v1, OTLP TraceService/Export
-// as the node's trace agent, plus any services a caller adds).
+// The sidecar as a whole, composed of its parts: the task watcher (polls this node's tasks and
+// decides their states), the peer exchange (gossip with the other nodes' sidecars), the trace
+// agent (OTLP receiver, slow and failed ps requests), and the HTTP API (a route table: /metrics,
+// /api/v1/tasks, /api/v1/sd, /api/v1/traces/..., /, /healthz). gRPC on one port serves the
+// exchange, OTLP and grpc.health.v1.
+//
+//   auto sidecar = Sidecar::Create(options);   // validates, reads the spec, binds the ports
+//   (*sidecar)->Start();
+//   ... wait for a signal ...
+//   (*sidecar)->Stop();                         // within about a second, whatever peers do
+//
+// Process-wide settings (signals, abseil's mutex mode, malloc arenas) belong to main().
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/status/status.h"
-
-namespace grpc {
-class Service;
-}
+#include "absl/status/statusor.h"
 
 namespace trainscope::sidecar {
 
@@ -23,21 +27,29 @@ struct SidecarOptions {
   std::string cluster_spec_file;
   std::string tf_config;
   std::string cluster_name = "default";
-  // Tasks to watch, "ps:0,worker:1"; empty = the tasks whose host is this machine.
+  // Tasks to watch, "ps:0,worker:1"; empty = the tasks whose host is this node.
   std::string local_tasks;
   int heartbeat_interval_ms = 100;
   int heartbeat_deadline_ms = 2000;
   int hung_after_ms = 1000;
   int blocked_after_ms = 1000;
   double stall_after_s = 10;
-  // Where to serve. Port 0 for HTTP picks a free port (printed at start).
+  // Where to serve HTTP and gRPC. A specific address also says which node this is: the tasks
+  // whose host is that address. "0.0.0.0": every local interface, and this node's tasks are
+  // those whose host is any address of this machine.
   std::string http_address = "0.0.0.0";
-  int http_port = 9400;
-  int grpc_port = 4317;  // -1: no gRPC server.
-  // Peer sidecars, "host:port,..."; empty = every other host of the spec at http_port;
-  // "none" = no peers.
+  int http_port = 9400;  // 0: any free port (printed at start).
+  int grpc_port = 4317;  // -1: no gRPC server (and so no exchange and no trace agent).
+  // This node's id in the exchange: host:port the other sidecars reach its gRPC port at.
+  // Empty: http_address when specific, else the host of this node's tasks in the spec.
+  std::string advertise_address;
+  // Peer sidecars, "host:port,..." of their gRPC ports; empty = every other host of the spec
+  // at grpc_port; "none" = no exchange.
   std::string peer_sidecars;
-  int peer_poll_ms = 1000;
+  // The exchange's protocol period (one probe each), and how often it compares a slice of its
+  // records with one peer.
+  int gossip_interval_ms = 200;
+  double sync_interval_s = 2;
   // Traces received over OTLP on grpc_port: the memory budget of what is kept, the sliding
   // window and per-(method, ps) count of the slow list, the largest Export accepted, and an
   // upstream OTLP endpoint ("http://host:port"; "" = none) that gets everything, through a queue
@@ -48,18 +60,39 @@ struct SidecarOptions {
   int otlp_max_request_bytes = 4 << 20;
   std::string otlp_upstream;
   size_t otlp_queue_bytes = 8 << 20;
-  // Check the cluster spec and the options, print what would be watched, and return without
-  // binding anything.
-  bool check_config = false;
-  // Services added to the gRPC server next to grpc.health.v1 (not owned; must outlive Run).
-  std::vector<grpc::Service*> extra_grpc_services;
 };
 
-// Runs until SIGINT or SIGTERM (or RequestStop()). Returns an error, with a one-line message a
-// person can act on, when the options or the cluster spec are bad or a port cannot be bound.
-absl::Status Run(const SidecarOptions& options);
+// Thread-safe.
+class Sidecar {
+ public:
+  // Checks the options and the cluster spec and binds the ports. A bad option, a bad spec or a
+  // port in use is an error with a one-line message a person can act on (InvalidArgument for
+  // what the user wrote, Unavailable for a port).
+  static absl::StatusOr<std::unique_ptr<Sidecar>> Create(const SidecarOptions& options);
+  ~Sidecar();
 
-// Asks a running Run() to return. Async-signal-safe.
-void RequestStop();
+  // Starts watching, exchanging and serving.
+  void Start();
+  // Leaves the exchange, stops the threads and the servers. Returns within about a second
+  // whatever the peers or the tasks do. Idempotent.
+  void Stop();
+
+  int http_port() const;
+  int grpc_port() const;
+  // This node's id in the exchange ("" without one).
+  const std::string& node() const;
+  // One line: what would be watched and who the peers are.
+  const std::string& summary() const;
+
+  class Impl;
+
+ private:
+  explicit Sidecar(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Checks the options and the cluster spec without binding anything; the summary line when
+// they are valid.
+absl::StatusOr<std::string> CheckConfig(const SidecarOptions& options);
 
 }  // namespace trainscope::sidecar

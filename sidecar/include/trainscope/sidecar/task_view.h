@@ -1,14 +1,14 @@
 #pragma once
 // What the sidecar knows and says about one task: its state, the reason in words, and the facts
-// behind them. The unit of /api/v1/tasks, of the cluster view exchanged between sidecars, of the
-// status page and of trainscopectl. Value types plus their JSON form.
+// behind them. The working type of the trackers and the cluster view; api.h converts it to the
+// proto TaskView that /api/v1/tasks, the status page, trainscopectl and the exchange between
+// sidecars carry. Value types.
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "trainscope/common/cluster_spec.h"
 
 namespace trainscope::sidecar {
@@ -46,6 +46,11 @@ struct PeerInfo {
   double seconds_since_success = -1;  // -1 when never.
   uint64_t peer_incarnation = 0;
   std::string peer_listen_address;
+  // The failures are the network's (connection lost, no route), not the peer's own answer.
+  bool network_failure = false;
+  // Recent mean duration of calls to the peer, and the share of the last step spent on it.
+  double latency_seconds = 0;
+  double step_share = 0;
 };
 
 // A peer a blocked task waits on, with the sidecar's knowledge of that peer.
@@ -64,7 +69,11 @@ struct TaskView {
   std::string reason;
   double since = 0;                     // Unix seconds when the current state began.
   std::vector<BlockedPeer> blocked_on;  // Non-empty only when blocked.
-  std::string source;  // "" when watched by this sidecar; else the sidecar that reported it.
+  std::string source;  // "" when watched by this sidecar; else the node that reported it.
+  std::string node;    // The node (sidecar id) that watches it first-hand.
+  std::string node_hostname;
+  double learned_at = 0;  // Remote tasks: when this sidecar learned the current version.
+  std::vector<std::string> partitioned_from;  // Tasks it is partitioned from ("ps:0").
 
   // Facts from the last valid heartbeat (zero/empty when none).
   std::string phase;
@@ -93,15 +102,6 @@ struct TaskView {
   // "waiting_on" in JSON: the names of blocked_on.
   std::vector<std::string> WaitingOn() const;
 };
-
-// JSON for /api/v1/tasks: {"cluster":..., "tasks":[...]}. Never throws (bad UTF-8 is replaced).
-std::string TaskViewsToJson(const std::string& cluster, const std::vector<TaskView>& views);
-
-// Parses what another sidecar sent. Unknown fields are ignored; a task object with a missing or
-// mistyped required field (role, task, state) is skipped and counted in `skipped`; a body that
-// is not that shape at all is InvalidArgument. Never throws.
-absl::StatusOr<std::vector<TaskView>> ParseTaskViewsJson(std::string_view body,
-                                                         int* skipped = nullptr);
 
 // Problems first (by severity), then by role and index.
 void SortForPeople(std::vector<TaskView>& views);

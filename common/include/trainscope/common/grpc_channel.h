@@ -1,0 +1,41 @@
+#pragma once
+// How every long-lived gRPC channel and server of trainscope is set up: keepalive pings so that
+// a connection that silently stops carrying packets (a cut route, a peer's machine gone) fails
+// within about two seconds instead of when TCP gives up, servers that accept those pings, and
+// quick reconnection once the path is back. Shared by the runtime and the sidecar.
+
+#include <memory>
+#include <string>
+
+#include "grpcpp/channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/server_builder.h"
+#include "grpcpp/support/channel_arguments.h"
+
+namespace trainscope {
+
+struct ChannelOptions {
+  // A ping after this long without one, and the connection is dropped when its answer takes
+  // longer than keepalive_timeout_ms: a silent connection fails within about their sum.
+  int keepalive_time_ms = 1000;
+  int keepalive_timeout_ms = 1000;
+  // Reconnection backoff after a failure.
+  int min_reconnect_ms = 100;
+  int max_reconnect_ms = 1000;
+  // Largest message accepted (-1: no limit).
+  int max_receive_bytes = 4 << 20;
+};
+
+// Channel arguments for `options`; retries off (callers retry with their own policy).
+grpc::ChannelArguments MakeChannelArguments(const ChannelOptions& options = {});
+
+// A channel to `target` (host:port) with `options`.
+std::shared_ptr<grpc::Channel> MakeChannel(
+    const std::string& target, const ChannelOptions& options = {},
+    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+
+// Lets a server accept its clients' keepalive pings (gRPC's defaults refuse pings more often
+// than every 5 minutes and then drop the connection), and ping its own clients the same way.
+void AcceptKeepalive(grpc::ServerBuilder* builder, const ChannelOptions& options = {});
+
+}  // namespace trainscope

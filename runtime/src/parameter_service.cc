@@ -1,0 +1,116 @@
+// The ParameterService a ps task serves: CreateVariable, Pull and Push on its ParameterStore,
+// with the time of each call split into queue and apply/read for metrics and traces.
+#include <algorithm>
+
+#include "spdlog/spdlog.h"
+#include "task_impl.h"
+#include "trainscope/common/clock.h"
+#include "trainscope/runtime/status_macros.h"
+#include "trainscope/telemetry/grpc_instrumentation.h"
+#include "trainscope/telemetry/telemetry.h"
+#include "trainscope/v1/runtime.grpc.pb.h"
+
+namespace trainscope {
+namespace {
+
+// What a ParameterService handler records: in-flight count, the trace id on its log lines, and
+// where its time went (queue, read/apply) as child spans of the call's server span and as
+// histograms.
+// Counts a ParameterService call in flight for its lifetime.
+class Inflight {
+ public:
+  explicit Inflight(TaskMetrics* m) : m_(m) {
+    m_->ps_inflight().fetch_add(1, std::memory_order_relaxed);
+  }
+  ~Inflight() { m_->ps_inflight().fetch_sub(1, std::memory_order_relaxed); }
+
+ private:
+  TaskMetrics* m_;
+};
+
+class ParameterServiceImpl final : public v1::ParameterService::Service {
+ public:
+  explicit ParameterServiceImpl(Task::Impl* task) : task_(task) {}
+
+  grpc::Status CreateVariable(grpc::ServerContext* context,
+                              const v1::CreateVariableRequest* request,
+                              v1::CreateVariableResponse* response) override {
+    telemetry::ServerCall call(task_->telemetry_.get(), *context,
+                               "trainscope.v1.ParameterService/CreateVariable", *request);
+    Inflight inflight(task_->metrics_.get());
+    SleepFor(task_->parameter_delay_ms_.load());
+    const std::string from = TaskIdFromProto(request->from()).ShortName();
+    auto existed = task_->store_->Create(request->name(), SpecFromProto(request->initial()),
+                                         request->initial().content(), from);
+    if (!existed.ok()) {
+      spdlog::error("CreateVariable from {} refused: {}", from,
+                    std::string(existed.status().message()));
+      return call.Finish(ToGrpcStatus(existed.status()), nullptr);
+    }
+    if (!*existed) {
+      spdlog::info("created variable '{}' {} for {}; holding {} in {} variables", request->name(),
+                   SpecFromProto(request->initial()).DebugString(), from,
+                   HumanBytes(task_->store_->bytes_held()), task_->store_->num_variables());
+    }
+    response->set_existed(*existed);
+    return call.Finish(grpc::Status::OK, response);
+  }
+
+  grpc::Status Pull(grpc::ServerContext* context, const v1::PullRequest* request,
+                    v1::PullResponse* response) override {
+    telemetry::ServerCall call(task_->telemetry_.get(), *context,
+                               "trainscope.v1.ParameterService/Pull", *request);
+    Inflight inflight(task_->metrics_.get());
+    SleepFor(task_->parameter_delay_ms_.load());
+    call.Phase("ps.queue");
+    for (const std::string& name : request->names()) {
+      v1::Tensor* tensor = response->add_values();
+      TensorSpec spec;
+      absl::Status st = task_->store_->Read(name, &spec, tensor->mutable_content());
+      if (!st.ok()) return call.Finish(ToGrpcStatus(st), nullptr);
+      SpecToProto(spec, tensor);
+    }
+    call.Phase("ps.read");
+    response->set_version(task_->store_->updates_applied());
+    return call.Finish(grpc::Status::OK, response);
+  }
+
+  grpc::Status Push(grpc::ServerContext* context, const v1::PushRequest* request,
+                    v1::PushResponse* response) override {
+    telemetry::ServerCall call(task_->telemetry_.get(), *context,
+                               "trainscope.v1.ParameterService/Push", *request);
+    Inflight inflight(task_->metrics_.get());
+    SleepFor(task_->parameter_delay_ms_.load());
+    const std::string from = TaskIdFromProto(request->from()).ShortName();
+    ParameterStore::Timing timing;
+    absl::Status st = task_->store_->ApplyGradient(
+        request->name(), SpecFromProto(request->gradient()), request->gradient().content(),
+        request->learning_rate(), from, &timing);
+    // The injected delay and the wait for the variable are queueing; then the update.
+    const double total = call.Elapsed();
+    const double queue = std::max(0.0, total - timing.apply_seconds);
+    call.Phases({{"ps.queue", queue}, {"ps.apply", timing.apply_seconds}});
+    TaskMetrics& m = *task_->metrics_;
+    m.ps_queue().Observe(queue);
+    m.ps_apply().Observe(timing.apply_seconds);
+    m.ps_push_to_apply().Observe(total);
+    if (!st.ok()) {
+      spdlog::error("Push from {} refused: {}", from, std::string(st.message()));
+      return call.Finish(ToGrpcStatus(st), nullptr);
+    }
+    task_->status_.SetSteps(static_cast<int64_t>(task_->store_->updates_applied()));
+    response->set_version(task_->store_->updates_applied());
+    return call.Finish(grpc::Status::OK, response);
+  }
+
+ private:
+  Task::Impl* task_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::Service> NewParameterService(Task::Impl* task) {
+  return std::make_unique<ParameterServiceImpl>(task);
+}
+
+}  // namespace trainscope

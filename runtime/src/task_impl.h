@@ -1,0 +1,98 @@
+#pragma once
+// Task::Impl, the state of a task that its parts share: the lifecycle (task.cc), the TaskService
+// and ParameterService handlers (task_service.cc, parameter_service.cc), CreateSession
+// (session.cc) and signal handling (signals.cc). Private to the runtime.
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "internal.h"
+#include "parameter_store.h"
+#include "signals.h"
+#include "task_metrics.h"
+#include "task_status.h"
+#include "trainscope/common/cluster_spec.h"
+#include "trainscope/runtime/options.h"
+#include "trainscope/runtime/parameter_client.h"
+#include "trainscope/runtime/task.h"
+#include "trainscope/v1/runtime.pb.h"
+
+namespace trainscope {
+
+namespace telemetry {
+class Telemetry;
+}
+
+// Sleeps `ms` milliseconds when positive.
+void SleepFor(int64_t ms);
+
+// Thread-safe where its members are (atomics, `mu_`); Start, CreateSession, FinishTraining and
+// Shutdown run on the program's main thread.
+class Task::Impl {
+ public:
+  Impl(const RuntimeOptions& options, const TfConfig& config);
+  ~Impl();
+
+  absl::Status Start();
+  // Builds telemetry_ (and its OTLP exporter, from the OTEL_* variables) and registers the
+  // task's collector; /metrics binds `host` when it is an IP address.
+  absl::Status StartTelemetry(const std::string& host);
+  absl::Status ServeUntilDone();
+  absl::StatusOr<ParameterClient*> CreateSession();
+  absl::Status FinishTraining();
+  void Stop();
+  void Shutdown();
+
+  // Who this task is; built once in Start (it never changes), read by every handshake and
+  // heartbeat.
+  const v1::TaskIdentity& Identity() const { return identity_; }
+  v1::TaskIdentity BuildIdentity() const;
+  // The answer to a Heartbeat (task_service.cc).
+  void FillHeartbeat(v1::HeartbeatResponse* response) const;
+  // Records that `from` finished; returns the trainers still running.
+  int MarkDone(const TaskRef& from);
+
+  const RuntimeOptions options_;
+  const ClusterSpec cluster_;
+  const TaskRef self_;
+  const uint64_t incarnation_;
+  int trainers_ = 0;
+  std::string listen_address_;
+  v1::TaskIdentity identity_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> parameter_delay_ms_;
+  std::atomic<int64_t> heartbeat_delay_ms_{0};
+  TaskStatus status_;
+  // Before everything that records into them, so that they outlive it; the task's collector
+  // before the telemetry that calls it.
+  std::unique_ptr<TaskMetrics> metrics_;
+  std::unique_ptr<telemetry::Telemetry> telemetry_;
+  std::unique_ptr<ParameterStore> store_;  // ps only.
+  std::unique_ptr<Session> session_;
+  std::unique_ptr<ParameterClient> client_;
+
+ private:
+  std::unique_ptr<grpc::Service> task_service_;
+  std::unique_ptr<grpc::Service> parameter_service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<SignalWatcher> signals_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<TaskRef> done_ ABSL_GUARDED_BY(mu_);
+};
+
+// The services a task serves; they keep `task`, which must outlive them.
+std::unique_ptr<grpc::Service> NewTaskService(Task::Impl* task);
+std::unique_ptr<grpc::Service> NewParameterService(Task::Impl* task);
+
+}  // namespace trainscope

@@ -1,0 +1,121 @@
+// The TaskService every task serves: handshakes, the end-of-training signal, heartbeats for
+// its watchers, and injected faults for tests and drills.
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "spdlog/spdlog.h"
+#include "task_impl.h"
+#include "trainscope/common/proc.h"
+#include "trainscope/telemetry/grpc_instrumentation.h"
+#include "trainscope/telemetry/telemetry.h"
+#include "trainscope/v1/runtime.grpc.pb.h"
+
+namespace trainscope {
+namespace {
+
+class TaskServiceImpl final : public v1::TaskService::Service {
+ public:
+  explicit TaskServiceImpl(Task::Impl* task) : task_(task) {}
+
+  grpc::Status Handshake(grpc::ServerContext* context, const v1::HandshakeRequest* request,
+                         v1::HandshakeResponse* response) override {
+    telemetry::ServerCall call(task_->telemetry_.get(), *context,
+                               "trainscope.v1.TaskService/Handshake", *request);
+    *response->mutable_identity() = task_->Identity();
+    const v1::TaskIdentity& from = request->from();
+    const v1::TaskIdentity& me = response->identity();
+    if (from.protocol_version() != me.protocol_version() ||
+        from.cluster_fingerprint() != me.cluster_fingerprint()) {
+      spdlog::warn(
+          "{} at {} handshakes with protocol {} and cluster fingerprint {}; this task has "
+          "protocol {} and fingerprint {}: its CreateSession will fail",
+          TaskIdFromProto(from.task()).ShortName(), from.listen_address(), from.protocol_version(),
+          from.cluster_fingerprint(), me.protocol_version(), me.cluster_fingerprint());
+    }
+    return call.Finish(grpc::Status::OK, response);
+  }
+
+  grpc::Status Done(grpc::ServerContext* context, const v1::DoneRequest* request,
+                    v1::DoneResponse* response) override {
+    telemetry::ServerCall call(task_->telemetry_.get(), *context, "trainscope.v1.TaskService/Done",
+                               *request);
+    response->set_workers_remaining(task_->MarkDone(TaskIdFromProto(request->from())));
+    return call.Finish(grpc::Status::OK, response);
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* response) override {
+    telemetry::ServerCall call(task_->telemetry_.get(), *context,
+                               "trainscope.v1.TaskService/Heartbeat", *request);
+    SleepFor(task_->heartbeat_delay_ms_.load());
+    task_->FillHeartbeat(response);
+    return call.Finish(grpc::Status::OK, response);
+  }
+
+  grpc::Status InjectFault(grpc::ServerContext* context, const v1::InjectFaultRequest* request,
+                           v1::InjectFaultResponse* response) override {
+    telemetry::ServerCall call(task_->telemetry_.get(), *context,
+                               "trainscope.v1.TaskService/InjectFault", *request);
+    if (!task_->options_.enable_fault_injection) {
+      return call.Finish(
+          grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                       task_->self_.ShortName() + " does not accept injected faults: start it with "
+                                                  "--enable_fault_injection"),
+          nullptr);
+    }
+    task_->parameter_delay_ms_.store(std::max<int64_t>(0, request->parameter_delay_ms()));
+    task_->heartbeat_delay_ms_.store(std::max<int64_t>(0, request->heartbeat_delay_ms()));
+    spdlog::warn("fault injected: parameter calls delayed {} ms, heartbeats delayed {} ms",
+                 task_->parameter_delay_ms_.load(), task_->heartbeat_delay_ms_.load());
+    response->set_parameter_delay_ms(task_->parameter_delay_ms_.load());
+    response->set_heartbeat_delay_ms(task_->heartbeat_delay_ms_.load());
+    return call.Finish(grpc::Status::OK, response);
+  }
+
+ private:
+  Task::Impl* task_;
+};
+
+void FillPeerView(const PeerHealth::Snapshot& s, v1::PeerView* view) {
+  *view->mutable_peer() = TaskIdToProto(s.peer);
+  view->set_address(s.address);
+  view->set_connected(s.connected);
+  view->set_consecutive_failures(s.consecutive_failures);
+  view->set_last_error(s.last_error);
+  view->set_seconds_since_success(s.seconds_since_success);
+  view->set_peer_incarnation(s.peer_incarnation);
+  view->set_peer_listen_address(s.peer_listen_address);
+}
+
+}  // namespace
+
+void Task::Impl::FillHeartbeat(v1::HeartbeatResponse* response) const {
+  *response->mutable_identity() = Identity();
+  TaskStatus::Snapshot s = status_.Read();
+  response->set_phase(static_cast<v1::Phase>(s.phase));
+  if (s.waiting) {
+    v1::Waiting* waiting = response->mutable_waiting();
+    waiting->set_what(s.waiting_what);
+    waiting->set_since_unix_seconds(s.waiting_since_unix);
+    for (const auto& peer : s.waiting_on) FillPeerView(peer, waiting->add_peers());
+  }
+  response->set_steps(s.steps);
+  for (const auto& peer : s.peers) FillPeerView(peer, response->add_peers());
+  ResourceUsage usage = ReadResourceUsage();
+  v1::ResourceUsage* resources = response->mutable_resources();
+  resources->set_cpu_seconds(usage.cpu_seconds);
+  resources->set_resident_bytes(usage.resident_bytes);
+  resources->set_threads(usage.threads);
+  resources->set_open_fds(usage.open_fds);
+  response->set_unix_seconds(UnixSeconds());
+  response->set_last_step_seconds(s.last_step_seconds);
+  response->set_expects_progress(s.expects_progress);
+  if (telemetry_) response->set_metrics_address(telemetry_->metrics_address());
+}
+
+std::unique_ptr<grpc::Service> NewTaskService(Task::Impl* task) {
+  return std::make_unique<TaskServiceImpl>(task);
+}
+
+}  // namespace trainscope

@@ -1,0 +1,90 @@
+#pragma once
+// A process's telemetry: the recorders for gRPC calls, the tracer and its span pipeline, and the
+// /metrics endpoint that renders them (plus process, node and GPU usage, and whatever the
+// program registers with AddCollector) for Prometheus. Knows nothing of what the program does:
+// a task registers collectors for its own bookkeeping. Sees no protobuf: spans leave through a
+// SpanExporter the program hands in (OTLP in otlp_exporter.h).
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "trainscope/common/cluster_spec.h"
+#include "trainscope/telemetry/batch_span_processor.h"
+#include "trainscope/telemetry/metrics.h"
+#include "trainscope/telemetry/tracing.h"
+
+namespace prometheus {
+class Exposer;
+struct MetricFamily;
+}  // namespace prometheus
+
+namespace trainscope::telemetry {
+
+struct TelemetryOptions {
+  // Record metrics and spans at all. Off, calls go through no interceptor and nothing is served.
+  bool enabled = true;
+  // Who records, for error messages ("ps:0").
+  std::string name;
+  // Every task the process talks to: their roles label the call metrics, each gets per-peer
+  // counters.
+  std::vector<TaskRef> peers;
+  // Port of /metrics; 0 = any free port (metrics_address() tells), -1 = none.
+  int metrics_port = 0;
+  // Host to bind /metrics on; empty = all interfaces.
+  std::string metrics_host;
+  // Host to advertise in metrics_address() when /metrics binds all interfaces.
+  std::string advertised_host;
+  // Which new traces are kept, and how finished spans are queued for the exporter.
+  SamplerOptions sampler;
+  BatchSpanProcessorOptions batch;
+};
+
+// Adds the collector's families to `out`, at scrape time, on the /metrics server's thread.
+using MetricsCollector = std::function<void(std::vector<prometheus::MetricFamily>* out)>;
+
+// Thread-safe: recorders are atomics; collectors run at scrape time.
+class Telemetry {
+ public:
+  // `exporter` receives the sampled spans; null exports none (spans are still named and
+  // propagated). Fails when /metrics cannot be served.
+  static absl::StatusOr<std::unique_ptr<Telemetry>> Create(TelemetryOptions options,
+                                                           std::unique_ptr<SpanExporter> exporter);
+  ~Telemetry();
+
+  bool enabled() const { return options_.enabled; }
+  RpcMetrics& rpc() { return rpc_; }
+  // Never null; a tracer without an exporter records nothing.
+  Tracer& tracer() { return *tracer_; }
+  // "host:port" of /metrics, empty when there is none.
+  const std::string& metrics_address() const { return metrics_address_; }
+
+  // Renders `collector`'s families on every scrape, after the call metrics and before the
+  // process and tracing ones. What it reads must outlive this Telemetry. Thread-safe.
+  void AddCollector(MetricsCollector collector);
+
+  class Collectable;
+
+ private:
+  explicit Telemetry(TelemetryOptions options);
+  absl::Status Serve();
+  std::vector<prometheus::MetricFamily> Collect() const;
+
+  const TelemetryOptions options_;
+  RpcMetrics rpc_;
+  TracingStats tracing_stats_;
+  std::unique_ptr<BatchSpanProcessor> processor_;  // null when spans are not exported
+  std::unique_ptr<Tracer> tracer_;
+  mutable std::mutex collectors_mu_;
+  std::vector<MetricsCollector> collectors_ ABSL_GUARDED_BY(collectors_mu_);
+  std::shared_ptr<Collectable> collectable_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::string metrics_address_;
+};
+
+}  // namespace trainscope::telemetry

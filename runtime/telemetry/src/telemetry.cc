@@ -1,0 +1,146 @@
+// The process's telemetry: recorders, tracer, collectors and the /metrics endpoint; see
+// telemetry.h.
+#include "trainscope/telemetry/telemetry.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/collectable.h"
+#include "prometheus/exposer.h"
+#include "system_metrics.h"
+#include "trainscope/common/proc.h"
+#include "trainscope/telemetry/names.h"
+
+namespace trainscope::telemetry {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+void CollectProcess(std::vector<MetricFamily>* out) {
+  ResourceUsage u = ReadResourceUsage();
+  AddCounter(out, names::kProcessCpuSeconds, "Total user and system CPU time spent in seconds.",
+             u.cpu_seconds);
+  AddGauge(out, names::kProcessResidentBytes, "Resident memory size in bytes.",
+           static_cast<double>(u.resident_bytes));
+  AddGauge(out, names::kProcessVirtualBytes, "Virtual memory size in bytes.",
+           static_cast<double>(u.virtual_bytes));
+  AddGauge(out, names::kProcessOpenFds, "Number of open file descriptors.", u.open_fds);
+  AddGauge(out, names::kProcessMaxFds, "Maximum number of open file descriptors.",
+           static_cast<double>(u.max_fds));
+  AddGauge(out, names::kProcessStartTime, "Start time of the process since unix epoch in seconds.",
+           u.start_time_unix);
+  AddGauge(out, names::kProcessThreads, "Number of OS threads in the process.", u.threads);
+
+  NodeUsage node = ReadNodeUsage();
+  auto& cpu = AddFamily(out, names::kNodeCpuSeconds, "CPU time of the whole node by mode.",
+                        MetricType::Counter);
+  for (const auto& [mode, seconds] : node.cpu_seconds_by_mode) {
+    AddMetric(cpu, {{names::kLabelMode, mode}}).counter.value = seconds;
+  }
+  AddGauge(out, names::kNodeMemoryTotal, "Memory of the node.",
+           static_cast<double>(node.memory_total_bytes));
+  AddGauge(out, names::kNodeMemoryAvailable, "Memory available on the node.",
+           static_cast<double>(node.memory_available_bytes));
+
+  auto& util = AddFamily(out, names::kGpuUtilization,
+                         "Share of time a GPU kernel was running (NVML).", MetricType::Gauge);
+  auto& used = AddFamily(out, names::kGpuMemoryUsed, "GPU memory used (NVML).", MetricType::Gauge);
+  auto& total = AddFamily(out, names::kGpuMemoryTotal, "GPU memory (NVML).", MetricType::Gauge);
+  for (const GpuUsage& g : ReadGpuUsage()) {
+    std::vector<ClientMetric::Label> l = {{names::kLabelGpu, std::to_string(g.index)}};
+    AddMetric(util, l).gauge.value = g.utilization_ratio;
+    AddMetric(used, l).gauge.value = static_cast<double>(g.memory_used_bytes);
+    AddMetric(total, l).gauge.value = static_cast<double>(g.memory_total_bytes);
+  }
+}
+
+void CollectTracing(std::vector<MetricFamily>* out, const Tracer& tracer) {
+  const TracingStats& s = tracer.stats();
+  AddCounter(out, names::kSpansStarted, "Spans started (sampled or not).",
+             static_cast<double>(s.spans_started.load()));
+  AddCounter(out, names::kSpansExported, "Spans sent to the OTLP endpoint.",
+             static_cast<double>(s.spans_exported.load()));
+  AddCounter(out, names::kSpansDropped,
+             "Spans dropped because the export queue was full (training never waits for it).",
+             static_cast<double>(s.spans_dropped.load()));
+  AddCounter(out, names::kExportFailures, "Span exports that failed.",
+             static_cast<double>(s.export_failures.load()));
+}
+
+}  // namespace
+
+// What prometheus-cpp's exposer calls at every scrape.
+class Telemetry::Collectable final : public prometheus::Collectable {
+ public:
+  explicit Collectable(const Telemetry* telemetry) : t_(telemetry) {}
+  std::vector<MetricFamily> Collect() const override { return t_->Collect(); }
+
+ private:
+  const Telemetry* t_;
+};
+
+std::vector<MetricFamily> Telemetry::Collect() const {
+  std::vector<MetricFamily> out = rpc_.Collect();
+  {
+    std::lock_guard lock(collectors_mu_);
+    for (const MetricsCollector& collect : collectors_) collect(&out);
+  }
+  CollectProcess(&out);
+  CollectTracing(&out, *tracer_);
+  // Families with no series say nothing; leave them out.
+  std::erase_if(out, [](const MetricFamily& f) { return f.metric.empty(); });
+  return out;
+}
+
+Telemetry::Telemetry(TelemetryOptions options)
+    : options_(std::move(options)), rpc_(options_.peers) {}
+
+Telemetry::~Telemetry() {
+  exposer_.reset();
+  if (processor_) processor_->Shutdown(std::chrono::milliseconds(1000)).IgnoreError();
+}
+
+absl::StatusOr<std::unique_ptr<Telemetry>> Telemetry::Create(
+    TelemetryOptions options, std::unique_ptr<SpanExporter> exporter) {
+  std::unique_ptr<Telemetry> t(new Telemetry(std::move(options)));
+  const TelemetryOptions& o = t->options_;
+  if (o.enabled && exporter != nullptr) {
+    t->processor_ =
+        std::make_unique<BatchSpanProcessor>(std::move(exporter), o.batch, &t->tracing_stats_);
+  }
+  t->tracer_ = std::make_unique<Tracer>(t->processor_ ? o.sampler : SamplerOptions{},
+                                        t->processor_.get(), &t->tracing_stats_);
+  if (o.enabled && o.metrics_port >= 0) {
+    absl::Status served = t->Serve();
+    if (!served.ok()) return served;
+  }
+  return t;
+}
+
+void Telemetry::AddCollector(MetricsCollector collector) {
+  std::lock_guard lock(collectors_mu_);
+  collectors_.push_back(std::move(collector));
+}
+
+absl::Status Telemetry::Serve() {
+  const std::string host = options_.metrics_host.empty() ? "0.0.0.0" : options_.metrics_host;
+  const std::string bind = absl::StrCat(host, ":", options_.metrics_port);
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(bind, /*num_threads=*/1);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat(options_.name, " cannot serve /metrics on ", bind,
+                                               ": ", e.what(), " (is --metrics_port in use?)"));
+  }
+  collectable_ = std::make_shared<Collectable>(this);
+  exposer_->RegisterCollectable(collectable_);
+  std::vector<int> ports = exposer_->GetListeningPorts();
+  const int port = ports.empty() ? options_.metrics_port : ports.front();
+  const bool any = host == "0.0.0.0" || host == "::";
+  metrics_address_ = absl::StrCat(
+      any && !options_.advertised_host.empty() ? options_.advertised_host : host, ":", port);
+  return absl::OkStatus();
+}
+
+}  // namespace trainscope::telemetry

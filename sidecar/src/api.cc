@@ -1,0 +1,231 @@
+// TaskView <-> proto and the JSON of /api/v1/tasks; see api.h.
+#include "trainscope/sidecar/api.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace trainscope::sidecar {
+namespace {
+
+double Finite(double v, double otherwise = 0) { return std::isfinite(v) ? v : otherwise; }
+
+// A double that must hold a count: finite and within the exact integer range of a double.
+int64_t Count(double v) {
+  if (!std::isfinite(v) || v < 0) return 0;
+  return static_cast<int64_t>(std::min(v, 9.0e15));
+}
+
+bool IsFailingOrSlow(const PeerInfo& p) { return !p.connected || p.step_share >= 0.2; }
+
+}  // namespace
+
+std::string CleanText(std::string_view text, size_t max) {
+  std::string out;
+  out.reserve(std::min(text.size(), max));
+  size_t i = 0;
+  while (i < text.size()) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    size_t len = c < 0x80           ? 1
+                 : (c >> 5) == 0x6  ? 2
+                 : (c >> 4) == 0xE  ? 3
+                 : (c >> 3) == 0x1E ? 4
+                                    : 0;
+    bool valid = len > 0 && i + len <= text.size();
+    for (size_t k = 1; valid && k < len; ++k) {
+      valid = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+    }
+    if (valid && len == 2 && c < 0xC2) valid = false;  // Overlong.
+    if (!valid) len = 1;
+    if (out.size() + (valid ? len : 1) > max) break;
+    if (valid) {
+      out.append(text.substr(i, len));
+    } else {
+      out.push_back('?');
+    }
+    i += len;
+  }
+  return out;
+}
+
+void ToProto(const TaskView& v, bool full_peers, pb::TaskView* out) {
+  out->Clear();
+  out->set_cluster(CleanText(v.cluster));
+  out->set_role(CleanText(v.task.role));
+  out->set_task(v.task.index);
+  out->set_name(CleanText(v.task.ShortName()));
+  out->set_address(CleanText(v.address));
+  out->set_state(std::string(StateName(v.state)));
+  out->set_reason(CleanText(v.reason, 4 * kMaxText));
+  out->set_since(Finite(v.since));
+  for (const BlockedPeer& b : v.blocked_on) {
+    out->add_waiting_on(CleanText(b.peer.ShortName()));
+    pb::BlockedOn* o = out->add_blocked_on();
+    o->set_peer(CleanText(b.peer.ShortName()));
+    o->set_address(CleanText(b.address));
+    o->set_seconds(Finite(b.seconds));
+    o->set_last_error(CleanText(b.last_error));
+  }
+  out->set_source(CleanText(v.source));
+  out->set_phase(CleanText(v.phase));
+  out->set_pid(static_cast<int32_t>(v.pid));
+  out->set_hostname(CleanText(v.hostname));
+  out->set_incarnation(v.incarnation);
+  out->set_restarts(static_cast<int32_t>(v.restarts));
+  out->set_listen_address(CleanText(v.listen_address));
+  out->set_runtime_version(CleanText(v.runtime_version));
+  out->set_metrics_address(CleanText(v.metrics_address));
+  out->set_steps(static_cast<double>(v.steps));
+  out->set_last_step_seconds(Finite(v.last_step_seconds));
+  out->set_expects_progress(v.expects_progress);
+  for (const PeerInfo& p : v.peers) {
+    if (!full_peers && !IsFailingOrSlow(p)) continue;
+    pb::PeerState* o = out->add_peers();
+    o->set_peer(CleanText(p.peer.ShortName()));
+    o->set_address(CleanText(p.address));
+    o->set_connected(p.connected);
+    o->set_consecutive_failures(
+        static_cast<int32_t>(std::min<int64_t>(p.consecutive_failures, 1 << 30)));
+    o->set_last_error(CleanText(p.last_error));
+    o->set_seconds_since_success(Finite(p.seconds_since_success, -1));
+    o->set_peer_listen_address(CleanText(p.peer_listen_address));
+    o->set_network_failure(p.network_failure);
+    o->set_latency_seconds(Finite(p.latency_seconds));
+    o->set_step_share(Finite(p.step_share));
+  }
+  out->set_cpu_seconds(Finite(v.cpu_seconds));
+  out->set_resident_bytes(static_cast<double>(v.resident_bytes));
+  out->set_threads(v.threads);
+  out->set_open_fds(v.open_fds);
+  out->set_heartbeat_age_seconds(Finite(v.heartbeat_age_seconds, -1));
+  out->set_latency_seconds(Finite(v.latency_seconds));
+  out->set_phi(Finite(v.phi));
+  out->set_observed_at(Finite(v.observed_at));
+  out->set_node(CleanText(v.node));
+  out->set_node_hostname(CleanText(v.node_hostname));
+  out->set_learned_at(Finite(v.learned_at));
+  for (const std::string& t : v.partitioned_from) out->add_partitioned_from(CleanText(t));
+}
+
+absl::StatusOr<TaskView> FromProto(const pb::TaskView& p) {
+  TaskView v;
+  if (!IsValidJobName(p.role())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("task with role \"", CleanText(p.role(), 40), "\" (not a job name)"));
+  }
+  if (p.task() < 0 || p.task() > 1000000) {
+    return absl::InvalidArgumentError(absl::StrCat("task index ", p.task(), " out of range"));
+  }
+  if (!ParseStateName(p.state(), &v.state)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown state \"", CleanText(p.state(), 40), "\""));
+  }
+  v.task = {p.role(), p.task()};
+  v.cluster = CleanText(p.cluster());
+  v.address = CleanText(p.address());
+  v.reason = CleanText(p.reason(), 4 * kMaxText);
+  v.since = Finite(p.since());
+  for (int i = 0; i < std::min(p.blocked_on_size(), kMaxListItems); ++i) {
+    const pb::BlockedOn& b = p.blocked_on(i);
+    auto ref = ParseTaskRef(b.peer());
+    if (!ref.ok()) continue;
+    v.blocked_on.push_back(
+        {*ref, CleanText(b.address()), Finite(b.seconds()), CleanText(b.last_error())});
+  }
+  if (p.blocked_on_size() == 0) {  // Older sidecars sent names only.
+    for (int i = 0; i < std::min(p.waiting_on_size(), kMaxListItems); ++i) {
+      auto ref = ParseTaskRef(p.waiting_on(i));
+      if (ref.ok()) v.blocked_on.push_back({*ref, "", 0, ""});
+    }
+  }
+  v.source = CleanText(p.source());
+  v.phase = CleanText(p.phase());
+  v.pid = p.pid();
+  v.hostname = CleanText(p.hostname());
+  v.incarnation = p.incarnation();
+  v.restarts = std::max(0, p.restarts());
+  v.listen_address = CleanText(p.listen_address());
+  v.runtime_version = CleanText(p.runtime_version());
+  v.metrics_address = CleanText(p.metrics_address());
+  v.steps = Count(p.steps());
+  v.last_step_seconds = Finite(p.last_step_seconds());
+  v.expects_progress = p.expects_progress();
+  for (int i = 0; i < std::min(p.peers_size(), kMaxListItems); ++i) {
+    const pb::PeerState& s = p.peers(i);
+    auto ref = ParseTaskRef(s.peer());
+    if (!ref.ok()) continue;
+    PeerInfo info;
+    info.peer = *ref;
+    info.address = CleanText(s.address());
+    info.connected = s.connected();
+    info.consecutive_failures = std::max(0, s.consecutive_failures());
+    info.last_error = CleanText(s.last_error());
+    info.seconds_since_success = Finite(s.seconds_since_success(), -1);
+    info.peer_listen_address = CleanText(s.peer_listen_address());
+    info.network_failure = s.network_failure();
+    info.latency_seconds = std::max(0.0, Finite(s.latency_seconds()));
+    info.step_share = std::clamp(Finite(s.step_share()), 0.0, 1.0);
+    v.peers.push_back(std::move(info));
+  }
+  v.cpu_seconds = std::max(0.0, Finite(p.cpu_seconds()));
+  v.resident_bytes = Count(p.resident_bytes());
+  v.threads = std::max(0, p.threads());
+  v.open_fds = std::max(0, p.open_fds());
+  v.heartbeat_age_seconds = Finite(p.heartbeat_age_seconds(), -1);
+  v.latency_seconds = std::max(0.0, Finite(p.latency_seconds()));
+  v.phi = std::max(0.0, Finite(p.phi()));
+  v.observed_at = Finite(p.observed_at());
+  v.node = CleanText(p.node());
+  v.node_hostname = CleanText(p.node_hostname());
+  v.learned_at = Finite(p.learned_at());
+  for (int i = 0; i < std::min(p.partitioned_from_size(), kMaxListItems); ++i) {
+    v.partitioned_from.push_back(CleanText(p.partitioned_from(i)));
+  }
+  return v;
+}
+
+std::string ToJson(const pb::TaskList& list) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string out;
+  if (!google::protobuf::util::MessageToJsonString(list, &out, options).ok()) {
+    // Only invalid UTF-8 can fail here, and every string went through CleanText.
+    return absl::StrCat("{\"cluster\":\"", CleanText(list.cluster()),
+                        "\",\"tasks\":[],\"error\":\"could not render\"}");
+  }
+  return out;
+}
+
+absl::StatusOr<pb::TaskList> ParseTaskListJson(std::string_view body) {
+  pb::TaskList list;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  auto status = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(body.data(), body.size()), &list, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a task list: ", CleanText(std::string(status.message()), 200)));
+  }
+  return list;
+}
+
+absl::StatusOr<std::vector<TaskView>> ParseTaskViews(std::string_view body, int* skipped) {
+  if (skipped) *skipped = 0;
+  auto list = ParseTaskListJson(body);
+  if (!list.ok()) return list.status();
+  std::vector<TaskView> out;
+  for (const pb::TaskView& t : list->tasks()) {
+    auto v = FromProto(t);
+    if (v.ok()) {
+      out.push_back(*std::move(v));
+    } else if (skipped) {
+      ++*skipped;
+    }
+  }
+  return out;
+}
+
+}  // namespace trainscope::sidecar

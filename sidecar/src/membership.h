@@ -1,0 +1,139 @@
+#pragma once
+// Who of the cluster's sidecars is alive, as SWIM (Das, Gupta, Motivala 2002) decides it: one
+// direct probe per period in shuffled round-robin order; a probe that fails is retried through
+// k other members (indirect probes), so a broken link between two nodes is not taken for a dead
+// node; a member that fails both is suspected, and confirmed silent when nobody refutes the
+// suspicion in time. Status changes become updates for the gossip to spread; a member that
+// hears it is suspected raises its incarnation and says it is alive.
+//
+// Also what SWIM alone does not say: which members this node reaches only indirectly (a cut
+// link), and whether this node itself is cut off from every other (no exchange with anyone for
+// a while, though it kept trying).
+//
+// A pure state machine: no I/O, time injected (monotonic seconds). Not thread-safe: one owner
+// (the peer exchange) calls it under its lock.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "trainscope/sidecar/v1/sidecar.pb.h"
+
+namespace trainscope::sidecar {
+
+struct MembershipOptions {
+  double period_s = 0.2;    // One direct probe per period.
+  int indirect_probes = 3;  // Members asked to probe a target that failed a direct probe.
+  // Suspicion lasts max(suspicion_min_s, suspicion_mult * log10(members + 1) * period_s).
+  double suspicion_min_s = 1.0;
+  double suspicion_mult = 4;
+  // No exchange with any member for this long, while at least min(3, members) distinct members
+  // were tried: this node is cut off.
+  double isolation_after_s = 1.0;
+  // Direct probes of a member that must fail in a row (while it answers through others) before
+  // the link to it counts as cut.
+  int link_cut_after = 2;
+  // Gossip retransmissions of one update: mult * ceil(log10(members + 1)), at least 3.
+  int retransmit_mult = 4;
+};
+
+enum class MemberStatus { kAlive, kSuspect, kSilent, kLeft };
+std::string_view MemberStatusName(MemberStatus status);
+
+struct Member {
+  std::string id;  // host:port of its exchange.
+  std::string hostname;
+  uint64_t generation = 0;
+  uint64_t incarnation = 0;
+  MemberStatus status = MemberStatus::kAlive;
+  bool heard = false;        // Anything ever came from it (directly or by gossip of its record).
+  double status_since = 0;   // Monotonic seconds.
+  double last_contact = -1;  // Last direct exchange with it, either way.
+  int direct_failures = 0;   // Consecutive failed direct probes from this node.
+  bool reached_indirectly = false;  // Its last failed direct probe was answered through others.
+  std::string last_error;           // Of the last failed direct probe.
+};
+
+class Membership {
+ public:
+  // `self` is this node's id; `peers` the other members' ids (self is dropped from it).
+  Membership(std::string self, std::string hostname, uint64_t generation,
+             std::vector<std::string> peers, MembershipOptions options, double now_s,
+             uint64_t seed);
+
+  // The member to probe directly now, in shuffled round-robin order (left members skipped);
+  // nullopt when there is none.
+  std::optional<std::string> NextProbeTarget();
+  // Up to `k` members to ask for an indirect probe of `target`: alive, not the target.
+  std::vector<std::string> IndirectHelpers(const std::string& target, int k);
+  // Up to `k` random members to push gossip to (alive or suspect first).
+  std::vector<std::string> GossipTargets(int k);
+
+  // A direct exchange with `header.node` succeeded (its answer, or a request from it).
+  void OnContact(const v1::Header& header, double now_s);
+  // This node's direct probe of `id` failed with `error`.
+  void OnDirectFailure(const std::string& id, const std::string& error, double now_s);
+  // The indirect probes of `id` came back: reached by at least one helper, or by none.
+  void OnIndirectResult(const std::string& id, bool reached, double now_s);
+  // Gossip about a member's status.
+  void OnUpdate(const v1::MemberUpdate& update, double now_s);
+  // Suspicions that timed out become silent. Call every period.
+  void Tick(double now_s);
+  // This node is stopping: tell the others.
+  void Leave();
+
+  // Updates to gossip (each replaces older news about the same member). Drained by the caller
+  // through the broadcast queue.
+  std::vector<v1::MemberUpdate> TakeUpdates();
+  // What this node holds against `id` when that is suspicion or silence: sent back with every
+  // answer to `id`, so that it learns it is doubted and refutes. nullopt when `id` is alive here.
+  std::optional<v1::MemberUpdate> HintFor(const std::string& id) const;
+  // Status changes since the last call, in words, for the log.
+  std::vector<std::string> TakeEvents();
+
+  // When this node got cut off from every other node, or nullopt when it is not. Only after it
+  // reached some member once: before that, the others may just not have started yet.
+  std::optional<double> IsolatedSince(double now_s) const;
+  bool ever_contacted() const { return ever_contacted_; }
+  // Members this node reaches only through others (a cut link), for its record.
+  std::vector<std::string> UnreachableDirectly() const;
+
+  const std::map<std::string, Member>& members() const { return members_; }
+  const Member* Find(const std::string& id) const;
+  const std::string& self() const { return self_; }
+  uint64_t incarnation() const { return incarnation_; }
+  uint64_t generation() const { return generation_; }
+  int RetransmitLimit() const;
+  double SuspicionTimeout() const;
+  // The header every message of this node carries (protocol version and cluster set by caller).
+  void FillHeader(v1::Header* header) const;
+
+ private:
+  Member& Get(const std::string& id);
+  void SetStatus(Member& m, MemberStatus status, double now_s, bool announce);
+  void Announce(const Member& m);
+  void Refute(uint64_t at_least);
+
+  std::string self_;
+  std::string hostname_;
+  uint64_t generation_;
+  uint64_t incarnation_ = 0;
+  MembershipOptions options_;
+  std::map<std::string, Member> members_;
+  std::vector<std::string> order_;  // Probe order; reshuffled at each round's end.
+  size_t next_ = 0;
+  std::mt19937_64 rng_;
+  std::map<std::string, v1::MemberUpdate> pending_;  // News to gossip, by member.
+  std::vector<std::string> events_;
+  // Isolation: the last direct exchange with any member, and the distinct members tried since.
+  double last_any_contact_;
+  bool ever_contacted_ = false;
+  std::map<std::string, bool> tried_since_contact_;
+  double started_s_;
+};
+
+}  // namespace trainscope::sidecar

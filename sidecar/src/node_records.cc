@@ -1,0 +1,205 @@
+// Node records, the broadcast queue and the own record; see node_records.h.
+#include "node_records.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "trainscope/sidecar/api.h"
+
+namespace trainscope::sidecar {
+namespace {
+
+constexpr size_t kMaxRecordBytes = 1 << 20;
+constexpr size_t kMaxNodeIdBytes = 256;
+
+bool Newer(const v1::NodeRecord& a, const v1::NodeRecord& b) {
+  if (a.generation() != b.generation()) return a.generation() > b.generation();
+  return a.version() > b.version();
+}
+
+// What about a view is worth telling the cluster: its state and the facts behind the state,
+// never the numbers that move every step.
+void AppendKey(const TaskView& v, std::string* key) {
+  absl::StrAppend(key, v.task.ShortName(), "|", std::string(StateName(v.state)), "|", v.phase, "|",
+                  v.incarnation, "|", v.restarts, "|", v.pid, "|", v.listen_address, "|",
+                  v.metrics_address, "|");
+  for (const BlockedPeer& b : v.blocked_on) absl::StrAppend(key, "b", b.peer.ShortName(), ",");
+  for (const PeerInfo& p : v.peers) {
+    if (!p.connected) absl::StrAppend(key, "f", p.peer.ShortName(), p.network_failure, ",");
+    if (p.step_share >= 0.2) absl::StrAppend(key, "s", p.peer.ShortName(), ",");
+  }
+  key->push_back(';');
+}
+
+}  // namespace
+
+std::string StableUpReason(const TaskView& v) {
+  std::string out = absl::StrCat(v.phase.empty() ? "answering" : v.phase, ", answers on time");
+  if (v.restarts > 0) absl::StrAppend(&out, "; restarted ", v.restarts, "x");
+  return out;
+}
+
+NodeRecords::Applied NodeRecords::Apply(v1::NodeRecord record, double now_unix, std::string* why) {
+  if (record.node().empty() || record.node().size() > kMaxNodeIdBytes) {
+    *why = "a record without a valid node id";
+    return Applied::kRefused;
+  }
+  if (record.tasks_size() > kMaxTasksPerNode) {
+    *why = absl::StrCat("a record of ", record.tasks_size(), " tasks (at most ", kMaxTasksPerNode,
+                        ")");
+    return Applied::kRefused;
+  }
+  if (record.ByteSizeLong() > kMaxRecordBytes) {
+    *why = absl::StrCat("a record of ", record.ByteSizeLong(), " bytes");
+    return Applied::kRefused;
+  }
+  auto held = all_.find(record.node());
+  if (held != all_.end() && !Newer(record, held->second->record)) return Applied::kNotNewer;
+  for (const v1::TaskView& t : record.tasks()) {
+    auto view = FromProto(t);
+    if (!view.ok()) {
+      *why = absl::StrCat("a record whose ", view.status().message());
+      return Applied::kRefused;
+    }
+  }
+  auto entry = std::make_shared<RecordEntry>();
+  entry->record = std::move(record);
+  entry->learned_at = now_unix;
+  all_[entry->record.node()] = std::move(entry);
+  return Applied::kNewer;
+}
+
+std::shared_ptr<const RecordEntry> NodeRecords::Find(const std::string& node) const {
+  auto it = all_.find(node);
+  return it == all_.end() ? nullptr : it->second;
+}
+
+std::vector<v1::Digest> NodeRecords::DigestSlice(const std::string& after, size_t max,
+                                                 std::string* next) const {
+  std::vector<v1::Digest> out;
+  auto it = all_.upper_bound(after);
+  for (size_t n = 0; n < std::min(max, all_.size()); ++n) {
+    if (it == all_.end()) it = all_.begin();
+    v1::Digest d;
+    d.set_node(it->first);
+    d.set_generation(it->second->record.generation());
+    d.set_version(it->second->record.version());
+    out.push_back(std::move(d));
+    *next = it->first;
+    ++it;
+  }
+  return out;
+}
+
+void NodeRecords::Answer(const v1::SyncRequest& request, size_t max_bytes,
+                         v1::SyncResponse* response) const {
+  size_t bytes = 0;
+  auto add = [&](const v1::NodeRecord& r) {
+    size_t size = r.ByteSizeLong();
+    if (bytes + size > max_bytes && response->records_size() > 0) return false;
+    *response->add_records() = r;
+    bytes += size;
+    return true;
+  };
+  std::map<std::string, const v1::Digest*> known;
+  for (const v1::Digest& d : request.known()) known[d.node()] = &d;
+  for (const auto& [node, d] : known) {
+    auto it = all_.find(node);
+    if (it == all_.end()) continue;
+    const v1::NodeRecord& r = it->second->record;
+    bool newer = r.generation() != d->generation() ? r.generation() > d->generation()
+                                                   : r.version() > d->version();
+    if (newer && !add(r)) return;
+  }
+  if (!request.all()) return;
+  const size_t max_records = request.max_records() == 0 ? 512 : request.max_records();
+  size_t sent = 0;
+  for (auto it = all_.upper_bound(request.after()); it != all_.end(); ++it) {
+    if (known.count(it->first)) continue;
+    if (sent >= max_records || !add(it->second->record)) {
+      response->set_more(true);
+      return;
+    }
+    ++sent;
+  }
+}
+
+void BroadcastQueue::Put(const v1::NodeRecord& record) {
+  Item& item = items_["r:" + record.node()];
+  item = Item{};
+  item.record = std::make_shared<const v1::NodeRecord>(record);
+  item.seq = ++seq_;
+  item.bytes = record.ByteSizeLong() + 8;
+}
+
+void BroadcastQueue::Put(const v1::MemberUpdate& update) {
+  Item& item = items_["m:" + update.node()];
+  item = Item{};
+  item.member = update;
+  item.seq = ++seq_;
+  item.bytes = update.ByteSizeLong() + 8;
+}
+
+void BroadcastQueue::Fill(v1::Gossip* gossip, size_t budget, int limit) {
+  std::vector<std::pair<const std::string*, Item*>> order;
+  order.reserve(items_.size());
+  for (auto& [key, item] : items_) order.push_back({&key, &item});
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    if (a.second->sent != b.second->sent) return a.second->sent < b.second->sent;
+    return a.second->seq > b.second->seq;
+  });
+  size_t used = 0;
+  std::vector<std::string> done;
+  for (auto& [key, item] : order) {
+    if (used + item->bytes > budget) continue;
+    used += item->bytes;
+    if (item->record) {
+      *gossip->add_records() = *item->record;
+    } else {
+      *gossip->add_members() = *item->member;
+    }
+    if (++item->sent >= limit) done.push_back(*key);
+  }
+  for (const std::string& key : done) items_.erase(key);
+}
+
+OwnRecord::OwnRecord(std::string node, std::string hostname, uint64_t generation, double refresh_s)
+    : refresh_s_(refresh_s) {
+  record_.set_node(std::move(node));
+  record_.set_hostname(std::move(hostname));
+  record_.set_generation(generation);
+}
+
+std::optional<v1::NodeRecord> OwnRecord::Update(const std::vector<TaskView>& views,
+                                                std::vector<std::string> unreachable_nodes,
+                                                bool isolated, double now_unix) {
+  std::sort(unreachable_nodes.begin(), unreachable_nodes.end());
+  std::string key;
+  std::string reasons;
+  for (const TaskView& v : views) {
+    AppendKey(v, &key);
+    if (v.state != TaskState::kUp) absl::StrAppend(&reasons, v.reason, ";");
+  }
+  for (const std::string& n : unreachable_nodes) absl::StrAppend(&key, "u", n, ",");
+  absl::StrAppend(&key, isolated ? "I" : "");
+  const bool changed = key != key_ || made_at_ < 0;
+  const bool refresh = reasons != reasons_ && now_unix - made_at_ >= refresh_s_;
+  if (!changed && !refresh) return std::nullopt;
+  key_ = std::move(key);
+  reasons_ = std::move(reasons);
+  made_at_ = now_unix;
+  record_.set_version(record_.version() + 1);
+  record_.set_made_at(now_unix);
+  record_.clear_tasks();
+  for (const TaskView& v : views) {
+    v1::TaskView* t = record_.add_tasks();
+    ToProto(v, /*full_peers=*/false, t);
+    if (v.state == TaskState::kUp) t->set_reason(StableUpReason(v));
+  }
+  record_.clear_unreachable_nodes();
+  for (std::string& n : unreachable_nodes) record_.add_unreachable_nodes(std::move(n));
+  record_.set_isolated(isolated);
+  return record_;
+}
+
+}  // namespace trainscope::sidecar

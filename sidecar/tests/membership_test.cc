@@ -1,0 +1,184 @@
+// SWIM membership with injected time: probe order, suspicion and its timeout, refutation,
+// indirect reachability (a cut link), a cut-off node, and news for the gossip.
+#include "membership.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace trainscope::sidecar {
+namespace {
+
+using v1::MemberUpdate;
+
+v1::Header HeaderOf(const std::string& node, uint64_t generation = 1, uint64_t incarnation = 0) {
+  v1::Header h;
+  h.set_node(node);
+  h.set_generation(generation);
+  h.set_incarnation(incarnation);
+  return h;
+}
+
+MemberUpdate Update(const std::string& node, MemberUpdate::Status status, uint64_t incarnation,
+                    uint64_t generation = 1) {
+  MemberUpdate u;
+  u.set_node(node);
+  u.set_status(status);
+  u.set_incarnation(incarnation);
+  u.set_generation(generation);
+  return u;
+}
+
+class MembershipTest : public ::testing::Test {
+ protected:
+  Membership Make(std::vector<std::string> peers) {
+    return Membership("a:1", "a", 7, std::move(peers), options_, 0, 42);
+  }
+  MembershipOptions options_;
+};
+
+TEST_F(MembershipTest, ProbesEveryMemberOncePerRound) {
+  Membership m = Make({"b:1", "c:1", "d:1", "a:1"});
+  EXPECT_EQ(m.members().size(), 3u);  // Self is not a member.
+  for (int round = 0; round < 3; ++round) {
+    std::set<std::string> seen;
+    for (int i = 0; i < 3; ++i) seen.insert(*m.NextProbeTarget());
+    EXPECT_EQ(seen, (std::set<std::string>{"b:1", "c:1", "d:1"}));
+  }
+}
+
+TEST_F(MembershipTest, FailedProbeAnsweredThroughOthersIsACutLinkNotASuspicion) {
+  Membership m = Make({"b:1", "c:1"});
+  m.OnContact(HeaderOf("b:1"), 0.1);
+  m.OnContact(HeaderOf("c:1"), 0.1);
+  for (double t : {1.0, 2.0}) {
+    m.OnDirectFailure("b:1", "connection lost", t);
+    EXPECT_EQ(m.IndirectHelpers("b:1", 3), std::vector<std::string>{"c:1"});
+    m.OnIndirectResult("b:1", /*reached=*/true, t + 0.2);
+  }
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kAlive);
+  EXPECT_EQ(m.UnreachableDirectly(), std::vector<std::string>{"b:1"});
+  // A direct answer heals the link.
+  m.OnContact(HeaderOf("b:1"), 3);
+  EXPECT_TRUE(m.UnreachableDirectly().empty());
+}
+
+TEST_F(MembershipTest, SuspectThenSilentAfterTheTimeoutUnlessRefuted) {
+  Membership m = Make({"b:1", "c:1"});
+  m.OnContact(HeaderOf("b:1"), 0.1);
+  m.OnContact(HeaderOf("c:1"), 0.1);
+  m.TakeUpdates();
+  m.OnDirectFailure("b:1", "no answer within 250 ms", 1);
+  m.OnIndirectResult("b:1", /*reached=*/false, 1.5);
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kSuspect);
+  auto news = m.TakeUpdates();
+  ASSERT_EQ(news.size(), 1u);
+  EXPECT_EQ(news[0].status(), MemberUpdate::SUSPECT);
+  m.Tick(1.5 + m.SuspicionTimeout() - 0.01);
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kSuspect);
+  m.Tick(1.5 + m.SuspicionTimeout());
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kSilent);
+  news = m.TakeUpdates();
+  ASSERT_EQ(news.size(), 1u);
+  EXPECT_EQ(news[0].status(), MemberUpdate::SILENT);
+  // b refutes with a higher incarnation: alive again, and the news spreads.
+  m.OnUpdate(Update("b:1", MemberUpdate::ALIVE, 1), 5);
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kAlive);
+  EXPECT_EQ(m.TakeUpdates().size(), 1u);
+  // Old news about b does not undo it.
+  m.OnUpdate(Update("b:1", MemberUpdate::SUSPECT, 0), 6);
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kAlive);
+}
+
+TEST_F(MembershipTest, AMemberNeverHeardFromIsNotSuspected) {
+  Membership m = Make({"b:1"});
+  m.OnDirectFailure("b:1", "connection refused", 1);
+  m.OnIndirectResult("b:1", false, 1);
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kAlive);
+  EXPECT_FALSE(m.Find("b:1")->heard);
+  EXPECT_TRUE(m.TakeUpdates().empty());
+}
+
+TEST_F(MembershipTest, RefutesSuspicionOfItself) {
+  Membership m = Make({"b:1"});
+  EXPECT_EQ(m.incarnation(), 0u);
+  m.OnUpdate(Update("a:1", MemberUpdate::SUSPECT, 0, 7), 1);
+  EXPECT_EQ(m.incarnation(), 1u);
+  auto news = m.TakeUpdates();
+  ASSERT_EQ(news.size(), 1u);
+  EXPECT_EQ(news[0].node(), "a:1");
+  EXPECT_EQ(news[0].status(), MemberUpdate::ALIVE);
+  EXPECT_EQ(news[0].incarnation(), 1u);
+  // Suspicion of an earlier instance of this node (another generation) is not about it.
+  m.OnUpdate(Update("a:1", MemberUpdate::SILENT, 5, 6), 2);
+  EXPECT_EQ(m.incarnation(), 1u);
+}
+
+TEST_F(MembershipTest, TellsADoubtedMemberSoItCanRefute) {
+  Membership m = Make({"b:1", "c:1"});
+  m.OnContact(HeaderOf("b:1"), 0);
+  m.OnUpdate(Update("b:1", MemberUpdate::SILENT, 0), 1);
+  auto hint = m.HintFor("b:1");
+  ASSERT_TRUE(hint.has_value());
+  EXPECT_EQ(hint->status(), MemberUpdate::SILENT);
+  EXPECT_FALSE(m.HintFor("c:1").has_value());
+  // Direct contact: alive here at once, and b still learns what others think until it refutes.
+  m.OnContact(HeaderOf("b:1"), 2);
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kAlive);
+}
+
+TEST_F(MembershipTest, ANewGenerationIsANewInstance) {
+  Membership m = Make({"b:1"});
+  m.OnContact(HeaderOf("b:1", 1, 5), 0);
+  m.OnUpdate(Update("b:1", MemberUpdate::SILENT, 5, 1), 1);
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kSilent);
+  m.OnUpdate(Update("b:1", MemberUpdate::ALIVE, 0, 2), 2);  // Restarted: incarnation 0 again.
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kAlive);
+  EXPECT_EQ(m.Find("b:1")->generation, 2u);
+}
+
+TEST_F(MembershipTest, CutOffWhenNoMemberAnswersForAWhile) {
+  Membership m = Make({"b:1", "c:1", "d:1", "e:1"});
+  EXPECT_FALSE(m.IsolatedSince(10).has_value());  // Never reached anyone: maybe not started.
+  for (const char* id : {"b:1", "c:1", "d:1", "e:1"}) m.OnContact(HeaderOf(id), 1);
+  m.OnDirectFailure("b:1", "connection lost", 1.2);
+  m.OnDirectFailure("c:1", "connection lost", 1.4);
+  EXPECT_FALSE(m.IsolatedSince(2.5).has_value());  // Only two members tried.
+  m.OnDirectFailure("d:1", "connection lost", 1.6);
+  EXPECT_FALSE(m.IsolatedSince(1.9).has_value());  // Not long enough.
+  ASSERT_TRUE(m.IsolatedSince(2.5).has_value());
+  EXPECT_DOUBLE_EQ(*m.IsolatedSince(2.5), 1);
+  // While cut off, its doubts about others stay its own.
+  m.OnIndirectResult("b:1", false, 2.5);
+  m.Tick(2.5);
+  for (const MemberUpdate& u : m.TakeUpdates()) EXPECT_EQ(u.node(), "a:1");
+  // One answer and it is back.
+  m.OnContact(HeaderOf("c:1"), 3);
+  EXPECT_FALSE(m.IsolatedSince(3.5).has_value());
+}
+
+TEST_F(MembershipTest, LeavingIsNewsAndLeftMembersAreNotProbed) {
+  Membership m = Make({"b:1", "c:1"});
+  m.Leave();
+  auto news = m.TakeUpdates();
+  ASSERT_EQ(news.size(), 1u);
+  EXPECT_EQ(news[0].status(), MemberUpdate::LEFT);
+  m.OnUpdate(Update("b:1", MemberUpdate::LEFT, 0), 1);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(*m.NextProbeTarget(), "c:1");
+}
+
+TEST_F(MembershipTest, StrangersAreAddedAndTimeoutsGrowSlowlyWithTheCluster) {
+  Membership small = Make({"b:1"});
+  small.OnContact(HeaderOf("z:9"), 0);
+  EXPECT_NE(small.Find("z:9"), nullptr);
+  std::vector<std::string> many;
+  for (int i = 0; i < 1100; ++i) many.push_back("n" + std::to_string(i) + ":1");
+  Membership big = Make(many);
+  EXPECT_EQ(small.SuspicionTimeout(), 1.0);
+  EXPECT_NEAR(big.SuspicionTimeout(), 4 * 3.04 * 0.2, 0.01);
+  EXPECT_EQ(small.RetransmitLimit(), 4);
+  EXPECT_EQ(big.RetransmitLimit(), 16);
+}
+
+}  // namespace
+}  // namespace trainscope::sidecar

@@ -1,0 +1,159 @@
+// Node records (newest version wins, nonsense refused), anti-entropy slices, the broadcast
+// queue's bounded retransmissions, and the own record's version rising only on news.
+#include "node_records.h"
+
+#include <gtest/gtest.h>
+
+#include "trainscope/sidecar/api.h"
+
+namespace trainscope::sidecar {
+namespace {
+
+v1::NodeRecord Record(const std::string& node, uint64_t generation, uint64_t version,
+                      const std::string& state = "up") {
+  v1::NodeRecord r;
+  r.set_node(node);
+  r.set_generation(generation);
+  r.set_version(version);
+  v1::TaskView* t = r.add_tasks();
+  t->set_role("worker");
+  t->set_task(0);
+  t->set_state(state);
+  return r;
+}
+
+TEST(NodeRecords, NewestVersionWinsAndALaterGenerationWinsOverAnyVersion) {
+  NodeRecords records;
+  std::string why;
+  EXPECT_EQ(records.Apply(Record("b:1", 1, 5), 10, &why), NodeRecords::Applied::kNewer);
+  EXPECT_EQ(records.Apply(Record("b:1", 1, 5), 11, &why), NodeRecords::Applied::kNotNewer);
+  EXPECT_EQ(records.Apply(Record("b:1", 1, 4), 11, &why), NodeRecords::Applied::kNotNewer);
+  EXPECT_EQ(records.Apply(Record("b:1", 1, 6, "dead"), 12, &why), NodeRecords::Applied::kNewer);
+  EXPECT_EQ(records.Find("b:1")->record.tasks(0).state(), "dead");
+  EXPECT_EQ(records.Find("b:1")->learned_at, 12);
+  // The sidecar restarted: version 1 of a later generation is newer.
+  EXPECT_EQ(records.Apply(Record("b:1", 2, 1), 13, &why), NodeRecords::Applied::kNewer);
+  EXPECT_EQ(records.Apply(Record("b:1", 1, 99), 14, &why), NodeRecords::Applied::kNotNewer);
+}
+
+TEST(NodeRecords, NonsenseIsRefusedWithAReason) {
+  NodeRecords records;
+  std::string why;
+  EXPECT_EQ(records.Apply(Record("", 1, 1), 0, &why), NodeRecords::Applied::kRefused);
+  EXPECT_NE(why.find("node id"), std::string::npos);
+  EXPECT_EQ(records.Apply(Record("b:1", 1, 1, "exploded"), 0, &why),
+            NodeRecords::Applied::kRefused);
+  EXPECT_NE(why.find("unknown state"), std::string::npos) << why;
+  v1::NodeRecord bad_role = Record("b:1", 1, 1);
+  bad_role.mutable_tasks(0)->set_role("no/job");
+  EXPECT_EQ(records.Apply(bad_role, 0, &why), NodeRecords::Applied::kRefused);
+  v1::NodeRecord huge = Record("b:1", 1, 1);
+  for (int i = 0; i < kMaxTasksPerNode; ++i) *huge.add_tasks() = huge.tasks(0);
+  EXPECT_EQ(records.Apply(huge, 0, &why), NodeRecords::Applied::kRefused);
+  EXPECT_NE(why.find("tasks"), std::string::npos);
+  EXPECT_EQ(records.Find("b:1"), nullptr);
+}
+
+TEST(NodeRecords, DigestSlicesWrapAroundAndSyncAnswersWhatIsNewer) {
+  NodeRecords records;
+  std::string why;
+  for (const char* n : {"a:1", "b:1", "c:1", "d:1", "e:1"}) records.Apply(Record(n, 1, 3), 0, &why);
+  std::string next;
+  auto first = records.DigestSlice("", 2, &next);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].node(), "a:1");
+  EXPECT_EQ(next, "b:1");
+  auto rest = records.DigestSlice("d:1", 3, &next);
+  ASSERT_EQ(rest.size(), 3u);
+  EXPECT_EQ(rest[0].node(), "e:1");
+  EXPECT_EQ(rest[1].node(), "a:1");  // Wrapped.
+
+  v1::SyncRequest request;
+  auto* old = request.add_known();
+  old->set_node("b:1");
+  old->set_generation(1);
+  old->set_version(2);
+  auto* same = request.add_known();
+  same->set_node("c:1");
+  same->set_generation(1);
+  same->set_version(3);
+  v1::SyncResponse response;
+  records.Answer(request, 1 << 20, &response);
+  ASSERT_EQ(response.records_size(), 1);
+  EXPECT_EQ(response.records(0).node(), "b:1");
+  // A full pull in pages.
+  v1::SyncRequest all;
+  all.set_all(true);
+  all.set_max_records(2);
+  v1::SyncResponse page;
+  records.Answer(all, 1 << 20, &page);
+  EXPECT_EQ(page.records_size(), 2);
+  EXPECT_TRUE(page.more());
+}
+
+TEST(BroadcastQueue, EachItemIsSentALimitedNumberOfTimesLeastSentFirst) {
+  BroadcastQueue q;
+  q.Put(Record("a:1", 1, 1));
+  q.Put(Record("a:1", 1, 2));  // Replaces the older news about a:1.
+  v1::MemberUpdate u;
+  u.set_node("b:1");
+  u.set_status(v1::MemberUpdate::SUSPECT);
+  q.Put(u);
+  EXPECT_EQ(q.size(), 2u);
+  for (int i = 0; i < 3; ++i) {
+    v1::Gossip g;
+    q.Fill(&g, 1 << 20, 3);
+    EXPECT_EQ(g.records_size(), 1);
+    EXPECT_EQ(g.records(0).version(), 2u);
+    EXPECT_EQ(g.members_size(), 1);
+  }
+  EXPECT_TRUE(q.empty());
+  // A small budget takes what fits; the rest waits its turn.
+  q.Put(Record("a:1", 1, 3));
+  q.Put(Record("b:1", 1, 3));
+  v1::Gossip g;
+  q.Fill(&g, Record("a:1", 1, 3).ByteSizeLong() + 10, 3);
+  EXPECT_EQ(g.records_size(), 1);
+  v1::Gossip next;
+  q.Fill(&next, Record("a:1", 1, 3).ByteSizeLong() + 10, 3);
+  ASSERT_EQ(next.records_size(), 1);
+  EXPECT_NE(next.records(0).node(), g.records(0).node());
+}
+
+TaskView Up(int index) {
+  TaskView v;
+  v.task = {"worker", index};
+  v.state = TaskState::kUp;
+  v.phase = "training";
+  v.reason = "training, answers every 100 ms (latency 1 ms), step 5";
+  return v;
+}
+
+TEST(OwnRecord, VersionRisesOnNewsNotOnMovingNumbers) {
+  OwnRecord own("a:1", "a", 7, /*refresh_s=*/5);
+  std::vector<TaskView> views = {Up(0)};
+  auto first = own.Update(views, {}, false, 100);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->version(), 1u);
+  EXPECT_EQ(first->tasks(0).reason(), "training, answers on time");
+  views[0].steps = 99;
+  views[0].reason = "training, answers every 100 ms (latency 2 ms), step 99";
+  EXPECT_FALSE(own.Update(views, {}, false, 101).has_value());
+  views[0].state = TaskState::kDead;
+  views[0].reason = "process 5 is gone";
+  auto dead = own.Update(views, {}, false, 102);
+  ASSERT_TRUE(dead.has_value());
+  EXPECT_EQ(dead->version(), 2u);
+  // A problem's reason changes: told again, but at most every refresh_s.
+  views[0].reason = "process 5 is gone (for 3 s)";
+  EXPECT_FALSE(own.Update(views, {}, false, 103).has_value());
+  EXPECT_TRUE(own.Update(views, {}, false, 107.5).has_value());
+  // A cut link and being cut off are news.
+  EXPECT_TRUE(own.Update(views, {"b:1"}, false, 108).has_value());
+  auto isolated = own.Update(views, {"b:1"}, true, 109);
+  ASSERT_TRUE(isolated.has_value());
+  EXPECT_TRUE(isolated->isolated());
+}
+
+}  // namespace
+}  // namespace trainscope::sidecar
