@@ -89,11 +89,14 @@ class LocalCluster:
         return hostport
 
     def states(self):
+        """Each task's state as the sidecar that watches it says."""
         out = {}
-        for hostport in self.sidecars:
+        for hostport, local in self.sidecars.items():
             body = http_json(f"http://{hostport}/api/v1/tasks?local=1")
             for t in body["tasks"] if isinstance(body, dict) else body:
-                out[f"{t['role']}:{t['task']}"] = t["state"]
+                name = f"{t['role']}:{t['task']}"
+                if name in local:
+                    out[name] = t["state"]
         return out
 
     def wait_state(self, name, state, timeout=30):
