@@ -70,10 +70,6 @@ def render_rules(src, path, promtool, overrides=RULE_OVERRIDES):
     check(promtool, "rules", path)
 
 
-# The scrape jobs of the shipped prometheus.yml.
-SHIPPED_JOBS = ("trainscope-sidecars", "trainscope-tasks")
-
-
 def render_prometheus(src, path, promtool, sidecars, rules_path, alertmanager, interval="1s",
                       jobs=None):
     """sidecars: ["host:port", ...]; each also serves the tasks' service discovery. jobs:
