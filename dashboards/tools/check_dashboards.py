@@ -24,6 +24,13 @@ import re
 import subprocess
 import sys
 import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from promql_names import pinned_jobs  # noqa: E402
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 # Panels that do not query Prometheus, by (uid, title): they read the sidecars' JSON.
@@ -57,12 +64,23 @@ def all_panels(panels):
         yield from all_panels(p.get("panels", []))
 
 
-def check(src, json_sources=None):
+def shipped_jobs(src):
+    """The job names of the shipped scrape config (dashboards/prometheus/prometheus.yml)."""
+    with open(os.path.join(src, "dashboards/prometheus/prometheus.yml")) as f:
+        return set(re.findall(r"^\s*-\s*job_name:\s*(\S+)", f.read(), re.M))
+
+
+def check(src, json_sources=None, variables_by_uid=None, folder=None):
     """Returns (problems, Prometheus queries); appends the panels that read JSON over HTTP
-    (the sidecars' trace lists) to json_sources when given."""
+    (the sidecars' trace lists) to json_sources when given, and fills variables_by_uid
+    (dashboard uid -> its templating list) when given. folder: the dashboards to check
+    (default: the shipped ones)."""
     errors, queries = [], []
     json_sources = [] if json_sources is None else json_sources
-    files = sorted(glob.glob(os.path.join(src, "dashboards/grafana/dashboards/*.json")))
+    variables_by_uid = {} if variables_by_uid is None else variables_by_uid
+    jobs = shipped_jobs(src)
+    folder = folder or os.path.join(src, "dashboards/grafana/dashboards")
+    files = sorted(glob.glob(os.path.join(folder, "*.json")))
     if not files:
         errors.append("no dashboards in dashboards/grafana/dashboards")
     uids = set()
@@ -86,6 +104,22 @@ def check(src, json_sources=None):
         if not d.get("title"):
             errors.append(f"{rel}: no title")
         variables = {v.get("name"): v for v in d.get("templating", {}).get("list", [])}
+        variables_by_uid[uid] = d.get("templating", {}).get("list", [])
+        # The scrape jobs are variables found by metric name, defaulting to the shipped jobs.
+        for name in ("job", "sidecar_job"):
+            v = variables.get(name) or {}
+            default = (v.get("current") or {}).get("value") or [None]
+            if not str(v.get("definition", "")).startswith("label_values(") or \
+                    not str(v.get("definition", "")).endswith(", job)"):
+                errors.append(f"{rel}: variable {name} missing or not label_values(..., job)")
+            elif default[0] not in jobs:
+                errors.append(f"{rel}: variable {name} defaults to {default[0]!r}, not a job of "
+                              f"the shipped scrape config {sorted(jobs)}")
+        for v in variables.values():
+            q = v.get("query")
+            q = q.get("query") if isinstance(q, dict) else q
+            if v.get("type") == "query" and pinned_jobs(str(q)):
+                errors.append(f"{rel}: variable {v.get('name')} pins a job: {pinned_jobs(q)}")
         ds = variables.get("datasource")
         if not ds or ds.get("type") != "datasource" or ds.get("query") != "prometheus":
             errors.append(f"{rel}: no `datasource` variable of type datasource for prometheus")
@@ -141,6 +175,9 @@ def check(src, json_sources=None):
                 if not expr:
                     errors.append(f"{where} {ref}: empty expr")
                     continue
+                if pinned_jobs(expr):
+                    errors.append(f"{where} {ref}: pins a scrape job {pinned_jobs(expr)}: use "
+                                  "the selectors of gen_dashboards.py")
                 queries.append({
                     "dashboard": uid, "file": rel, "panel_id": p.get("id"), "title": title,
                     "ref_id": ref, "expr": expr, "instant": bool(t.get("instant")),
@@ -154,6 +191,7 @@ def check(src, json_sources=None):
 # Values for the parse check (and defaults for the drill).
 DEFAULT_VALUES = {
     "cluster": "c", "role": ".*", "task": ".*", "sidecar": "127.0.0.1:9400",
+    "job": "trainscope-tasks", "sidecar_job": "trainscope-sidecars",
     "__rate_interval": "1m", "__interval": "15s", "__range": "30m", "datasource": "p",
     "trace_url": "http://localhost:16686/trace/",
 }
@@ -183,6 +221,114 @@ def promtool_parse(promtool, queries):
         os.unlink(path)
     return errors
 
+
+
+# ------------------------------------------------------------ against a live Prometheus
+# Used by the fire drill and the integration tests (tests/drill/): the dashboards' variables
+# resolved as Grafana would, then every panel query over a time range.
+
+def _prom_get(prom, path, params, timeout=30):
+    url = f"{prom}{path}?" + urllib.parse.urlencode(params, doseq=True)
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        try:
+            return json.loads(e.read() or b"{}")
+        except ValueError:
+            return {"status": "error", "error": f"HTTP {e.code}"}
+    except (OSError, ValueError) as e:
+        return {"status": "error", "error": str(e)}
+
+
+def _regex_escape(value):
+    """Grafana's escaping of one value of a multi-value variable for a PromQL regex."""
+    return re.sub(r"([\\^$*+?.()|\[\]{}])", r"\\\\\1", value)
+
+
+def resolve_variables(prom, templating, fixed, start, end):
+    """The values Grafana gives a dashboard's variables on this Prometheus, as it interpolates
+    them into PromQL: each query variable's options come from its label_values(...) query over
+    [start, end]; its saved value is kept when among them, otherwise "All" (or the first option).
+    Multi-value variables become a regex of their values. `fixed` (name -> text) wins.
+    Returns (values, options per variable)."""
+    values, options = dict(fixed), {}
+    for v in templating:
+        name = v.get("name")
+        if name in fixed or v.get("type") != "query":
+            if v.get("type") == "textbox" and name not in values:
+                values[name] = (v.get("current") or {}).get("value", "")
+            continue
+        q = v.get("query")
+        q = substitute(q.get("query") if isinstance(q, dict) else q, values)
+        m = re.match(r"\s*label_values\((?:(.*),)?\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\)\s*$", q, re.S)
+        if not m:
+            raise ValueError(f"variable {name}: not a label_values query: {q}")
+        params = {"start": f"{start:.0f}", "end": f"{end:.0f}"}
+        if m.group(1):
+            params["match[]"] = m.group(1).strip()
+        body = _prom_get(prom, f"/api/v1/label/{m.group(2)}/values", params)
+        found = sorted(body.get("data") or []) if body.get("status") == "success" else []
+        options[name] = found
+        current = (v.get("current") or {}).get("value")
+        current = [current] if isinstance(current, str) else (current or [])
+        chosen = [c for c in current if c in found]
+        if not chosen or "$__all" in current:
+            if v.get("includeAll"):
+                if v.get("allValue"):
+                    values[name] = v["allValue"]
+                    continue
+                chosen = found
+            else:
+                chosen = found[:1]
+        if not v.get("multi") and not v.get("includeAll"):
+            values[name] = chosen[0] if chosen else ""
+        elif len(chosen) == 1:
+            values[name] = _regex_escape(chosen[0])
+        else:
+            values[name] = "(" + "|".join(_regex_escape(c) for c in chosen) + ")"
+    return values, options
+
+
+def run_queries(prom, src, start, end, fixed, step=2, has_gpu=False, folder=None):
+    """Runs every panel query of the dashboards (in folder, default the shipped ones) over
+    [start, end] with each dashboard's variables resolved (resolve_variables). Returns
+    (entries, problems, variables per dashboard): an entry per query with its result "data",
+    "empty (allowed: ...)", "no data" or "error: ..."; problems lists the structure errors and
+    every query that failed or returned nothing where data was due."""
+    templating = {}
+    problems, queries = check(src, variables_by_uid=templating, folder=folder)
+    resolved, entries = {}, []
+    for uid, tmpl in templating.items():
+        try:
+            resolved[uid] = resolve_variables(prom, tmpl, fixed, start, end)
+        except ValueError as e:
+            problems.append(f"{uid}: {e}")
+            resolved[uid] = (dict(fixed), {})
+    for q in queries:
+        values = dict(DEFAULT_VALUES, **resolved[q["dashboard"]][0])
+        expr = substitute(q["expr"], values)
+        entry = {"dashboard": q["dashboard"], "panel": q["title"], "ref_id": q["ref_id"],
+                 "expr": expr}
+        body = _prom_get(prom, "/api/v1/query_range", {
+            "query": expr, "start": f"{start:.0f}", "end": f"{end:.0f}", "step": str(step)})
+        if body.get("status") != "success":
+            entry["result"] = f"error: {body.get('error')}"
+        else:
+            series = [r for r in body["data"]["result"]
+                      if any(v[1] not in ("NaN", "+Inf", "-Inf") for v in r["values"])]
+            entry["series"] = len(series)
+            if series:
+                entry["result"] = "data"
+            elif q["may_be_empty"] == "no-gpu" and not has_gpu:
+                entry["result"] = "empty (allowed: no GPU on this machine)"
+            else:
+                entry["result"] = "no data"
+        if entry["result"].startswith(("error", "no data")):
+            problems.append(f"panel query {q['dashboard']} / {q['title']} {q['ref_id']}: "
+                            f"{entry['result']}: {expr}")
+        entries.append(entry)
+    return entries, problems, {uid: r[0] for uid, r in resolved.items()}
 
 def main():
     args = sys.argv[1:]

@@ -6,6 +6,10 @@ metadata.name is set; workloads have containers with a name and an image; named 
 probes exist; selectors match the pods they select; ConfigMaps, Services and ServiceAccounts that
 are referenced exist (or are listed as created by hand); the cluster spec names the pods' DNS names
 (<job>-<index>.<subdomain>); the embedded Prometheus configuration passes `promtool check config`.
+The generated Operator objects (gen_deploy.py): PodMonitor and PrometheusRule fields against the
+CRDs' (operator_schema.py); PodMonitors select pods that have their port and the labels their
+relabelings read; the PrometheusRule's groups equal alerts.yml; the dashboard ConfigMaps equal
+dashboards/grafana/dashboards/*.json. dashboards/prometheus/scale-out/*.yml pass promtool.
 examples/systemd/*.service: `systemd-analyze verify` in a scratch root (no warning allowed).
 dashboards/grafana/provisioning/**: parses, apiVersion 1, the provider points at the dashboards.
 
@@ -16,12 +20,17 @@ Needs python3-yaml.
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 
 import yaml
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from operator_schema import SPECS, validate  # noqa: E402
 
 # apiVersion -> kinds, as the Kubernetes API (and the Prometheus Operator's CRDs) define them.
 KNOWN = {
@@ -37,7 +46,7 @@ KNOWN = {
 }
 WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"}
 # Objects the examples reference that the user creates by hand (the comments say how).
-CREATED_BY_HAND = {("ConfigMap", "trainscope-alerts")}
+CREATED_BY_HAND = set()
 
 
 def check_kubernetes(src, promtool, errors):
@@ -146,6 +155,7 @@ def check_kubernetes(src, promtool, errors):
                     check_prometheus_config(src, rel, name, text, promtool, errors)
             if "cluster.json" in data:
                 check_cluster_spec(rel, json.loads(data["cluster.json"]), pod_templates, errors)
+    return docs, pod_templates
 
 
 def check_cluster_spec(rel, cluster, pod_templates, errors):
@@ -187,13 +197,95 @@ def check_prometheus_config(src, rel, name, text, promtool, errors):
         if r.returncode != 0:
             errors.append(f"{rel}: ConfigMap {name} prometheus.yml fails promtool: "
                           f"{r.stdout}{r.stderr}")
-        jobs = {j.get("job_name") for j in cfg.get("scrape_configs", [])}
-        if not {"trainscope-sidecars", "trainscope-tasks"} <= jobs:
-            errors.append(f"{rel}: ConfigMap {name}: jobs {jobs}; the rules need "
-                          "trainscope-sidecars and trainscope-tasks")
     finally:
         shutil.rmtree(tmp)
 
+
+
+def prom_label(name):
+    """A Kubernetes label or annotation name as Prometheus' discovery spells it."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+def check_pod_monitor(rel, d, pod_templates, errors):
+    """The pods it selects exist, have the port, and the labels its relabelings read."""
+    name = d["metadata"]["name"]
+    sel = ((d.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    pods = [(w, t, pod) for w, t, labels, pod in pod_templates
+            if sel and all(labels.get(k) == v for k, v in sel.items())]
+    if not pods:
+        errors.append(f"{rel}: PodMonitor {name} selects no pod of the examples: {sel}")
+    for ep in d["spec"].get("podMetricsEndpoints") or []:
+        for where, t, pod in pods:
+            containers = (pod.get("containers") or []) + (pod.get("initContainers") or [])
+            ports = {p.get("name") for c in containers for p in c.get("ports") or []}
+            if ep.get("port") not in ports:
+                errors.append(f"{rel}: PodMonitor {name}: {where} has no port {ep.get('port')}")
+            labels = {prom_label(k) for k in
+                      ((t.get("spec") or {}).get("template") or {}).get("metadata", {})
+                      .get("labels", {})}
+            indexed = (t.get("spec") or {}).get("completionMode") == "Indexed"
+            for r in ep.get("relabelings") or []:
+                for src_label in r.get("sourceLabels") or []:
+                    m = re.match(r"__meta_kubernetes_pod_(label|annotation)_(.+)$", src_label)
+                    if not m:
+                        continue
+                    if m.group(1) == "label" and m.group(2) not in labels:
+                        errors.append(f"{rel}: PodMonitor {name} reads {src_label}: {where} "
+                                      "has no such label")
+                    if m.group(1) == "annotation" and (
+                            m.group(2) != prom_label("batch.kubernetes.io/job-completion-index")
+                            or not indexed):
+                        errors.append(f"{rel}: PodMonitor {name} reads {src_label}: only the "
+                                      "completion index of an Indexed Job is known")
+
+
+def check_operator(src, docs, pod_templates, promtool, errors):
+    """The generated Prometheus Operator and Grafana objects (dashboards/tools/gen_deploy.py):
+    fields against the CRDs (operator_schema.py), PodMonitors against the pods, the
+    PrometheusRule's rules equal alerts.yml, the dashboard ConfigMaps equal the JSON files; and
+    the scale-out configurations pass promtool (the agent's in agent mode)."""
+    with open(os.path.join(src, "dashboards/prometheus/alerts.yml")) as f:
+        rules_text = f.read()
+    rules = yaml.safe_load(rules_text)
+    dashboards = {os.path.basename(p): json.load(open(p)) for p in
+                  glob.glob(os.path.join(src, "dashboards/grafana/dashboards/*.json"))}
+    seen = {"PodMonitor": 0, "PrometheusRule": 0}
+    for rel, d in docs:
+        api, kind = d.get("apiVersion"), d.get("kind")
+        name = (d.get("metadata") or {}).get("name")
+        if (api, kind) in SPECS:
+            seen[kind] += 1
+            errors.extend(f"{rel}: {e}" for e in validate(d.get("spec"), SPECS[(api, kind)],
+                                                          f"{kind} {name} spec"))
+        if kind == "PodMonitor":
+            check_pod_monitor(rel, d, pod_templates, errors)
+        if kind == "PrometheusRule" and (d.get("spec") or {}).get("groups") != rules["groups"]:
+            errors.append(f"{rel}: PrometheusRule {name}: its groups differ from "
+                          "dashboards/prometheus/alerts.yml (run dashboards/tools/gen_deploy.py)")
+        labels = (d.get("metadata") or {}).get("labels") or {}
+        if kind == "ConfigMap" and labels.get("grafana_dashboard") == "1":
+            for key, text in (d.get("data") or {}).items():
+                if dashboards.pop(key, None) != json.loads(text):
+                    errors.append(f"{rel}: ConfigMap {name}: {key} is not the dashboard of "
+                                  "that name in dashboards/grafana/dashboards")
+        if kind == "ConfigMap" and name == "trainscope-alerts" and \
+                (d.get("data") or {}).get("alerts.yml") != rules_text:
+            errors.append(f"{rel}: ConfigMap {name}: alerts.yml differs from the shipped one")
+    for kind, n in seen.items():
+        if not n:
+            errors.append(f"examples/kubernetes: no {kind}")
+    for key in sorted(dashboards):
+        errors.append(f"examples/kubernetes: dashboard {key} has no ConfigMap for Grafana")
+    scale_out = os.path.join(src, "dashboards/prometheus/scale-out")
+    for name, extra in (("agent.yml", ["--agent"]), ("store.yml", [])):
+        if not promtool:
+            break
+        r = subprocess.run([promtool, "check", "config"] + extra + [name], cwd=scale_out,
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            errors.append(f"scale-out/{name} fails promtool check config {' '.join(extra)}: "
+                          f"{r.stdout}{r.stderr}")
 
 def check_systemd(src, errors):
     units = sorted(glob.glob(os.path.join(src, "examples/systemd/*.service")))
@@ -256,7 +348,8 @@ def main():
     src = os.path.abspath(sys.argv[1])
     promtool = sys.argv[sys.argv.index("--promtool") + 1] if "--promtool" in sys.argv else None
     errors = []
-    check_kubernetes(src, promtool, errors)
+    docs, pod_templates = check_kubernetes(src, promtool, errors)
+    check_operator(src, docs, pod_templates, promtool, errors)
     check_systemd(src, errors)
     check_provisioning(src, errors)
     for e in errors:

@@ -3,7 +3,8 @@
 
 Names come from the constants headers (sidecar/include/trainscope/sidecar/names.h and
 runtime/telemetry/include/trainscope/telemetry/names.h); a histogram family may be used with
-_bucket, _sum or _count; `up` and `ALERTS` belong to Prometheus. Names proposed but not yet in a
+_bucket, _sum or _count; `up` and `ALERTS` belong to Prometheus. No expression may pin a scrape
+job (`job="..."`): any job names must work. Names proposed but not yet in a
 header are listed in dashboards/prometheus/pending_metrics.txt: they are reported, and fail the
 check only with --strict. Also checks that every runbook_url points to a section of
 docs/alerts.md that exists.
@@ -21,7 +22,7 @@ import yaml
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from promql_names import metric_names  # noqa: E402
+from promql_names import metric_names, pinned_jobs  # noqa: E402
 
 HEADERS = [
     "sidecar/include/trainscope/sidecar/names.h",
@@ -122,6 +123,9 @@ def main():
             if not expr.startswith("RUNBOOK https://") or anchor not in anchors:
                 failures.append(f"{where}: no section #{anchor} in docs/alerts.md")
             continue
+        if pinned_jobs(expr):
+            failures.append(f"{where}: pins a scrape job {pinned_jobs(expr)}: select by metric "
+                            "names (any job names must work)")
         for n in sorted(metric_names(expr)):
             checked += 1
             if known(n, names):
@@ -134,7 +138,7 @@ def main():
     for n in sorted(used_pending):
         print(f"PENDING: {n} is used but not yet exported ({pending[n]})")
         if n in names:
-            print(f"  ... it is in a names header now: remove it from pending_metrics.txt")
+            print("  ... it is in a names header now: remove it from pending_metrics.txt")
     for f in failures:
         print("FAIL:", f)
     if strict and used_pending:

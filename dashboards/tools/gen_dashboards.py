@@ -6,22 +6,68 @@ variables, datasource). Edit here, run it, commit both:
 
     dashboards/tools/gen_dashboards.py            # rewrite the JSON files
     dashboards/tools/gen_dashboards.py --check    # exit 1 if the files differ (a ctest)
+    dashboards/tools/gen_dashboards.py --config mine.json --out DIR   # your own selectors
 
 Standard library only.
 """
 
+import argparse
 import json
 import os
 import sys
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from generated import write_or_check  # noqa: E402
+
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "grafana", "dashboards")
 DS = {"type": "prometheus", "uid": "${datasource}"}
-# The tasks' own series: cluster/role/task come from the scrape config (sidecars' SD).
-T = 'cluster="$cluster", role=~"$role", task=~"$task"'
-# The sidecars' series about tasks carry the same labels, written by the sidecar.
-S = 'job="trainscope-sidecars", cluster="$cluster", role=~"$role", task=~"$task"'
+
+# The selectors, the monitoring-mixin way (node-exporter, kubernetes-mixin): nothing pins a scrape
+# job. Panels tell the sidecars' series from the tasks' own by these selectors; by default they
+# use the `sidecar_job` and `job` variables, which list the scrape jobs that export a metric only
+# a sidecar (or only a task) exports, whatever the jobs are called. The variables' defaults are
+# the jobs of the shipped scrape config (dashboards/prometheus/prometheus.yml). Override any key
+# with --config FILE.json (and --out DIR) to render dashboards for another setup.
+DEFAULT_CONFIG = {
+    "sidecar_selector": 'job=~"$sidecar_job"',
+    "task_selector": 'job=~"$job"',
+    "sidecar_job_metric": "trainscope_sidecar_watched_tasks",
+    "task_job_metric": "trainscope_task_info",
+    "sidecar_job_default": "trainscope-sidecars",
+    "task_job_default": "trainscope-tasks",
+}
+CONFIG = dict(DEFAULT_CONFIG)
+SEL = 'cluster="$cluster", role=~"$role", task=~"$task"'
 PS = 'trainscope\\\\.v1\\\\.ParameterService/.+'  # a regex, escaped for PromQL inside JSON
 RI = "$__rate_interval"
+
+
+def sel(*parts):
+    """A label selector body from parts, skipping empty ones (a selector configured as '')."""
+    return ", ".join(p for p in parts if p)
+
+
+def SC():
+    """The sidecars' own series (up, process_*, trainscope_sidecar_*)."""
+    return CONFIG["sidecar_selector"]
+
+
+def S():
+    """The sidecars' series about the selected tasks (cluster, role, task as the sidecar writes
+    them)."""
+    return sel(CONFIG["sidecar_selector"], SEL)
+
+
+def TJ():
+    """The tasks' own series, any task."""
+    return CONFIG["task_selector"]
+
+
+def T():
+    """The selected tasks' own series: cluster/role/task come from the scrape config."""
+    return sel(CONFIG["task_selector"], SEL)
+
 
 # Severity of each state, as the sidecar's page orders them (worst highest).
 SEVERITY = [("done", -1), ("up", 0), ("slow", 1), ("stalled", 2), ("blocked", 3), ("missing", 4),
@@ -40,6 +86,25 @@ def state_score(selector):
 def state_mappings():
     return [{"type": "value", "options": {
         str(n): {"text": s, "color": STATE_COLORS[s], "index": n} for s, n in SEVERITY}}]
+
+
+def selected(value):
+    """A variable's current value: one value chosen."""
+    return {"selected": True, "text": [value], "value": [value]}
+
+
+def query_variable(name, label, query, multi, include_all, current=None, sort=3,
+                   all_value=".*"):
+    """A Grafana query variable on ${datasource}; "All" selected unless current says."""
+    v = {"name": name, "label": label, "type": "query", "datasource": DS,
+         "query": {"query": query, "refId": f"trainscope-{name}"},
+         "definition": query, "refresh": 2, "sort": sort, "multi": multi,
+         "includeAll": include_all, "hide": 0, "regex": "", "options": []}
+    if include_all and all_value is not None:
+        v["allValue"] = all_value
+    v["current"] = current or ({"selected": True, "text": ["All"], "value": ["$__all"]}
+                               if include_all else {})
+    return v
 
 
 class Dashboard:
@@ -122,33 +187,29 @@ class Dashboard:
                                    "textMode": "value"})
 
     def variables(self):
-        def query_var(name, label, query, multi, include_all, current=None):
-            v = {"name": name, "label": label, "type": "query", "datasource": DS,
-                 "query": {"query": query, "refId": f"trainscope-{name}"},
-                 "definition": query, "refresh": 2, "sort": 3, "multi": multi,
-                 "includeAll": include_all, "hide": 0, "regex": "", "options": []}
-            if include_all:
-                v["allValue"] = ".*"
-            v["current"] = current or ({"selected": True, "text": ["All"], "value": ["$__all"]}
-                                       if include_all else {})
-            return v
-
         role_current = None
         if self.role_default:
-            role_current = {"selected": True, "text": [self.role_default],
-                            "value": [self.role_default]}
+            role_current = selected(self.role_default)
+        in_cluster = sel(SC(), 'cluster="$cluster"')
         return [
             {"name": "datasource", "label": "Prometheus", "type": "datasource",
              "query": "prometheus", "current": {}, "hide": 0, "regex": "", "options": [],
              "refresh": 1},
-            query_var("cluster", "cluster", "label_values(trainscope_task_up, cluster)",
-                      False, False),
-            query_var("role", "role",
-                      'label_values(trainscope_task_up{cluster="$cluster"}, role)', True, True,
-                      role_current),
-            query_var("task", "task",
-                      'label_values(trainscope_task_up{cluster="$cluster", role=~"$role"}, task)',
-                      True, True),
+            # The scrape jobs, whatever their names: found by a metric only that kind exports.
+            # "All" lists the jobs found (no allValue: `.*` would also match the other kind).
+            query_variable("sidecar_job", "sidecars' scrape job",
+                           f"label_values({CONFIG['sidecar_job_metric']}, job)", True, True,
+                           selected(CONFIG["sidecar_job_default"]), all_value=None),
+            query_variable("job", "tasks' scrape job",
+                           f"label_values({CONFIG['task_job_metric']}, job)", True, True,
+                           selected(CONFIG["task_job_default"]), all_value=None),
+            query_variable("cluster", "cluster",
+                           f"label_values(trainscope_task_up{{{SC()}}}, cluster)", False, False),
+            query_variable("role", "role", f"label_values(trainscope_task_up{{{in_cluster}}}, role)", True, True,
+                           role_current),
+            query_variable("task", "task",
+                           f"label_values(trainscope_task_up{{{in_cluster}, role=~\"$role\"}}, task)",
+                           True, True),
         ] + self.extra_vars
 
     def json(self):
@@ -175,16 +236,16 @@ def cluster_health():
                   "waits for whom; restarts; heartbeats.", ["health"])
     d.row("At a glance")
     red = [{"color": "green", "value": None}, {"color": "red", "value": 1}]
-    d.stat("Tasks up", f"sum(trainscope_task_up{{{S}}})", w=4,
+    d.stat("Tasks up", f"sum(trainscope_task_up{{{S()}}})", w=4,
            description="Tasks whose sidecar says up.")
     for state in ("dead", "hung", "blocked", "unreachable"):
-        d.stat(f"{state.capitalize()}", f'sum(trainscope_task_state{{{S}, state="{state}"}})',
+        d.stat(f"{state.capitalize()}", f'sum(trainscope_task_state{{{S()}, state="{state}"}})',
                w=4, thresholds=red, description=f"Tasks in state {state}.")
-    d.stat("Sidecars down", 'count(up{job="trainscope-sidecars"} == 0) or vector(0)', w=4,
+    d.stat("Sidecars down", f'count(up{{{SC()}}} == 0) or vector(0)', w=4,
            thresholds=red, description="Sidecars Prometheus cannot scrape: their tasks' states "
                                        "are unknown.")
     d.panel("table", "Task states, problems first", [
-        {"expr": f"sort_desc({state_score(S)})", "format": "table", "instant": True,
+        {"expr": f"sort_desc({state_score(S())})", "format": "table", "instant": True,
          "legendFormat": ""}], w=12, h=10,
         description="Severity 7 dead, 6 hung, 5 unreachable, 4 missing, 3 blocked, 2 stalled, "
                     "1 slow, 0 up, -1 done (finished). The reason in words is on the sidecar's "
@@ -192,7 +253,7 @@ def cluster_health():
         defaults={"mappings": state_mappings()},
         transformations=[{"id": "organize", "options": {
             "excludeByName": {"Time": True}, "renameByName": {"Value": "state"}}}])
-    d.panel("state-timeline", "States over time", [(state_score(S), "{{role}}:{{task}}")],
+    d.panel("state-timeline", "States over time", [(state_score(S()), "{{role}}:{{task}}")],
             w=12, h=10, defaults={"mappings": state_mappings(), "color": {"mode": "thresholds"},
                                   "thresholds": {"mode": "absolute", "steps": [
                                       {"color": "blue", "value": None},
@@ -205,39 +266,39 @@ def cluster_health():
     d.row("Who waits for whom")
     d.panel("table", "Blocked: waiting task -> peer, seconds", [
         {"expr": f"max by (role, task, peer_role, peer_task) "
-                 f"(max_over_time(trainscope_task_blocked_seconds{{{S}}}[$__range]))",
+                 f"(max_over_time(trainscope_task_blocked_seconds{{{S()}}}[$__range]))",
          "format": "table", "instant": True, "legendFormat": ""}], w=12, h=8, unit="s",
         description="Longest wait in the time range, per waiting task and the peer it waits "
                     "for (CreateSession or a barrier). Empty while nobody waits.",
         transformations=[{"id": "organize", "options": {
             "excludeByName": {"Time": True}, "renameByName": {"Value": "waited (max)"}}}])
     d.panel("timeseries", "Waiting in CreateSession", [
-        (f"max by (role, task, peer_role, peer_task) (trainscope_task_blocked_seconds{{{S}}})",
+        (f"max by (role, task, peer_role, peer_task) (trainscope_task_blocked_seconds{{{S()}}})",
          "{{role}}:{{task}} -> {{peer_role}}:{{peer_task}}")], w=12, h=8, unit="s")
     d.row("Heartbeats and restarts")
     d.panel("timeseries", "Heartbeat age", [
-        (f"max by (role, task) (trainscope_task_heartbeat_age_seconds{{{S}}})",
+        (f"max by (role, task) (trainscope_task_heartbeat_age_seconds{{{S()}}})",
          "{{role}}:{{task}}")], w=8, unit="s",
         description="Seconds since each task last answered its sidecar.")
     d.panel("timeseries", "Heartbeat latency p99", [
         (f"histogram_quantile(0.99, sum by (role, task, le) "
-         f"(rate(trainscope_task_heartbeat_latency_seconds_bucket{{{S}}}[{RI}])))",
+         f"(rate(trainscope_task_heartbeat_latency_seconds_bucket{{{S()}}}[{RI}])))",
          "{{role}}:{{task}}")], w=8, unit="s")
     d.panel("timeseries", "Failure suspicion (phi)", [
-        (f"max by (role, task) (trainscope_task_heartbeat_suspicion{{{S}}})",
+        (f"max by (role, task) (trainscope_task_heartbeat_suspicion{{{S()}}})",
          "{{role}}:{{task}}")], w=8,
         description="The detector's suspicion; 0 while answers come on time.")
     d.panel("timeseries", "Restarts", [
-        (f"sum by (role, task) (increase(trainscope_task_restarts_total{{{S}}}[{RI}]))",
+        (f"sum by (role, task) (increase(trainscope_task_restarts_total{{{S()}}}[{RI}]))",
          "{{role}}:{{task}}")], w=8, unit="short",
         description="New incarnations of each task.")
     d.panel("timeseries", "State changes", [
-        (f"sum by (state) (increase(trainscope_task_state_transitions_total{{{S}}}[{RI}]))",
+        (f"sum by (state) (increase(trainscope_task_state_transitions_total{{{S()}}}[{RI}]))",
          "{{state}}")], w=8, unit="short",
         description="Entries into each state, all selected tasks together.")
     d.panel("timeseries", "Sidecars", [
-        ('up{job="trainscope-sidecars"}', "{{instance}} up"),
-        ('sum by (instance) (trainscope_sidecar_watched_tasks{job="trainscope-sidecars"})',
+        (f"up{{{SC()}}}", "{{instance}} up"),
+        (f"sum by (instance) (trainscope_sidecar_watched_tasks{{{SC()}}})",
          "{{instance}} watched tasks")], w=8)
     return d
 
@@ -251,102 +312,99 @@ def rpc_latency():
                          ("server calls", "grpc_server_call_duration_seconds")):
         d.panel("timeseries", f"Latency of {side}: p50 / p90 / p99", [
             (f"histogram_quantile({q}, sum by (grpc_method, peer_role, le) "
-             f"(rate({metric}_bucket{{{T}}}[{RI}])))",
+             f"(rate({metric}_bucket{{{T()}}}[{RI}])))",
              f"p{int(q * 100)} {{{{grpc_method}}}} ({{{{peer_role}}}})")
             for q in (0.5, 0.9, 0.99)], w=12, h=9, unit="s")
     d.panel("heatmap", "Client attempt latency heatmap", [
-        {"expr": f"sum by (le) (increase(grpc_client_attempt_duration_seconds_bucket{{{T}}}[{RI}]))",
+        {"expr": f"sum by (le) (increase(grpc_client_attempt_duration_seconds_bucket{{{T()}}}[{RI}]))",
          "format": "heatmap", "legendFormat": "{{le}}"}], w=12, h=9, unit="s",
         options={"calculate": False, "yAxis": {"unit": "s"}, "cellGap": 1,
                  "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64},
                  "rowsFrame": {"layout": "auto"}})
     d.panel("timeseries", "Call latency with retries (client view) p99", [
         (f"histogram_quantile(0.99, sum by (grpc_method, le) "
-         f"(rate(grpc_client_call_duration_seconds_bucket{{{T}}}[{RI}])))",
+         f"(rate(grpc_client_call_duration_seconds_bucket{{{T()}}}[{RI}])))",
          "{{grpc_method}}")], w=12, h=9, unit="s")
     d.row("Rates and errors")
     d.panel("timeseries", "Client attempts by status", [
         (f"sum by (grpc_method, grpc_status) "
-         f"(rate(grpc_client_attempt_duration_seconds_count{{{T}}}[{RI}]))",
+         f"(rate(grpc_client_attempt_duration_seconds_count{{{T()}}}[{RI}]))",
          "{{grpc_method}} {{grpc_status}}"),
-        (f"sum by (grpc_method) (rate(grpc_client_attempt_started_total{{{T}}}[{RI}]))",
+        (f"sum by (grpc_method) (rate(grpc_client_attempt_started_total{{{T()}}}[{RI}]))",
          "{{grpc_method}} started")], w=12, unit="reqps")
     d.panel("timeseries", "Server calls by status", [
         (f"sum by (grpc_method, grpc_status) "
-         f"(rate(grpc_server_call_duration_seconds_count{{{T}}}[{RI}]))",
+         f"(rate(grpc_server_call_duration_seconds_count{{{T()}}}[{RI}]))",
          "{{grpc_method}} {{grpc_status}}"),
-        (f"sum by (grpc_method) (rate(grpc_server_call_started_total{{{T}}}[{RI}]))",
+        (f"sum by (grpc_method) (rate(grpc_server_call_started_total{{{T()}}}[{RI}]))",
          "{{grpc_method}} started")], w=12, unit="reqps")
     d.panel("timeseries", "Errors by status (not OK)", [
         (f"sum by (grpc_method, grpc_status) "
-         f"(rate(grpc_client_attempt_duration_seconds_count{{{T}, grpc_status!=\"OK\"}}[{RI}]))",
+         f"(rate(grpc_client_attempt_duration_seconds_count{{{T()}, grpc_status!=\"OK\"}}[{RI}]))",
          "client {{grpc_method}} {{grpc_status}}"),
         (f"sum by (grpc_method, grpc_status) "
-         f"(rate(grpc_server_call_duration_seconds_count{{{T}, grpc_status!=\"OK\"}}[{RI}]))",
+         f"(rate(grpc_server_call_duration_seconds_count{{{T()}, grpc_status!=\"OK\"}}[{RI}]))",
          "server {{grpc_method}} {{grpc_status}}")], w=12, unit="reqps",
         description="Empty while every call succeeds.")
     d.panel("timeseries", "DEADLINE_EXCEEDED rate", [
         (f"sum by (role, task, grpc_method, peer_role) "
-         f"(rate(grpc_client_attempt_duration_seconds_count{{{T}, "
+         f"(rate(grpc_client_attempt_duration_seconds_count{{{T()}, "
          f"grpc_status=\"DEADLINE_EXCEEDED\"}}[{RI}]))",
          "{{role}}:{{task}} {{grpc_method}} -> {{peer_role}}")], w=12, unit="reqps",
         description="Client attempts that ran out of their deadline, per calling task. Empty "
                     "while none does.")
     d.row("Deadlines")
     d.panel("timeseries", "Calls near their deadline", [
-        (f"sum by (grpc_method) (rate(trainscope_rpc_client_deadline_used_ratio_count{{{T}}}[{RI}])) "
-         f"- sum by (grpc_method) (rate(trainscope_rpc_client_deadline_used_ratio_bucket{{{T}, "
+        (f"sum by (grpc_method) (rate(trainscope_rpc_client_deadline_used_ratio_count{{{T()}}}[{RI}])) "
+         f"- sum by (grpc_method) (rate(trainscope_rpc_client_deadline_used_ratio_bucket{{{T()}, "
          f"le=\"0.75\"}}[{RI}]))", "{{grpc_method}} > 75% of deadline"),
-        (f"sum by (grpc_method) (rate(trainscope_rpc_client_deadline_used_ratio_count{{{T}}}[{RI}])) "
-         f"- sum by (grpc_method) (rate(trainscope_rpc_client_deadline_used_ratio_bucket{{{T}, "
+        (f"sum by (grpc_method) (rate(trainscope_rpc_client_deadline_used_ratio_count{{{T()}}}[{RI}])) "
+         f"- sum by (grpc_method) (rate(trainscope_rpc_client_deadline_used_ratio_bucket{{{T()}, "
          f"le=\"0.95\"}}[{RI}]))", "{{grpc_method}} > 95% of deadline")], w=8, unit="reqps",
         description="Calls that used most of their deadline: the next to fail DEADLINE_EXCEEDED.")
     d.panel("timeseries", "Share of deadline used p50 / p99", [
         (f"histogram_quantile({q}, sum by (grpc_method, le) "
-         f"(rate(trainscope_rpc_client_deadline_used_ratio_bucket{{{T}}}[{RI}])))",
+         f"(rate(trainscope_rpc_client_deadline_used_ratio_bucket{{{T()}}}[{RI}])))",
          f"p{int(q * 100)} {{{{grpc_method}}}}") for q in (0.5, 0.99)], w=8,
         unit="percentunit")
     d.panel("timeseries", "Deadline given", [
         (f"histogram_quantile(0.5, sum by (grpc_method, le) "
-         f"(rate(trainscope_rpc_client_deadline_seconds_bucket{{{T}}}[{RI}])))",
+         f"(rate(trainscope_rpc_client_deadline_seconds_bucket{{{T()}}}[{RI}])))",
          "{{grpc_method}}")], w=8, unit="s")
     d.row("Messages and tracing")
     d.panel("timeseries", "Message size p99", [
         (f"histogram_quantile(0.99, sum by (grpc_method, le) "
-         f"(rate(grpc_client_attempt_sent_total_compressed_message_size_bytes_bucket{{{T}}}[{RI}])))",
+         f"(rate(grpc_client_attempt_sent_total_compressed_message_size_bytes_bucket{{{T()}}}[{RI}])))",
          "sent {{grpc_method}}"),
         (f"histogram_quantile(0.99, sum by (grpc_method, le) "
-         f"(rate(grpc_client_attempt_rcvd_total_compressed_message_size_bytes_bucket{{{T}}}[{RI}])))",
+         f"(rate(grpc_client_attempt_rcvd_total_compressed_message_size_bytes_bucket{{{T()}}}[{RI}])))",
          "received {{grpc_method}}"),
         (f"histogram_quantile(0.99, sum by (grpc_method, le) "
-         f"(rate(grpc_server_call_rcvd_total_compressed_message_size_bytes_bucket{{{T}}}[{RI}])))",
+         f"(rate(grpc_server_call_rcvd_total_compressed_message_size_bytes_bucket{{{T()}}}[{RI}])))",
          "server received {{grpc_method}}"),
         (f"histogram_quantile(0.99, sum by (grpc_method, le) "
-         f"(rate(grpc_server_call_sent_total_compressed_message_size_bytes_bucket{{{T}}}[{RI}])))",
+         f"(rate(grpc_server_call_sent_total_compressed_message_size_bytes_bucket{{{T()}}}[{RI}])))",
          "server sent {{grpc_method}}")], w=12, unit="bytes")
     d.panel("timeseries", "Spans", [
-        (f"sum(rate(trainscope_trace_spans_started_total{{{T}}}[{RI}]))", "started"),
-        (f"sum(rate(trainscope_trace_spans_exported_total{{{T}}}[{RI}]))", "exported"),
-        (f"sum(rate(trainscope_trace_spans_dropped_total{{{T}}}[{RI}]))", "dropped"),
-        (f"sum(rate(trainscope_trace_export_failures_total{{{T}}}[{RI}]))", "export failures")],
+        (f"sum(rate(trainscope_trace_spans_started_total{{{T()}}}[{RI}]))", "started"),
+        (f"sum(rate(trainscope_trace_spans_exported_total{{{T()}}}[{RI}]))", "exported"),
+        (f"sum(rate(trainscope_trace_spans_dropped_total{{{T()}}}[{RI}]))", "dropped"),
+        (f"sum(rate(trainscope_trace_export_failures_total{{{T()}}}[{RI}]))", "export failures")],
         w=12, unit="ops",
         description="The tasks' trace pipeline: dropped spans mean a full export queue.")
     return d
 
 
 def parameter_servers():
-    P = 'cluster="$cluster", role="ps", task=~"$task"'
+    P = sel(TJ(), 'cluster="$cluster", role="ps", task=~"$task"')
+    PEER = sel(TJ(), 'cluster="$cluster", peer_role="ps"')
     d = Dashboard("trainscope-parameter-servers", "trainscope / Parameter servers",
                   "Request rate and latency per ps, the slowest ps as the workers see it, queue "
                   "and apply time, memory against the budget, and the way to slow traces.",
                   ["ps"], role_default="ps")
     d.extra_vars = [
-        {"name": "sidecar", "label": "sidecar", "type": "query", "datasource": DS,
-         "query": {"query": 'label_values(up{job="trainscope-sidecars"}, instance)',
-                   "refId": "trainscope-sidecar"},
-         "definition": 'label_values(up{job="trainscope-sidecars"}, instance)', "refresh": 2,
-         "sort": 1, "multi": False, "includeAll": False, "hide": 0, "regex": "",
-         "options": [], "current": {}},
+        query_variable("sidecar", "sidecar", f"label_values(up{{{SC()}}}, instance)", False,
+                       False, sort=1),
         {"name": "trace_url", "label": "trace viewer", "type": "textbox", "hide": 0,
          "query": "http://localhost:16686/trace/",
          "current": {"text": "http://localhost:16686/trace/",
@@ -368,8 +426,8 @@ def parameter_servers():
          f"(rate(grpc_server_call_duration_seconds_bucket{{{P}, grpc_method=~\"{PS}\"}}[{RI}])))",
          "ps:{{task}} {{grpc_method}}")], w=12, unit="s")
     slowest = (f"topk(5, sum by (peer_task) (rate(trainscope_rpc_peer_latency_seconds_total{{"
-               f"cluster=\"$cluster\", peer_role=\"ps\"}}[{RI}])) / sum by (peer_task) "
-               f"(rate(trainscope_rpc_peer_calls_total{{cluster=\"$cluster\", peer_role=\"ps\"}}"
+               f"{PEER}}}[{RI}])) / sum by (peer_task) "
+               f"(rate(trainscope_rpc_peer_calls_total{{{PEER}}}"
                f"[{RI}])))")
     d.panel("bargauge", "Slowest ps (mean latency the workers see)", [
         {"expr": slowest, "legendFormat": "ps:{{peer_task}}", "instant": True}], w=8, h=9,
@@ -381,14 +439,14 @@ def parameter_servers():
                              "url": "http://${sidecar}/api/v1/traces/slow?ps=ps:"
                                     "${__field.labels.peer_task}", "targetBlank": True}]})
     d.panel("timeseries", "Mean latency to each ps (workers' view)", [
-        (f"sum by (peer_task) (rate(trainscope_rpc_peer_latency_seconds_total{{cluster=\"$cluster\", "
-         f"peer_role=\"ps\"}}[{RI}])) / sum by (peer_task) (rate(trainscope_rpc_peer_calls_total{{"
-         f"cluster=\"$cluster\", peer_role=\"ps\"}}[{RI}]))", "ps:{{peer_task}}")], w=8, h=9,
+        (f"sum by (peer_task) (rate(trainscope_rpc_peer_latency_seconds_total{{{PEER}}}"
+         f"[{RI}])) / sum by (peer_task) (rate(trainscope_rpc_peer_calls_total{{"
+         f"{PEER}}}[{RI}]))", "ps:{{peer_task}}")], w=8, h=9,
         unit="s")
     d.panel("timeseries", "Error share per ps (workers' view)", [
-        (f"sum by (peer_task) (rate(trainscope_rpc_peer_errors_total{{cluster=\"$cluster\", "
-         f"peer_role=\"ps\"}}[{RI}])) / sum by (peer_task) (rate(trainscope_rpc_peer_calls_total{{"
-         f"cluster=\"$cluster\", peer_role=\"ps\"}}[{RI}]))", "ps:{{peer_task}}")], w=8, h=9,
+        (f"sum by (peer_task) (rate(trainscope_rpc_peer_errors_total{{{PEER}}}"
+         f"[{RI}])) / sum by (peer_task) (rate(trainscope_rpc_peer_calls_total{{"
+         f"{PEER}}}[{RI}]))", "ps:{{peer_task}}")], w=8, h=9,
         unit="percentunit")
     d.row("Inside the ps")
     for title, metric in (("Queue time p50 / p99", "trainscope_ps_queue_seconds"),
@@ -422,7 +480,7 @@ def parameter_servers():
         description="TrainscopePsMemoryNearBudget fires above 90%. Empty when no ps has a "
                     "budget.")
     d.panel("timeseries", "Resident memory per ps", [
-        (f"sum by (task) (process_resident_memory_bytes{{{P}, job=\"trainscope-tasks\"}})",
+        (f"sum by (task) (process_resident_memory_bytes{{{P}}})",
          "ps:{{task}}")], w=6, unit="bytes")
     d.row("Slow requests")
     d.panel("text", "Slow ps requests and their traces", [], w=24, h=5,
@@ -467,21 +525,20 @@ def parameter_servers():
             "properties": [{"id": "links", "value": [{
                 "title": "Open trace ${__value.raw}", "url": "${trace_url}${__value.raw}",
                 "targetBlank": True}]}]}]
-    SC = 'job="trainscope-sidecars"'
     d.panel("timeseries", "Sidecars as trace agents", [
-        (f"sum by (instance) (rate(trainscope_sidecar_traces_spans_received_total{{{SC}}}[{RI}]))",
+        (f"sum by (instance) (rate(trainscope_sidecar_traces_spans_received_total{{{SC()}}}[{RI}]))",
          "{{instance}} received/s"),
-        (f"sum by (instance, reason) (rate(trainscope_sidecar_traces_spans_dropped_total{{{SC}}}"
+        (f"sum by (instance, reason) (rate(trainscope_sidecar_traces_spans_dropped_total{{{SC()}}}"
          f"[{RI}]))", "{{instance}} dropped/s ({{reason}})"),
-        (f"sum by (instance) (rate(trainscope_sidecar_traces_forwarded_spans_total{{{SC}}}[{RI}]))",
+        (f"sum by (instance) (rate(trainscope_sidecar_traces_forwarded_spans_total{{{SC()}}}[{RI}]))",
          "{{instance}} forwarded/s")], w=12, unit="ops",
         description="Spans the sidecars receive over OTLP, drop (by reason) and forward "
                     "upstream. Dropped and forwarded stay empty while nothing is dropped and no "
                     "--otlp_upstream is set.")
     d.panel("timeseries", "Spans kept by the sidecars", [
-        (f"sum by (instance) (trainscope_sidecar_traces_spans_kept{{{SC}}})",
+        (f"sum by (instance) (trainscope_sidecar_traces_spans_kept{{{SC()}}})",
          "{{instance}} spans"),
-        (f"sum by (instance) (trainscope_sidecar_traces_kept_bytes{{{SC}}})",
+        (f"sum by (instance) (trainscope_sidecar_traces_kept_bytes{{{SC()}}})",
          "{{instance}} bytes")], w=12,
         overrides=[{"matcher": {"id": "byRegexp", "options": ".*bytes"},
                     "properties": [{"id": "unit", "value": "bytes"}]}])
@@ -492,61 +549,60 @@ def resources():
     d = Dashboard("trainscope-resources", "trainscope / Resources",
                   "CPU, memory, threads and file descriptors per task and per node; GPUs where "
                   "present.", ["resources"])
-    TT = f'job="trainscope-tasks", {T}'
     node = 'label_replace({expr}, "node", "$1", "instance", "(.*):[0-9]+")'
     d.row("Per task")
     d.panel("timeseries", "CPU per task", [
-        (f"sum by (role, task) (rate(process_cpu_seconds_total{{{TT}}}[{RI}]))",
+        (f"sum by (role, task) (rate(process_cpu_seconds_total{{{T()}}}[{RI}]))",
          "{{role}}:{{task}}")], w=12, unit="percentunit",
         description="Cores used (1.0 = one core).")
     d.panel("timeseries", "Resident memory per task", [
-        (f"sum by (role, task) (process_resident_memory_bytes{{{TT}}})", "{{role}}:{{task}}")],
+        (f"sum by (role, task) (process_resident_memory_bytes{{{T()}}})", "{{role}}:{{task}}")],
         w=12, unit="bytes")
     d.panel("timeseries", "Threads per task", [
-        (f"sum by (role, task) (process_threads{{{TT}}})", "{{role}}:{{task}}")], w=8)
+        (f"sum by (role, task) (process_threads{{{T()}}})", "{{role}}:{{task}}")], w=8)
     d.panel("timeseries", "Open fds per task (share of the limit)", [
-        (f"sum by (role, task) (process_open_fds{{{TT}}}) / sum by (role, task) "
-         f"(process_max_fds{{{TT}}})", "{{role}}:{{task}}")], w=8, unit="percentunit")
+        (f"sum by (role, task) (process_open_fds{{{T()}}}) / sum by (role, task) "
+         f"(process_max_fds{{{T()}}})", "{{role}}:{{task}}")], w=8, unit="percentunit")
     d.panel("timeseries", "Uptime per task", [
-        (f"time() - max by (role, task) (process_start_time_seconds{{{TT}}})",
+        (f"time() - max by (role, task) (process_start_time_seconds{{{T()}}})",
          "{{role}}:{{task}}")], w=8, unit="s")
     d.panel("timeseries", "Memory as the sidecar sees it", [
-        (f"max by (role, task) (trainscope_task_resident_memory_bytes{{{S}}})",
+        (f"max by (role, task) (trainscope_task_resident_memory_bytes{{{S()}}})",
          "{{role}}:{{task}}")], w=8, unit="bytes",
         description="From the heartbeat: there even when the task's /metrics is not scraped.")
     d.panel("timeseries", "CPU as the sidecar sees it", [
-        (f"sum by (role, task) (rate(trainscope_task_cpu_seconds_total{{{S}}}[{RI}]))",
+        (f"sum by (role, task) (rate(trainscope_task_cpu_seconds_total{{{S()}}}[{RI}]))",
          "{{role}}:{{task}}")], w=8, unit="percentunit")
     d.panel("timeseries", "Threads and fds as the sidecar sees them", [
-        (f"max by (role, task) (trainscope_task_threads{{{S}}})", "{{role}}:{{task}} threads"),
-        (f"max by (role, task) (trainscope_task_open_fds{{{S}}})", "{{role}}:{{task}} fds")],
+        (f"max by (role, task) (trainscope_task_threads{{{S()}}})", "{{role}}:{{task}} threads"),
+        (f"max by (role, task) (trainscope_task_open_fds{{{S()}}})", "{{role}}:{{task}} fds")],
         w=8)
     d.row("Per node")
     d.panel("timeseries", "Node CPU by mode", [
         ("max by (node, mode) (" + node.format(
-            expr=f"rate(trainscope_node_cpu_seconds_total{{{TT}}}[{RI}])") + ")",
+            expr=f"rate(trainscope_node_cpu_seconds_total{{{T()}}}[{RI}])") + ")",
          "{{node}} {{mode}}")], w=12, unit="percentunit",
         description="Every task reports its node; the max per node removes the duplicates.")
     d.panel("timeseries", "Node memory", [
-        ("max by (node) (" + node.format(expr=f"trainscope_node_memory_total_bytes{{{TT}}}") + ")",
+        ("max by (node) (" + node.format(expr=f"trainscope_node_memory_total_bytes{{{T()}}}") + ")",
          "{{node}} total"),
         ("max by (node) (" + node.format(
-            expr=f"trainscope_node_memory_available_bytes{{{TT}}}") + ")",
+            expr=f"trainscope_node_memory_available_bytes{{{T()}}}") + ")",
          "{{node}} available")], w=12, unit="bytes")
     d.panel("timeseries", "Sidecar footprint", [
-        ('process_resident_memory_bytes{job="trainscope-sidecars"}', "{{instance}} memory"),
-        (f'rate(process_cpu_seconds_total{{job="trainscope-sidecars"}}[{RI}])',
+        (f"process_resident_memory_bytes{{{SC()}}}", "{{instance}} memory"),
+        (f"rate(process_cpu_seconds_total{{{SC()}}}[{RI}])",
          "{{instance}} cpu")], w=12,
         overrides=[{"matcher": {"id": "byRegexp", "options": ".*memory"},
                     "properties": [{"id": "unit", "value": "bytes"}]}])
     d.row("GPU")
     gpu_note = "Only where an NVIDIA GPU and its driver are present; empty otherwise."
     d.panel("timeseries", "GPU utilization", [
-        (f"max by (role, task, gpu) (trainscope_gpu_utilization_ratio{{{TT}}})",
+        (f"max by (role, task, gpu) (trainscope_gpu_utilization_ratio{{{T()}}})",
          "{{role}}:{{task}} gpu {{gpu}}")], w=12, unit="percentunit", description=gpu_note)
     d.panel("timeseries", "GPU memory used / total", [
-        (f"max by (role, task, gpu) (trainscope_gpu_memory_used_bytes{{{TT}}}) / max by (role, "
-         f"task, gpu) (trainscope_gpu_memory_total_bytes{{{TT}}})",
+        (f"max by (role, task, gpu) (trainscope_gpu_memory_used_bytes{{{T()}}}) / max by (role, "
+         f"task, gpu) (trainscope_gpu_memory_total_bytes{{{T()}}})",
          "{{role}}:{{task}} gpu {{gpu}}")], w=12, unit="percentunit", description=gpu_note)
     return d
 
@@ -554,24 +610,24 @@ def resources():
 def training():
     d = Dashboard("trainscope-training", "trainscope / Training",
                   "Steps, step time, loss, throughput and stragglers.", ["training"])
-    W = f'{T}, role=~"worker|chief"'
+    W = f'{T()}, role=~"worker|chief"'
     d.row("Progress")
     d.panel("timeseries", "Steps per second", [
-        (f"sum by (role, task) (rate(trainscope_training_steps_total{{{T}}}[{RI}]))",
+        (f"sum by (role, task) (rate(trainscope_training_steps_total{{{T()}}}[{RI}]))",
          "{{role}}:{{task}}"),
-        (f"sum(rate(trainscope_training_steps_total{{{T}}}[{RI}]))", "all")], w=12,
+        (f"sum(rate(trainscope_training_steps_total{{{T()}}}[{RI}]))", "all")], w=12,
         unit="ops")
     d.panel("timeseries", "Examples per second", [
-        (f"sum by (role, task) (rate(trainscope_training_examples_total{{{T}}}[{RI}]))",
+        (f"sum by (role, task) (rate(trainscope_training_examples_total{{{T()}}}[{RI}]))",
          "{{role}}:{{task}}"),
-        (f"sum(trainscope_training_examples_per_second{{{T}}})", "all (reported)")], w=12,
+        (f"sum(trainscope_training_examples_per_second{{{T()}}})", "all (reported)")], w=12,
         unit="ops")
     d.panel("timeseries", "Step time p50 / p99", [
         (f"histogram_quantile({q}, sum by (role, task, le) "
-         f"(rate(trainscope_training_step_duration_seconds_bucket{{{T}}}[{RI}])))",
+         f"(rate(trainscope_training_step_duration_seconds_bucket{{{T()}}}[{RI}])))",
          f"p{int(q * 100)} {{{{role}}}}:{{{{task}}}}") for q in (0.5, 0.99)], w=12, unit="s")
     d.panel("timeseries", "Loss", [
-        (f"max by (role, task) (trainscope_training_loss{{{T}}})", "{{role}}:{{task}}")],
+        (f"max by (role, task) (trainscope_training_loss{{{T()}}})", "{{role}}:{{task}}")],
         w=12)
     d.row("Stragglers")
     d.panel("bargauge", "Step rate relative to the median worker", [
@@ -587,15 +643,15 @@ def training():
             {"color": "green", "value": 0.8}]}},
         description="1.0 = as fast as the median; a straggler is well below.")
     d.panel("timeseries", "Last step time (sidecar view)", [
-        (f"max by (role, task) (trainscope_task_last_step_seconds{{{S}}})",
+        (f"max by (role, task) (trainscope_task_last_step_seconds{{{S()}}})",
          "{{role}}:{{task}}")], w=12, h=9, unit="s",
         description="The duration of each task's latest step, from its heartbeat.")
     d.row("Session")
     d.panel("state-timeline", "CreateSession phase", [
-        (f"max by (role, task, phase) (trainscope_session_phase{{{T}}}) == 1",
+        (f"max by (role, task, phase) (trainscope_session_phase{{{T()}}}) == 1",
          "{{role}}:{{task}} {{phase}}")], w=12, h=8)
     d.panel("timeseries", "Waiting for peers in CreateSession", [
-        (f"max by (role, task, peer_role, peer_task) (trainscope_session_waiting_seconds{{{T}}})",
+        (f"max by (role, task, peer_role, peer_task) (trainscope_session_waiting_seconds{{{T()}}})",
          "{{role}}:{{task}} -> {{peer_role}}:{{peer_task}}")], w=12, h=8, unit="s")
     return d
 
@@ -609,28 +665,33 @@ DASHBOARDS = {
 }
 
 
-def render():
+def render(config=None):
+    """{file name: JSON text} of every dashboard, with DEFAULT_CONFIG updated by config."""
+    unknown = set(config or {}) - set(DEFAULT_CONFIG)
+    if unknown:
+        raise ValueError(f"unknown config keys {sorted(unknown)}; known: {sorted(DEFAULT_CONFIG)}")
+    CONFIG.clear()
+    CONFIG.update(DEFAULT_CONFIG, **(config or {}))
     return {f"{name}.json": json.dumps(build().json(), indent=2, sort_keys=False) + "\n"
             for name, build in DASHBOARDS.items()}
 
 
 def main():
-    check = "--check" in sys.argv
-    os.makedirs(OUT, exist_ok=True)
-    stale = []
-    for name, text in render().items():
-        path = os.path.join(OUT, name)
-        current = open(path).read() if os.path.exists(path) else None
-        if current != text:
-            stale.append(name)
-            if not check:
-                with open(path, "w") as f:
-                    f.write(text)
-    if check and stale:
-        print("out of date (run dashboards/tools/gen_dashboards.py):", ", ".join(stale))
-        return 1
-    print(("checked " if check else "wrote ") + ", ".join(sorted(render())))
-    return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if the files differ")
+    ap.add_argument("--out", default=OUT, help="folder to write (default: the shipped one)")
+    ap.add_argument("--config", help="JSON object overriding DEFAULT_CONFIG's selectors")
+    args = ap.parse_args()
+    config = None
+    if args.config:
+        with open(args.config) as f:
+            config = json.load(f)
+    try:
+        files = render(config)
+    except ValueError as e:
+        print(f"gen_dashboards: {args.config}: {e}", file=sys.stderr)
+        return 2
+    return write_or_check(args.out, files, args.check, "dashboards/tools/gen_dashboards.py")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ def metric_names(expr):
     m = re.match(r"\s*(label_values|metrics|query_result)\s*\((.*)\)\s*$", expr, re.S)
     if m and m.group(1) == "label_values":
         args = m.group(2)
-        first = args.split(",")[0].strip() if "," in args else ""
+        first = args.rsplit(",", 1)[0].strip() if "," in args else ""  # the label is last
         return metric_names(first) if first else set()
     if m and m.group(1) == "query_result":
         return metric_names(m.group(2))
@@ -51,3 +51,10 @@ def metric_names(expr):
             continue
         names.add(word)
     return names
+
+
+def pinned_jobs(expr):
+    """The `job` matchers of an expression that name a scrape job instead of a variable: rules
+    and dashboards select by metric names, so that any scrape config works."""
+    return [m.group(0) for m in re.finditer(r'\bjob\s*(=~|!~|=|!=)\s*"([^"]*)"', expr)
+            if "$" not in m.group(2)]

@@ -23,7 +23,6 @@ Writes DIR/report.json and DIR/report.md (default DIR: a temporary folder, remov
 import argparse
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -93,6 +92,11 @@ def wait_for(what, predicate, timeout, interval=0.1):
         time.sleep(interval)
     raise DrillError(f"timed out after {timeout:.0f} s waiting for {what}"
                      + (f" (last error: {last_error})" if last_error else ""))
+
+
+def has_gpu():
+    return os.path.exists("/dev/nvidiactl") or subprocess.run(
+        "ldconfig -p | grep -q libnvidia-ml.so.1", shell=True).returncode == 0
 
 
 class Proc:
@@ -539,54 +543,22 @@ class Drill:
     # ---------------------------------------------------------------- dashboards
 
     def run_panel_queries(self):
+        """Every panel query over the drill's time range, the variables resolved as Grafana
+        would (the job variables find the shipped jobs by metric name)."""
         sys.path.insert(0, os.path.join(self.src, "dashboards/tools"))
         import check_dashboards  # noqa: E402 (lives in the source tree)
-        errors, queries = check_dashboards.check(self.src)
-        if errors:
-            self.failures += [f"dashboard structure: {e}" for e in errors]
-        has_gpu = os.path.exists("/dev/nvidiactl") or subprocess.run(
-            "ldconfig -p | grep -q libnvidia-ml.so.1", shell=True).returncode == 0
         end = time.time()
-        start = self.start_time
-        rng = f"{int(end - start) + 1}s"
-        values = {"cluster": CLUSTER, "role": ".*", "task": ".*",
-                  "sidecar": f"127.0.0.1:{self.sidecar_port}",
-                  "__rate_interval": "4s", "__interval": "2s", "__range": rng,
-                  "datasource": "prometheus", "trace_url": "http://localhost:16686/trace/"}
-        qres = []
-        for q in queries:
-            expr = check_dashboards.substitute(q["expr"], values)
-            entry = {"dashboard": q["dashboard"], "panel": q["title"], "ref_id": q["ref_id"],
-                     "expr": expr}
-            url = (f"http://127.0.0.1:{self.prom_port}/api/v1/query_range?"
-                   + urllib.parse.urlencode({"query": expr, "start": f"{start:.0f}",
-                                             "end": f"{end:.0f}", "step": "2"}))
-            try:
-                body = http_json(url, timeout=30)
-            except urllib.error.HTTPError as e:
-                body = json.loads(e.read() or b"{}")
-            except (OSError, ValueError) as e:
-                body = {"status": "error", "error": str(e)}
-            if body.get("status") != "success":
-                entry["result"] = f"error: {body.get('error')}"
-            else:
-                series = [r for r in body["data"]["result"]
-                          if any(v[1] not in ("NaN", "+Inf", "-Inf") for v in r["values"])]
-                entry["series"] = len(series)
-                if series:
-                    entry["result"] = "data"
-                elif q["may_be_empty"] == "no-gpu" and not has_gpu:
-                    entry["result"] = "empty (allowed: no GPU on this machine)"
-                else:
-                    entry["result"] = "no data"
-            if entry["result"].startswith(("error", "no data")):
-                self.failures.append(f"panel query {q['dashboard']} / {q['title']} "
-                                     f"{q['ref_id']}: {entry['result']}: {expr}")
-            qres.append(entry)
+        fixed = {"__rate_interval": "4s", "__interval": "2s",
+                 "__range": f"{int(end - self.start_time) + 1}s"}
+        qres, problems, self.dashboard_variables = check_dashboards.run_queries(
+            f"http://127.0.0.1:{self.prom_port}", self.src, self.start_time, end, fixed,
+            has_gpu=has_gpu())
+        self.failures += problems
         self.query_results = qres
         ok = sum(1 for e in qres if e["result"] == "data")
         log(f"panel queries: {ok} of {len(qres)} returned data; "
             f"{sum(1 for e in qres if e['result'].startswith('empty'))} allowed empty")
+
     def check_json_panels(self):
         """The panels that read the sidecar's JSON rather than Prometheus. Run before the
         sidecar-down scenario: a restarted sidecar starts with an empty trace memory."""
@@ -684,6 +656,7 @@ class Drill:
                 break
             fn()
         if wanted is None:
+            self.finish_worker()
             self.check_no_false_alarms()
         if not self.args.skip_queries:
             if not json_checked:
@@ -709,6 +682,22 @@ class Drill:
             "sigstop-ps: calls to the stopped ps:1 exceeded their deadline",
         ("TrainscopePsLatencyHigh", "ps", "1"): "sigstop-ps: calls to the stopped ps:1 were slow",
     }
+
+    def finish_worker(self, quiet_s=15):
+        """The end of a job pages nothing: worker:0 is asked to stop (SIGTERM: it finishes
+        cleanly, its last heartbeat says done); the sidecar must say `done`, and for quiet_s
+        (past TrainscopeTaskDead's `for:`, a scrape, an evaluation and group_wait) nothing may
+        reach the webhook about it (check_no_false_alarms)."""
+        log("worker:0 finishes its job (SIGTERM): it must be done, and page nothing")
+        self.should_run.discard("worker:0")
+        self.tasks["worker:0"].signal(signal.SIGTERM)
+        try:
+            wait_for("worker:0 done", lambda: self.state_of("worker:0") == "done", 30, 0.2)
+        except DrillError as e:
+            self.failures.append(f"a finished worker: {e} (state {self.state_of('worker:0')})")
+            return
+        time.sleep(quiet_s)
+        self.notes.append(f"worker:0 finished (state done); waited {quiet_s} s for any page")
 
     def check_no_false_alarms(self):
         """Every alert that reached the webhook is one a scenario caused."""
@@ -740,6 +729,7 @@ class Drill:
                "rule_overrides": [{"alert": a, "change": why} for a, _, _, why in RULE_OVERRIDES],
                "scenarios": self.results,
                "panel_queries": getattr(self, "query_results", []),
+               "dashboard_variables": getattr(self, "dashboard_variables", {}),
                "json_panels": getattr(self, "json_panels", []),
                "slow_requests_sample": getattr(self, "slow_traces", []),
                "duration_s": round(time.time() - self.start_time, 1)}

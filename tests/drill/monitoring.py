@@ -49,8 +49,8 @@ def replace_counted(text, old, new, count, what):
     return text.replace(old, new)
 
 
-def check(promtool, kind, path):
-    r = subprocess.run([promtool, "check", kind, path], capture_output=True, text=True)
+def check(promtool, kind, path, extra=()):
+    r = subprocess.run([promtool, "check", kind, *extra, path], capture_output=True, text=True)
     if r.returncode != 0:
         raise RenderError(f"rendered {path} does not pass promtool check {kind}:\n"
                           + r.stdout + r.stderr)
@@ -70,11 +70,15 @@ def render_rules(src, path, promtool, overrides=RULE_OVERRIDES):
     check(promtool, "rules", path)
 
 
-def render_prometheus(src, path, promtool, sidecars, rules_path, alertmanager, interval="1s"):
-    """sidecars: ["host:port", ...]; the first also serves the tasks' service discovery."""
+def render_prometheus(src, path, promtool, sidecars, rules_path, alertmanager, interval="1s",
+                      jobs=None):
+    """sidecars: ["host:port", ...]; each also serves the tasks' service discovery. jobs:
+    {shipped job name: another name}, as a user's own scrape config would call them."""
     with open(os.path.join(src, "dashboards/prometheus/prometheus.yml")) as f:
         cfg = f.read()
     w = "config"
+    for old, new in (jobs or {}).items():
+        cfg = replace_counted(cfg, f"job_name: {old}\n", f"job_name: {new}\n", 1, w)
     cfg = replace_counted(cfg, "scrape_interval: 15s", f"scrape_interval: {interval}", 1, w)
     cfg = replace_counted(cfg, "scrape_timeout: 10s", f"scrape_timeout: {interval}", 1, w)
     cfg = replace_counted(cfg, "scrape_interval: 5s", f"scrape_interval: {interval}", 1, w)
@@ -91,6 +95,43 @@ def render_prometheus(src, path, promtool, sidecars, rules_path, alertmanager, i
     cfg = replace_counted(cfg, sd, "".join(
         f"      - url: http://{s}/api/v1/sd\n        refresh_interval: {interval}\n"
         for s in sidecars), 1, w)
+    with open(path, "w") as f:
+        f.write(cfg)
+    check(promtool, "config", path)
+
+
+def render_agent(src, path, promtool, sidecars, store, interval="1s"):
+    """The shipped scale-out/agent.yml for one group of nodes: its sidecars (["host:port", ...],
+    each also listing the tasks of its node), written to the store at host:port."""
+    with open(os.path.join(src, "dashboards/prometheus/scale-out/agent.yml")) as f:
+        cfg = f.read()
+    w = "agent config"
+    for old in ("scrape_interval: 15s", "scrape_timeout: 10s", "scrape_interval: 5s",
+                "scrape_timeout: 4s"):
+        cfg = replace_counted(cfg, old, old.split(":")[0] + f": {interval}", 1, w)
+    sidecars_file = os.path.join(os.path.dirname(path), os.path.basename(path) + ".sidecars.yml")
+    with open(sidecars_file, "w") as f:
+        f.write(f"- targets: {json.dumps(sidecars)}\n")
+    cfg = replace_counted(cfg, "- sidecars/*.yml", f"- {sidecars_file}", 1, w)
+    sd = "  - url: http://127.0.0.1:9400/api/v1/sd?local=1\n    refresh_interval: 5s\n"
+    cfg = replace_counted(cfg, sd, "".join(
+        f"  - url: http://{s}/api/v1/sd?local=1\n    refresh_interval: {interval}\n"
+        for s in sidecars), 1, w)
+    cfg = replace_counted(cfg, "http://127.0.0.1:9090/api/v1/write",
+                          f"http://{store}/api/v1/write", 1, w)
+    with open(path, "w") as f:
+        f.write(cfg)
+    check(promtool, "config", path, ["--agent"])
+
+
+def render_store(src, path, promtool, rules_path, alertmanager, interval="1s"):
+    """The shipped scale-out/store.yml with these rules and Alertmanager (host:port)."""
+    with open(os.path.join(src, "dashboards/prometheus/scale-out/store.yml")) as f:
+        cfg = f.read()
+    w = "store config"
+    cfg = replace_counted(cfg, "evaluation_interval: 5s", f"evaluation_interval: {interval}", 1, w)
+    cfg = replace_counted(cfg, "- ../alerts.yml", f"- {rules_path}", 1, w)
+    cfg = replace_counted(cfg, "- 127.0.0.1:9093", f"- {alertmanager}", 1, w)
     with open(path, "w") as f:
         f.write(cfg)
     check(promtool, "config", path)
@@ -119,6 +160,12 @@ def argv_prometheus(binary, config, data, port):
     return [binary, f"--config.file={config}", f"--storage.tsdb.path={data}",
             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn",
             "--storage.tsdb.retention.time=1d"]
+
+
+def argv_prometheus_agent(binary, config, data, port):
+    return [binary, "--enable-feature=agent", f"--config.file={config}",
+            f"--storage.agent.path={data}", f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn"]
 
 
 def argv_alertmanager(binary, config, data, port):
