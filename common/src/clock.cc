@@ -19,7 +19,9 @@ double UnixSeconds() {
 std::string HumanDuration(double s) {
   if (!std::isfinite(s) || s < 0) s = 0;
   char buf[48];
-  if (s < 1) {
+  if (s < 0.01) {
+    std::snprintf(buf, sizeof(buf), "%.1f ms", s * 1000);
+  } else if (s < 1) {
     std::snprintf(buf, sizeof(buf), "%.0f ms", s * 1000);
   } else if (s < 10) {
     std::snprintf(buf, sizeof(buf), "%.1f s", s);

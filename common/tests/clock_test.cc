@@ -14,8 +14,9 @@ TEST(ClockTest, HumanDuration) {
   EXPECT_EQ(HumanDuration(42), "42 s");
   EXPECT_EQ(HumanDuration(185), "3 min 5 s");
   EXPECT_EQ(HumanDuration(7560), "2.1 h");
-  EXPECT_EQ(HumanDuration(-1), "0 ms");
-  EXPECT_EQ(HumanDuration(std::numeric_limits<double>::quiet_NaN()), "0 ms");
+  EXPECT_EQ(HumanDuration(0.0003), "0.3 ms");
+  EXPECT_EQ(HumanDuration(-1), "0.0 ms");
+  EXPECT_EQ(HumanDuration(std::numeric_limits<double>::quiet_NaN()), "0.0 ms");
 }
 
 TEST(ClockTest, HumanBytes) {

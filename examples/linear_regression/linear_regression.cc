@@ -70,16 +70,18 @@ absl::Status Step(ParameterClient* client, const LinearRegressionOptions& option
   *loss = err.squaredNorm() / static_cast<float>(err.size());
   const Vector grad_w = (2.0f / options.batch_size) * (x.transpose() * err);
   const float grad_b = 2.0f * err.mean();
+  // Every shard's gradient at once: the step waits for the slowest ps, not for all in turn.
+  std::vector<std::pair<size_t, std::string>> gradients;
   Eigen::Index offset = 0;
   for (size_t v = 0; v + 1 < num_vars; ++v) {
     const Eigen::Index n = client->variables()[v].spec.shape[0];
-    std::string gradient(reinterpret_cast<const char*>(grad_w.data() + offset), n * sizeof(float));
+    gradients.emplace_back(
+        v, std::string(reinterpret_cast<const char*>(grad_w.data() + offset), n * sizeof(float)));
     offset += n;
-    TS_RETURN_IF_ERROR(client->Push(v, std::move(gradient), options.learning_rate));
   }
-  return client->Push(num_vars - 1,
-                      std::string(reinterpret_cast<const char*>(&grad_b), sizeof(float)),
-                      options.learning_rate);
+  gradients.emplace_back(num_vars - 1,
+                         std::string(reinterpret_cast<const char*>(&grad_b), sizeof(float)));
+  return client->PushAll(std::move(gradients), options.learning_rate);
 }
 
 absl::Status Train(Task& task, const LinearRegressionOptions& options) {

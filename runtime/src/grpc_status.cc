@@ -2,6 +2,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "internal.h"
+#include "trainscope/common/grpc_channel.h"
 #include "trainscope/runtime/status_macros.h"
 #include "trainscope/telemetry/grpc_instrumentation.h"
 
@@ -17,14 +18,12 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
-                                           telemetry::Telemetry* telemetry, const TaskRef& self,
-                                           const TaskRef& peer) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  args.SetMaxReceiveMessageSize(-1);
+std::shared_ptr<grpc::Channel> MakePeerChannel(const std::string& address,
+                                               telemetry::Telemetry* telemetry, const TaskRef& self,
+                                               const TaskRef& peer) {
+  ChannelOptions options;
+  options.max_receive_bytes = -1;
+  grpc::ChannelArguments args = MakeChannelArguments(options);
   args.SetMaxSendMessageSize(-1);
   // Keep one connection per peer even when several channels point at it.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);

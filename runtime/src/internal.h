@@ -20,11 +20,12 @@ namespace telemetry {
 class Telemetry;
 }
 
-// A channel from `self` to `peer` at `address` that reconnects quickly (100 ms to 1 s backoff),
-// carries messages of any size, and records its calls in `telemetry` (may be null).
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
-                                           telemetry::Telemetry* telemetry = nullptr,
-                                           const TaskRef& self = {}, const TaskRef& peer = {});
+// A channel from `self` to `peer` at `address` with keepalive (a connection that stops carrying
+// packets fails within about 2 s), quick reconnection (100 ms to 1 s backoff), messages of any
+// size, and its calls recorded in `telemetry` (may be null).
+std::shared_ptr<grpc::Channel> MakePeerChannel(const std::string& address,
+                                               telemetry::Telemetry* telemetry = nullptr,
+                                               const TaskRef& self = {}, const TaskRef& peer = {});
 
 // The ps tasks a worker reached in CreateSession. Immutable after creation; thread-safe.
 class Session {
@@ -35,16 +36,19 @@ class Session {
     std::shared_ptr<grpc::Channel> channel;
     PeerHealth* health;
   };
-  Session(std::vector<Peer> ps, telemetry::Telemetry* telemetry)
-      : ps_(std::move(ps)), telemetry_(telemetry) {}
+  Session(std::vector<Peer> ps, telemetry::Telemetry* telemetry, TaskStatus* status)
+      : ps_(std::move(ps)), telemetry_(telemetry), status_(status) {}
   const Peer& ps(int index) const { return ps_[index]; }
   int num_ps() const { return static_cast<int>(ps_.size()); }
   // May be null.
   telemetry::Telemetry* telemetry() const { return telemetry_; }
+  // What the task reports in its heartbeat (waiting on ps tasks whose calls fail).
+  TaskStatus* status() const { return status_; }
 
  private:
   std::vector<Peer> ps_;
   telemetry::Telemetry* telemetry_;
+  TaskStatus* status_;
 };
 
 // Proto <-> bookkeeping conversions at the edge.

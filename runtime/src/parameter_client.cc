@@ -2,14 +2,18 @@
 #include "trainscope/runtime/parameter_client.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <functional>
+#include <mutex>
 #include <numeric>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "internal.h"
 #include "net_util.h"
-#include "trainscope/common/proc.h"
+#include "task_status.h"
+#include "trainscope/common/clock.h"
 #include "trainscope/common/rpc_error.h"
 #include "trainscope/runtime/status_macros.h"
 #include "trainscope/telemetry/context.h"
@@ -61,80 +65,173 @@ ParameterClient::ParameterClient(Session* session, const TaskRef& self, int rpc_
 
 ParameterClient::~ParameterClient() = default;
 
+// One call of a batch: to which ps, and how to start one attempt of it (asynchronously, calling
+// `done` with the outcome).
+struct ParameterClient::Call {
+  PsStub* ps = nullptr;
+  const char* method = "";
+  std::function<void(grpc::ClientContext*, std::function<void(grpc::Status)>)> start;
+  grpc::Status status;
+  int attempts = 0;
+  double seconds = 0;  // Of every attempt together.
+};
+
 namespace {
 
-// Calls `rpc(context)` with the deadline, retrying UNAVAILABLE with backoff; turns a failure
-// into an error that names the method, the ps task, its address and the cause.
-template <typename Rpc>
-absl::Status CallPs(const char* method, const Session::Peer& peer, const TaskRef& self,
-                    int deadline_ms, int max_attempts, telemetry::Telemetry* telemetry, Rpc rpc) {
-  grpc::Status st;
-  int attempt = 0;
-  const auto start = std::chrono::steady_clock::now();
-  auto record = [&](const grpc::Status& status) {
-    if (telemetry == nullptr || !telemetry->enabled()) return;
-    telemetry::RpcMetrics& m = telemetry->rpc();
-    static const int kPull = m.MethodIndex("trainscope.v1.ParameterService/Pull");
-    static const int kPush = m.MethodIndex("trainscope.v1.ParameterService/Push");
-    static const int kCreate = m.MethodIndex("trainscope.v1.ParameterService/CreateVariable");
-    const int index = std::strcmp(method, "Pull") == 0   ? kPull
-                      : std::strcmp(method, "Push") == 0 ? kPush
-                                                         : kCreate;
-    m.ClientCallEnded(
-        index, status.error_code(), m.RoleIndex(peer.task.role),
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  };
-  for (; attempt < max_attempts; ++attempt) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
-    st = rpc(&context);
-    if (st.ok()) {
-      peer.health->RecordSuccess();
-      record(st);
-      return absl::OkStatus();
-    }
-    peer.health->RecordFailure(SummarizeRpcError(st.error_code(), st.error_message(), deadline_ms));
-    if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50 << attempt, 1000)));
-  }
-  record(st);
+int MethodIndex(telemetry::RpcMetrics& m, const char* method) {
+  static const int kPull = m.MethodIndex("trainscope.v1.ParameterService/Pull");
+  static const int kPush = m.MethodIndex("trainscope.v1.ParameterService/Push");
+  static const int kCreate = m.MethodIndex("trainscope.v1.ParameterService/CreateVariable");
+  return std::strcmp(method, "Pull") == 0   ? kPull
+         : std::strcmp(method, "Push") == 0 ? kPush
+                                            : kCreate;
+}
+
+// A failed call in words that blame the right thing: the ps, or the network to it.
+absl::Status CallError(const char* method, const TaskRef& self, const TaskRef& ps,
+                       const std::string& address, const grpc::Status& st, int attempts,
+                       int deadline_ms) {
   const std::string trace_id = telemetry::LastClientTraceId();
-  const std::string where = absl::StrCat(method, " from ", self.ShortName(), " to ",
-                                         peer.task.ShortName(), " at ", peer.address);
+  const std::string where =
+      absl::StrCat(method, " from ", self.ShortName(), " to ", ps.ShortName(), " at ", address);
   const std::string trace = trace_id.empty() ? "" : absl::StrCat(" [trace ", trace_id, "]");
-  switch (st.error_code()) {
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return absl::DeadlineExceededError(absl::StrCat(
-          where, " exceeded its deadline of ", deadline_ms, " ms (--rpc_deadline_ms): ",
-          peer.task.ShortName(), " is overloaded or the network to it is slow", trace));
-    case grpc::StatusCode::UNAVAILABLE:
-      return absl::UnavailableError(absl::StrCat(
-          where, " failed after ", attempt,
-          " attempts: ", SummarizeRpcError(st.error_code(), st.error_message(), deadline_ms),
-          " (is ", peer.task.ShortName(), " still running?)", trace));
-    default:
-      return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
-                          absl::StrCat(where, " failed: ", st.error_message(), trace));
+  const RpcErrorSummary e =
+      ClassifyRpcError(static_cast<int>(st.error_code()), st.error_message(), deadline_ms);
+  if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        where, " exceeded its deadline of ", deadline_ms, " ms (--rpc_deadline_ms): ",
+        ps.ShortName(), " answered too slowly (overloaded?) or the network to it is slow", trace));
   }
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    const std::string why =
+        IsNetworkFailure(e.kind) ? absl::StrCat("the network to ", ps.ShortName(), " failed (",
+                                                e.words, "): is the path to it cut?")
+        : e.kind == RpcFailure::kRefused
+            ? absl::StrCat(e.words, " (is ", ps.ShortName(), " still running?)")
+            : absl::StrCat(e.words, " (is ", ps.ShortName(), " still running and reachable?)");
+    return absl::UnavailableError(
+        absl::StrCat(where, " failed after ", attempts, " attempts: ", why, trace));
+  }
+  return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                      absl::StrCat(where, " failed: ", st.error_message(), trace));
 }
 
 }  // namespace
 
+void ParameterClient::ReportWaiting(const char* method, std::vector<TaskRef> failing) {
+  TaskStatus* status = session_->status();
+  if (status == nullptr) return;
+  // While calls to some ps fail, the heartbeat says the task waits on them (its sidecar calls it
+  // blocked after a while, naming the peers and the error), until a call succeeds again.
+  if (failing.empty()) {
+    if (waiting_) status->StopWaiting();
+    waiting_ = false;
+  } else if (!waiting_) {
+    status->StartWaiting(method, std::move(failing));
+    waiting_ = true;
+  } else {
+    status->UpdateWaiting(std::move(failing));
+  }
+}
+
+absl::Status ParameterClient::RunAll(std::vector<Call>& calls) {
+  telemetry::Telemetry* telemetry = session_->telemetry();
+  std::vector<size_t> pending(calls.size());
+  std::iota(pending.begin(), pending.end(), 0);
+  std::vector<TaskRef> failing;
+  while (!pending.empty()) {
+    // One round: every pending call at once.
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t finished = 0;
+    std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+    const double round_start = MonotonicSeconds();
+    std::vector<double> ended(calls.size(), 0);
+    for (size_t i : pending) {
+      auto ctx = std::make_unique<grpc::ClientContext>();
+      ctx->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(rpc_deadline_ms_));
+      calls[i].attempts++;
+      calls[i].start(ctx.get(), [&, i](grpc::Status s) {
+        std::lock_guard lock(mu);
+        calls[i].status = std::move(s);
+        ended[i] = MonotonicSeconds();
+        ++finished;
+        cv.notify_all();
+      });
+      contexts.push_back(std::move(ctx));
+    }
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return finished == pending.size(); });
+    }
+    std::vector<size_t> retry;
+    failing.clear();
+    for (size_t i : pending) {
+      Call& c = calls[i];
+      const double took = ended[i] - round_start;
+      c.seconds += took;
+      PeerHealth* health = c.ps->peer->health;
+      health->AddWait(took);
+      if (c.status.ok()) {
+        health->RecordSuccess(took);
+        continue;
+      }
+      const RpcErrorSummary e = ClassifyRpcError(static_cast<int>(c.status.error_code()),
+                                                 c.status.error_message(), rpc_deadline_ms_);
+      health->RecordFailure(e.words, IsNetworkFailure(e.kind));
+      if (c.status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+        failing.push_back(c.ps->peer->task);
+        if (c.attempts < max_attempts_) retry.push_back(i);
+      }
+    }
+    ReportWaiting(calls[pending[0]].method, failing);
+    pending = std::move(retry);
+    if (!pending.empty()) {
+      const int attempt = calls[pending[0]].attempts;
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50 << attempt, 1000)));
+    }
+  }
+  if (failing.empty()) ReportWaiting("", {});
+  absl::Status first;
+  for (Call& c : calls) {
+    if (telemetry != nullptr && telemetry->enabled()) {
+      telemetry::RpcMetrics& m = telemetry->rpc();
+      m.ClientCallEnded(MethodIndex(m, c.method), c.status.error_code(),
+                        m.RoleIndex(c.ps->peer->task.role), c.seconds);
+    }
+    if (!c.status.ok() && first.ok()) {
+      first = CallError(c.method, self_, c.ps->peer->task, c.ps->peer->address, c.status,
+                        c.attempts, rpc_deadline_ms_);
+    }
+  }
+  return first;
+}
+
 absl::Status ParameterClient::CreateVariables(const std::vector<VariableDef>& variables) {
   std::map<std::string, int> placement = PlaceVariables(variables, session_->num_ps());
-  for (const VariableDef& def : variables) {
-    const int ps_index = placement[def.name];
-    PsStub& ps = *ps_[ps_index];
-    v1::CreateVariableRequest request;
+  std::vector<v1::CreateVariableRequest> requests(variables.size());
+  std::vector<v1::CreateVariableResponse> responses(variables.size());
+  std::vector<Call> calls(variables.size());
+  for (size_t k = 0; k < variables.size(); ++k) {
+    const VariableDef& def = variables[k];
+    v1::CreateVariableRequest& request = requests[k];
     request.set_name(def.name);
     *request.mutable_from() = TaskIdToProto(self_);
     SpecToProto(def.spec, request.mutable_initial());
     request.mutable_initial()->set_content(def.initial);
-    TS_RETURN_IF_ERROR(CallPs("CreateVariable", *ps.peer, self_, rpc_deadline_ms_, max_attempts_,
-                              session_->telemetry(), [&](grpc::ClientContext* context) {
-                                v1::CreateVariableResponse response;
-                                return ps.stub->CreateVariable(context, request, &response);
-                              }));
+    PsStub* ps = ps_[placement[def.name]].get();
+    calls[k].ps = ps;
+    calls[k].method = "CreateVariable";
+    calls[k].start = [ps, &request, &response = responses[k]](
+                         grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
+      ps->stub->async()->CreateVariable(ctx, &request, &response, std::move(done));
+    };
+  }
+  TS_RETURN_IF_ERROR(RunAll(calls));
+  for (const VariableDef& def : variables) {
+    const int ps_index = placement[def.name];
+    PsStub& ps = *ps_[ps_index];
     ps.variables.push_back(variables_.size());
     ps.pull_request.add_names(def.name);
     variables_.push_back(VariableDef{def.name, def.spec, {}});
@@ -145,14 +242,27 @@ absl::Status ParameterClient::CreateVariables(const std::vector<VariableDef>& va
 
 absl::Status ParameterClient::PullAll(std::vector<std::string>* values) {
   values->resize(variables_.size());
-  for (auto& ps : ps_) {
+  std::vector<v1::PullResponse> responses(ps_.size());
+  std::vector<Call> calls;
+  std::vector<size_t> which;  // ps index of each call
+  for (size_t p = 0; p < ps_.size(); ++p) {
+    PsStub* ps = ps_[p].get();
     if (ps->variables.empty()) continue;
-    v1::PullResponse response;
-    TS_RETURN_IF_ERROR(CallPs("Pull", *ps->peer, self_, rpc_deadline_ms_, max_attempts_,
-                              session_->telemetry(), [&](grpc::ClientContext* context) {
-                                response.Clear();
-                                return ps->stub->Pull(context, ps->pull_request, &response);
-                              }));
+    Call c;
+    c.ps = ps;
+    c.method = "Pull";
+    c.start = [ps, &response = responses[p]](grpc::ClientContext* ctx,
+                                             std::function<void(grpc::Status)> done) {
+      response.Clear();
+      ps->stub->async()->Pull(ctx, &ps->pull_request, &response, std::move(done));
+    };
+    calls.push_back(std::move(c));
+    which.push_back(p);
+  }
+  TS_RETURN_IF_ERROR(RunAll(calls));
+  for (size_t p : which) {
+    PsStub* ps = ps_[p].get();
+    v1::PullResponse& response = responses[p];
     if (response.values_size() != static_cast<int>(ps->variables.size())) {
       return absl::DataLossError(absl::StrCat("Pull from ", ps->peer->task.ShortName(),
                                               " returned ", response.values_size(), " values for ",
@@ -174,19 +284,34 @@ absl::Status ParameterClient::PullAll(std::vector<std::string>* values) {
 }
 
 absl::Status ParameterClient::Push(size_t index, std::string gradient, float learning_rate) {
-  const VariableDef& def = variables_.at(index);
-  PsStub& ps = *ps_[placement_[index]];
-  v1::PushRequest request;
-  request.set_name(def.name);
-  *request.mutable_from() = TaskIdToProto(self_);
-  SpecToProto(def.spec, request.mutable_gradient());
-  request.mutable_gradient()->mutable_content()->swap(gradient);
-  request.set_learning_rate(learning_rate);
-  return CallPs("Push", *ps.peer, self_, rpc_deadline_ms_, max_attempts_, session_->telemetry(),
-                [&](grpc::ClientContext* context) {
-                  v1::PushResponse response;
-                  return ps.stub->Push(context, request, &response);
-                });
+  std::vector<std::pair<size_t, std::string>> one;
+  one.emplace_back(index, std::move(gradient));
+  return PushAll(std::move(one), learning_rate);
+}
+
+absl::Status ParameterClient::PushAll(std::vector<std::pair<size_t, std::string>> gradients,
+                                      float learning_rate) {
+  std::vector<v1::PushRequest> requests(gradients.size());
+  std::vector<v1::PushResponse> responses(gradients.size());
+  std::vector<Call> calls(gradients.size());
+  for (size_t k = 0; k < gradients.size(); ++k) {
+    const size_t index = gradients[k].first;
+    const VariableDef& def = variables_.at(index);
+    PsStub* ps = ps_[placement_[index]].get();
+    v1::PushRequest& request = requests[k];
+    request.set_name(def.name);
+    *request.mutable_from() = TaskIdToProto(self_);
+    SpecToProto(def.spec, request.mutable_gradient());
+    request.mutable_gradient()->mutable_content()->swap(gradients[k].second);
+    request.set_learning_rate(learning_rate);
+    calls[k].ps = ps;
+    calls[k].method = "Push";
+    calls[k].start = [ps, &request, &response = responses[k]](
+                         grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
+      ps->stub->async()->Push(ctx, &request, &response, std::move(done));
+    };
+  }
+  return RunAll(calls);
 }
 
 }  // namespace trainscope

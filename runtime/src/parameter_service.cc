@@ -61,8 +61,10 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
     telemetry::ServerCall call(task_->telemetry_.get(), *context,
                                "trainscope.v1.ParameterService/Pull", *request);
     Inflight inflight(task_->metrics_.get());
+    const double start = MonotonicSeconds();
     SleepFor(task_->parameter_delay_ms_.load());
     call.Phase("ps.queue");
+    const double queued = MonotonicSeconds();
     for (const std::string& name : request->names()) {
       v1::Tensor* tensor = response->add_values();
       TensorSpec spec;
@@ -71,6 +73,8 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
       SpecToProto(spec, tensor);
     }
     call.Phase("ps.read");
+    const double end = MonotonicSeconds();
+    task_->status_.RecordServed(end - start, queued - start, end - queued);
     response->set_version(task_->store_->updates_applied());
     return call.Finish(grpc::Status::OK, response);
   }
@@ -80,6 +84,7 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
     telemetry::ServerCall call(task_->telemetry_.get(), *context,
                                "trainscope.v1.ParameterService/Push", *request);
     Inflight inflight(task_->metrics_.get());
+    const double start = MonotonicSeconds();
     SleepFor(task_->parameter_delay_ms_.load());
     const std::string from = TaskIdFromProto(request->from()).ShortName();
     ParameterStore::Timing timing;
@@ -94,6 +99,9 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
     m.ps_queue().Observe(queue);
     m.ps_apply().Observe(timing.apply_seconds);
     m.ps_push_to_apply().Observe(total);
+    const double served = MonotonicSeconds() - start;
+    task_->status_.RecordServed(served, std::max(0.0, served - timing.apply_seconds),
+                                timing.apply_seconds);
     if (!st.ok()) {
       spdlog::error("Push from {} refused: {}", from, std::string(st.message()));
       return call.Finish(ToGrpcStatus(st), nullptr);

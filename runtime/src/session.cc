@@ -22,7 +22,7 @@ absl::StatusOr<ParameterClient*> Task::Impl::CreateSession() {
   for (int i = 0; i < cluster_.NumTasks("ps"); ++i) {
     TaskRef ref{"ps", i};
     std::string address = *cluster_.AddressOf(ref);
-    ps.push_back({ref, address, MakeChannel(address, telemetry_.get(), self_, ref),
+    ps.push_back({ref, address, MakePeerChannel(address, telemetry_.get(), self_, ref),
                   status_.Peer(ref, address)});
   }
   if (ps.empty()) {
@@ -83,8 +83,9 @@ absl::StatusOr<ParameterClient*> Task::Impl::CreateSession() {
       const Session::Peer& peer = ps[pending[k]];
       Attempt& a = *attempts[k];
       if (!a.status.ok()) {
-        peer.health->RecordFailure(SummarizeRpcError(
-            a.status.error_code(), a.status.error_message(), attempt_deadline_ms));
+        const RpcErrorSummary e = ClassifyRpcError(static_cast<int>(a.status.error_code()),
+                                                   a.status.error_message(), attempt_deadline_ms);
+        peer.health->RecordFailure(e.words, IsNetworkFailure(e.kind));
         still_pending.push_back(pending[k]);
         continue;
       }
@@ -162,7 +163,7 @@ absl::StatusOr<ParameterClient*> Task::Impl::CreateSession() {
   status_.SetExpectsProgress(true);
   spdlog::info("CreateSession: {} reached all {} ps tasks in {:.1f} s", me, ps.size(),
                MonotonicSeconds() - start);
-  session_ = std::make_unique<Session>(std::move(ps), telemetry_.get());
+  session_ = std::make_unique<Session>(std::move(ps), telemetry_.get(), &status_);
   client_ = std::make_unique<ParameterClient>(session_.get(), self_, options_.rpc_deadline_ms,
                                               options_.max_attempts);
   return client_.get();

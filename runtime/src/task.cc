@@ -16,6 +16,7 @@
 #include "spdlog/spdlog.h"
 #include "task_impl.h"
 #include "trainscope/common/clock.h"
+#include "trainscope/common/grpc_channel.h"
 #include "trainscope/common/rpc_error.h"
 #include "trainscope/runtime/status_macros.h"
 #include "trainscope/runtime/version.h"
@@ -161,6 +162,7 @@ absl::Status Task::Impl::Start() {
   builder.SetMaxSendMessageSize(-1);
   int bound_port = 0;
   builder.AddListeningPort(listen_address_, grpc::InsecureServerCredentials(), &bound_port);
+  AcceptKeepalive(&builder);
   builder.RegisterService(task_service_.get());
   if (parameter_service_) builder.RegisterService(parameter_service_.get());
   server_ = builder.BuildAndStart();

@@ -86,6 +86,9 @@ void FillPeerView(const PeerHealth::Snapshot& s, v1::PeerView* view) {
   view->set_seconds_since_success(s.seconds_since_success);
   view->set_peer_incarnation(s.peer_incarnation);
   view->set_peer_listen_address(s.peer_listen_address);
+  view->set_latency_seconds(s.latency_seconds);
+  view->set_step_share(s.step_share);
+  view->set_network_failure(s.network_failure);
 }
 
 }  // namespace
@@ -112,6 +115,13 @@ void Task::Impl::FillHeartbeat(v1::HeartbeatResponse* response) const {
   response->set_last_step_seconds(s.last_step_seconds);
   response->set_expects_progress(s.expects_progress);
   if (telemetry_) response->set_metrics_address(telemetry_->metrics_address());
+  if (s.served_calls > 0) {
+    v1::ServingStats* serving = response->mutable_serving();
+    serving->set_calls(s.served_calls);
+    serving->set_seconds(s.served_seconds);
+    serving->set_queue_seconds(s.served_queue_seconds);
+    serving->set_work_seconds(s.served_work_seconds);
+  }
 }
 
 std::unique_ptr<grpc::Service> NewTaskService(Task::Impl* task) {

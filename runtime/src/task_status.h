@@ -25,8 +25,16 @@ class PeerHealth {
   PeerHealth(TaskRef peer, std::string address)
       : peer_(std::move(peer)), address_(std::move(address)) {}
 
-  void RecordSuccess();
-  void RecordFailure(std::string error);
+  // A call that succeeded after `seconds` (folded into a recent mean latency).
+  void RecordSuccess(double seconds = 0);
+  // A call that failed; `network`: the network failed (connection lost, no route, connect timed
+  // out), not the peer's answer.
+  void RecordFailure(std::string error, bool network = false);
+  // Time the task spent in a call to this peer during the current step.
+  void AddWait(double seconds);
+  // The step ended after `step_seconds`: the share of it spent on this peer becomes the
+  // reported one, and the next step starts from zero.
+  void EndStep(double step_seconds);
   // Identity the peer gave in its handshake.
   void SetIdentity(uint64_t incarnation, std::string listen_address);
 
@@ -39,6 +47,9 @@ class PeerHealth {
     double seconds_since_success = -1;
     uint64_t peer_incarnation = 0;
     std::string peer_listen_address;
+    double latency_seconds = 0;
+    double step_share = 0;
+    bool network_failure = false;
   };
   Snapshot Read() const;
   const TaskRef& peer() const { return peer_; }
@@ -49,6 +60,10 @@ class PeerHealth {
   const std::string address_;
   std::atomic<int64_t> consecutive_failures_{0};
   std::atomic<double> last_success_{-1};  // MonotonicSeconds() of the last success.
+  std::atomic<double> latency_{0};        // Recent mean of successful calls' durations.
+  std::atomic<double> wait_{0};           // In calls to the peer during this step.
+  std::atomic<double> share_{0};          // Of the last step.
+  std::atomic<bool> network_failure_{false};
   mutable std::mutex mu_;
   std::string last_error_ ABSL_GUARDED_BY(mu_);
   uint64_t peer_incarnation_ ABSL_GUARDED_BY(mu_) = 0;
@@ -71,8 +86,11 @@ class TaskStatus {
   void UpdateWaiting(std::vector<TaskRef> peers);
   void StopWaiting();
 
-  // A training step finished, taking `seconds`.
+  // A training step finished, taking `seconds`; each peer's share of it is fixed.
   void RecordStep(double seconds);
+  // A ps served a ParameterService call: its duration on the ps, of which waiting and working.
+  // Lock-free (atomics).
+  void RecordServed(double seconds, double queue_seconds, double work_seconds);
   // Progress counter for tasks that count something else (a ps counts updates applied).
   void SetSteps(int64_t steps) { steps_.store(steps); }
   int64_t steps() const { return steps_.load(); }
@@ -88,6 +106,11 @@ class TaskStatus {
     double last_step_seconds = 0;
     bool expects_progress = false;
     std::vector<PeerHealth::Snapshot> peers;
+    // What a ps served (cumulative).
+    int64_t served_calls = 0;
+    double served_seconds = 0;
+    double served_queue_seconds = 0;
+    double served_work_seconds = 0;
   };
   Snapshot Read() const;
 
@@ -96,6 +119,10 @@ class TaskStatus {
   std::atomic<int64_t> steps_{0};
   std::atomic<double> last_step_seconds_{0};
   std::atomic<bool> expects_progress_{false};
+  std::atomic<int64_t> served_calls_{0};
+  std::atomic<double> served_seconds_{0};
+  std::atomic<double> served_queue_seconds_{0};
+  std::atomic<double> served_work_seconds_{0};
   mutable std::mutex mu_;
   std::map<TaskRef, std::unique_ptr<PeerHealth>> peers_ ABSL_GUARDED_BY(mu_);
   bool waiting_ ABSL_GUARDED_BY(mu_) = false;

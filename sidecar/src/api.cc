@@ -18,7 +18,7 @@ int64_t Count(double v) {
   return static_cast<int64_t>(std::min(v, 9.0e15));
 }
 
-bool IsFailingOrSlow(const PeerInfo& p) { return !p.connected || p.step_share >= 0.2; }
+bool IsFailingOrSlow(const PeerInfo& p) { return !p.connected || p.step_share >= 0.5; }
 
 }  // namespace
 
@@ -107,6 +107,9 @@ void ToProto(const TaskView& v, bool full_peers, pb::TaskView* out) {
   out->set_node_hostname(CleanText(v.node_hostname));
   out->set_learned_at(Finite(v.learned_at));
   for (const std::string& t : v.partitioned_from) out->add_partitioned_from(CleanText(t));
+  out->set_serve_seconds(Finite(v.serve_seconds));
+  out->set_serve_queue_seconds(Finite(v.serve_queue_seconds));
+  out->set_serve_work_seconds(Finite(v.serve_work_seconds));
 }
 
 absl::StatusOr<TaskView> FromProto(const pb::TaskView& p) {
@@ -183,6 +186,9 @@ absl::StatusOr<TaskView> FromProto(const pb::TaskView& p) {
   for (int i = 0; i < std::min(p.partitioned_from_size(), kMaxListItems); ++i) {
     v.partitioned_from.push_back(CleanText(p.partitioned_from(i)));
   }
+  v.serve_seconds = std::max(0.0, Finite(p.serve_seconds()));
+  v.serve_queue_seconds = std::max(0.0, Finite(p.serve_queue_seconds()));
+  v.serve_work_seconds = std::max(0.0, Finite(p.serve_work_seconds()));
   return v;
 }
 

@@ -157,8 +157,10 @@ void FillUnreported(Merge& m) {
   }
 }
 
-// Remote tasks of nodes whose sidecar is silent, suspect or gone.
+// Remote tasks of nodes whose sidecar is silent, suspect or gone. (When this node is the one cut
+// off, ApplySelfIsolation says so instead.)
 void ApplyNodeStatus(Merge& m) {
+  if (m.isolated_since) return;
   for (auto& [t, v] : m.tasks) {
     if (v.source.empty()) continue;
     const Member* mem = m.MemberOf(v.node);
@@ -301,6 +303,68 @@ void FindPartitions(Merge& m, ClusterView& view) {
   }
 }
 
+std::string Percent(double share) { return absl::StrCat(static_cast<int>(share * 100 + 0.5), "%"); }
+
+// A ps slower than its peers (the median of the other ps tasks) is slow too.
+void CompareServingPeers(Merge& m) {
+  std::vector<std::pair<TaskView*, double>> ps;
+  for (auto& [t, v] : m.tasks) {
+    if (v.serve_seconds > 0 && Answers(v.state)) ps.push_back({&v, v.serve_seconds});
+  }
+  if (ps.size() < 3) return;
+  for (auto& [v, serve] : ps) {
+    if (v->state != TaskState::kUp) continue;
+    std::vector<double> others;
+    for (auto& [o, s] : ps) {
+      if (o != v) others.push_back(s);
+    }
+    std::nth_element(others.begin(), others.begin() + others.size() / 2, others.end());
+    const double median = others[others.size() / 2];
+    if (serve > std::max(10 * median, median + 0.05)) {
+      v->state = TaskState::kSlow;
+      v->reason =
+          absl::StrCat("parameter calls take ", HumanDuration(serve),
+                       " on the ps itself; the other ps tasks' median is ", HumanDuration(median));
+    }
+  }
+}
+
+// Blame goes to the cause: each worker slowed by a ps names it and says whether the ps is slow
+// for everyone (overloaded) or only the way to it is (the network between the two); the ps
+// names the workers it slows.
+void BlameSlowPs(Merge& m) {
+  CompareServingPeers(m);
+  std::map<TaskRef, std::vector<std::string>> slows;  // ps -> workers it slows, in words
+  for (auto& [tw, w] : m.tasks) {
+    if (w.state != TaskState::kSlow || w.serve_seconds > 0) continue;
+    for (const PeerInfo& p : w.peers) {
+      if (p.step_share < 0.5) continue;
+      auto it = m.tasks.find(p.peer);
+      if (it == m.tasks.end()) continue;
+      const TaskView& ps = it->second;
+      const std::string name = p.peer.ShortName();
+      if (ps.state == TaskState::kSlow && ps.serve_seconds > 0) {
+        absl::StrAppend(&w.reason, "; ", name,
+                        " is slow for every caller (overloaded): ", Shorten(ps.reason, 160));
+        slows[p.peer].push_back(
+            absl::StrCat(tw.ShortName(), " (", Percent(p.step_share), " of its step)"));
+      } else if (ps.serve_seconds > 0 && p.latency_seconds > 5 * ps.serve_seconds &&
+                 p.latency_seconds > ps.serve_seconds + 0.05) {
+        absl::StrAppend(&w.reason, "; ", name, " serves calls in ", HumanDuration(ps.serve_seconds),
+                        " but they take ", HumanDuration(p.latency_seconds), " from ",
+                        tw.ShortName(), ": the network between ", tw.ShortName(), " (",
+                        m.NameOf(w.node), ") and ", name, " (", m.NameOf(ps.node), ") is slow");
+        slows[p.peer].push_back(absl::StrCat(tw.ShortName(),
+                                             " through the network (its calls take ",
+                                             HumanDuration(p.latency_seconds), ")"));
+      }
+    }
+  }
+  for (auto& [t, who] : slows) {
+    absl::StrAppend(&m.tasks[t].reason, "; slows ", absl::StrJoin(who, ", "));
+  }
+}
+
 void BuildNodes(const Merge& m, ClusterView& view) {
   NodeInfo self;
   self.id = m.in.self;
@@ -321,7 +385,10 @@ void BuildNodes(const Merge& m, ClusterView& view) {
     n.status = std::string(MemberStatusName(mem->status));
     n.since = mem->status_since;
     if (auto it = m.node_tasks.find(id); it != m.node_tasks.end()) n.tasks = it->second;
-    if (!mem->heard) {
+    if (m.isolated_since && mem->status != MemberStatus::kLeft) {
+      n.status = "unreachable";
+      n.reason = "not reachable from this node, which is cut off from every other node";
+    } else if (!mem->heard) {
       n.status = "unknown";
       n.reason = absl::StrCat("has never answered",
                               mem->last_error.empty() ? "" : " (" + mem->last_error + ")");
@@ -377,6 +444,7 @@ ClusterView BuildClusterView(const ClusterViewInputs& in) {
   view.self_hostname = in.self_hostname;
   view.isolated_since = m.isolated_since;
   FindPartitions(m, view);
+  BlameSlowPs(m);
   ApplySelfIsolation(m);
   BuildNodes(m, view);
   for (const TaskView& v : in.local) view.local.push_back(v.task);

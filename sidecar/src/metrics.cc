@@ -93,8 +93,12 @@ void Single(std::vector<MetricFamily>& out, std::string_view name, std::string h
   out.push_back(std::move(f));
 }
 
-// First-hand facts about this node's tasks.
-void AddTaskFamilies(const LocalSnapshot& local, std::vector<MetricFamily>& out) {
+// First-hand facts about this node's tasks; the state is the cluster view's (which may blame a
+// ps slower than its peers), the counters the trackers'.
+void AddTaskFamilies(const LocalSnapshot& local, const ClusterView& cluster,
+                     std::vector<MetricFamily>& out) {
+  std::map<TaskRef, TaskState> decided;
+  for (const TaskView& v : cluster.tasks) decided[v.task] = v.state;
   auto up =
       Family(names::kTaskUp,
              "1 when the task is up (answers on time, makes progress); 0 otherwise, done included.",
@@ -132,12 +136,13 @@ void AddTaskFamilies(const LocalSnapshot& local, std::vector<MetricFamily>& out)
     const TaskView& v = local.views[i];
     const TaskCounters& c = local.counters[i];
     auto labels = TaskLabels(v);
-    AddGauge(up, labels, v.state == TaskState::kUp ? 1 : 0);
+    const TaskState now = decided.count(v.task) ? decided[v.task] : v.state;
+    AddGauge(up, labels, now == TaskState::kUp ? 1 : 0);
     for (int s = 0; s < kNumTaskStates; ++s) {
       auto l = labels;
       l.push_back(
           {std::string(names::kLabelState), std::string(StateName(static_cast<TaskState>(s)))});
-      AddGauge(state, l, static_cast<int>(v.state) == s ? 1 : 0);
+      AddGauge(state, l, static_cast<int>(now) == s ? 1 : 0);
       AddCounter(transitions, l, static_cast<double>(c.transitions[s]));
     }
     for (const BlockedPeer& b : v.blocked_on) {
@@ -285,7 +290,7 @@ void AddTraceFamilies(const SidecarStats& stats, std::vector<MetricFamily>& out)
 std::string RenderMetrics(const LocalSnapshot& local, const SidecarStats& stats,
                           const ClusterView& cluster) {
   std::vector<MetricFamily> out;
-  AddTaskFamilies(local, out);
+  AddTaskFamilies(local, cluster, out);
   AddClusterFamilies(local, cluster, out);
   AddSidecarFamilies(local, stats, out);
   AddTraceFamilies(stats, out);

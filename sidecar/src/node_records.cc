@@ -26,7 +26,7 @@ void AppendKey(const TaskView& v, std::string* key) {
   for (const BlockedPeer& b : v.blocked_on) absl::StrAppend(key, "b", b.peer.ShortName(), ",");
   for (const PeerInfo& p : v.peers) {
     if (!p.connected) absl::StrAppend(key, "f", p.peer.ShortName(), p.network_failure, ",");
-    if (p.step_share >= 0.2) absl::StrAppend(key, "s", p.peer.ShortName(), ",");
+    if (p.step_share >= 0.5) absl::StrAppend(key, "s", p.peer.ShortName(), ",");
   }
   key->push_back(';');
 }

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -41,6 +42,9 @@ PeerInfo ConvertPeer(const pb::PeerView& p) {
   out.seconds_since_success = p.seconds_since_success();
   out.peer_incarnation = p.peer_incarnation();
   out.peer_listen_address = Bound(p.peer_listen_address());
+  out.latency_seconds = std::isfinite(p.latency_seconds()) ? std::max(0.0, p.latency_seconds()) : 0;
+  out.step_share = std::isfinite(p.step_share()) ? std::clamp(p.step_share(), 0.0, 1.0) : 0;
+  out.network_failure = p.network_failure();
   return out;
 }
 
@@ -75,6 +79,13 @@ HeartbeatInfo Convert(const pb::HeartbeatResponse& r) {
   hb.metrics_address = Bound(r.metrics_address());
   hb.last_step_seconds = r.last_step_seconds();
   hb.expects_progress = r.expects_progress();
+  if (r.has_serving()) {
+    hb.serving = true;
+    hb.served_calls = std::max<int64_t>(0, r.serving().calls());
+    hb.served_seconds = r.serving().seconds();
+    hb.served_queue_seconds = r.serving().queue_seconds();
+    hb.served_work_seconds = r.serving().work_seconds();
+  }
   return hb;
 }
 

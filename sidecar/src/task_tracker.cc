@@ -19,6 +19,20 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// "; 98% of it in calls to ps:0 (700 ms each)" for the peer that took most of the last step.
+std::string SlowestPeer(const std::vector<PeerInfo>& peers) {
+  const PeerInfo* worst = nullptr;
+  for (const PeerInfo& p : peers) {
+    if (p.step_share >= 0.5 && (worst == nullptr || p.step_share > worst->step_share)) worst = &p;
+  }
+  if (worst == nullptr) return "";
+  return absl::StrCat("; ", static_cast<int>(worst->step_share * 100 + 0.5), "% of it in calls to ",
+                      worst->peer.ShortName(),
+                      worst->latency_seconds > 0
+                          ? absl::StrCat(" (", HumanDuration(worst->latency_seconds), " each)")
+                          : "");
+}
+
 bool IsFatal(TaskState s) {
   return s == TaskState::kDead || s == TaskState::kHung || s == TaskState::kUnreachable;
 }
@@ -114,7 +128,12 @@ void TaskTracker::ApplyHeartbeat(const HeartbeatInfo& hb, double t) {
     last_steps_ = -1;
     usual_step_ = -1;
     expecting_ = false;
+    last_serving_.reset();
+    serve_samples_.clear();
+    usual_serve_ = -1;
+    serve_calls_seen_ = 0;
   }
+  ApplyServing(hb, t);
   detector_.Heartbeat(t, skipped_s_);
   skipped_s_ = 0;
   if (hb.steps != last_steps_) {
@@ -152,6 +171,64 @@ void TaskTracker::ApplyHeartbeat(const HeartbeatInfo& hb, double t) {
   view_.resident_bytes = hb.resident_bytes;
   view_.threads = hb.threads;
   view_.open_fds = hb.open_fds;
+}
+
+void TaskTracker::ApplyServing(const HeartbeatInfo& hb, double t) {
+  if (!hb.serving) return;
+  if (last_serving_ && hb.served_calls >= last_serving_->served_calls) {
+    const double calls = static_cast<double>(hb.served_calls - last_serving_->served_calls);
+    if (calls > 0) {
+      const ServeSample s{t, calls, hb.served_seconds - last_serving_->served_seconds,
+                          hb.served_queue_seconds - last_serving_->served_queue_seconds,
+                          hb.served_work_seconds - last_serving_->served_work_seconds};
+      serve_samples_.push_back(s);
+      const double mean = std::max(0.0, s.seconds / calls);
+      serve_calls_seen_ += static_cast<int64_t>(calls);
+      if (usual_serve_ < 0) {
+        usual_serve_ = mean;
+      } else if (mean <= std::max(usual_serve_ * options_.slow_serve_factor,
+                                  usual_serve_ + options_.slow_serve_min_s)) {
+        usual_serve_ = 0.9 * usual_serve_ + 0.1 * mean;
+      }
+    }
+  }
+  last_serving_ = hb;
+  while (!serve_samples_.empty() && serve_samples_.front().t < t - options_.serve_window_s) {
+    serve_samples_.erase(serve_samples_.begin());
+  }
+  // The median of the recent heartbeats' per-call means: a change shows within half the window
+  // however many calls came before it.
+  if (!serve_samples_.empty()) {
+    std::vector<const ServeSample*> order;
+    for (const ServeSample& s : serve_samples_) order.push_back(&s);
+    std::sort(order.begin(), order.end(), [](const ServeSample* a, const ServeSample* b) {
+      return a->seconds / a->calls < b->seconds / b->calls;
+    });
+    const ServeSample& mid = *order[order.size() / 2];
+    view_.serve_seconds = std::max(0.0, mid.seconds / mid.calls);
+    view_.serve_queue_seconds = std::max(0.0, mid.queue / mid.calls);
+    view_.serve_work_seconds = std::max(0.0, mid.work / mid.calls);
+  }
+}
+
+std::optional<TaskTracker::Decision> TaskTracker::DecideServing(double now_s) {
+  double calls = 0;
+  for (const ServeSample& s : serve_samples_) {
+    if (s.t >= now_s - options_.serve_window_s) calls += s.calls;
+  }
+  // Judged against its usual time once it has served a while.
+  if (calls <= 0 || serve_calls_seen_ < 20 || usual_serve_ <= 0) return std::nullopt;
+  const double mean = view_.serve_seconds;
+  if (mean <= std::max(usual_serve_ * options_.slow_serve_factor,
+                       usual_serve_ + options_.slow_serve_min_s)) {
+    return std::nullopt;
+  }
+  return Decision{
+      TaskState::kSlow,
+      absl::StrCat("parameter calls take ", HumanDuration(mean), " on the ps itself (usually ",
+                   HumanDuration(usual_serve_), "): ", HumanDuration(view_.serve_queue_seconds),
+                   " waiting before the work, ", HumanDuration(view_.serve_work_seconds),
+                   " applying and reading")};
 }
 
 void TaskTracker::OnSidecarPause(double now_s) {
@@ -218,11 +295,13 @@ TaskTracker::Decision TaskTracker::DecideAnswering(double now_s, double now_unix
                                              ", usually ", HumanDuration(usual))};
     }
   }
+  if (auto serving = DecideServing(now_s)) return *serving;
   if (usual_step_ > 0 && expecting_ && hb.last_step_seconds > 0 &&
       hb.last_step_seconds > std::max(usual_step_ * options_.slow_step_factor,
                                       usual_step_ + options_.slow_step_min_s)) {
-    return {TaskState::kSlow, absl::StrCat("last step took ", HumanDuration(hb.last_step_seconds),
-                                           ", usually ", HumanDuration(usual_step_))};
+    return {TaskState::kSlow,
+            absl::StrCat("last step took ", HumanDuration(hb.last_step_seconds), ", usually ",
+                         HumanDuration(usual_step_), SlowestPeer(hb.peers))};
   }
   std::string what = hb.phase.empty() ? "answering" : hb.phase;
   std::string reason = absl::StrCat(what, ", answers every ", HumanDuration(detector_.MeanGap()),

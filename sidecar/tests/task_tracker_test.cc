@@ -202,7 +202,7 @@ TEST_F(TrackerTest, SlowWhenLatencyFarAboveUsual) {
   Run(2, true);
   Run(1, true, true, /*latency=*/0.5);
   EXPECT_EQ(Evaluate().state, TaskState::kSlow);
-  EXPECT_NE(Evaluate().reason.find("heartbeat latency 500 ms, usually 1 ms"), std::string::npos)
+  EXPECT_NE(Evaluate().reason.find("heartbeat latency 500 ms, usually 1.0 ms"), std::string::npos)
       << Evaluate().reason;
 }
 

@@ -1,7 +1,9 @@
 #pragma once
 // The worker side of the parameter service: places variables across the ps tasks (balanced by
 // size), creates them, and pulls and pushes with a deadline on every call and retries on
-// UNAVAILABLE only. Errors name the method, the ps task, its address and the cause.
+// UNAVAILABLE only. The calls of one batch (a pull of every ps, the pushes of a step) run at
+// once, so a step waits for the slowest ps, not for the sum of them. Errors name the method,
+// the ps task, its address and the cause (the ps, or the network to it).
 
 #include <cstdint>
 #include <map>
@@ -44,6 +46,8 @@ class ParameterClient {
 
   // Pushes a gradient for variable `index` (creation order): the ps applies value -= lr * g.
   absl::Status Push(size_t index, std::string gradient, float learning_rate);
+  // Pushes several gradients (variable index, bytes) at once.
+  absl::Status PushAll(std::vector<std::pair<size_t, std::string>> gradients, float learning_rate);
 
   const std::vector<VariableDef>& variables() const { return variables_; }
   // The ps task index of variable `index`.
@@ -51,6 +55,13 @@ class ParameterClient {
 
  private:
   struct PsStub;
+  struct Call;
+  // Runs `calls` at once; those that end UNAVAILABLE are retried together, with backoff, up to
+  // max_attempts. The first error that remains, or OK.
+  absl::Status RunAll(std::vector<Call>& calls);
+  // Says in the heartbeat whom the task waits on while calls fail; nobody once they succeed.
+  void ReportWaiting(const char* method, std::vector<TaskRef> failing);
+
   Session* session_;
   TaskRef self_;
   int rpc_deadline_ms_;
@@ -58,6 +69,7 @@ class ParameterClient {
   std::vector<VariableDef> variables_;  // Specs only; initial values are dropped once created.
   std::vector<int> placement_;
   std::vector<std::unique_ptr<PsStub>> ps_;  // By ps index.
+  bool waiting_ = false;                     // The heartbeat says it waits on failing ps tasks.
 };
 
 }  // namespace trainscope

@@ -29,8 +29,11 @@ struct TrackerOptions {
   double slow_latency_min_s = 0.2;  // ... and at least this much above it: slow.
   double slow_step_factor = 5;      // Step time this many times its usual (or peers'): slow.
   double slow_step_min_s = 0.2;
-  double relearn_s = 1;        // After a sidecar pause, no dead/hung/unreachable this long.
-  double min_stddev_s = 0.05;  // Detector floor (see PhiAccrualOptions).
+  double slow_serve_factor = 10;   // A ps's calls take this many times their usual time ...
+  double slow_serve_min_s = 0.05;  // ... and at least this much more: the ps is slow.
+  double serve_window_s = 1;       // Over this recent window.
+  double relearn_s = 1;            // After a sidecar pause, no dead/hung/unreachable this long.
+  double min_stddev_s = 0.05;      // Detector floor (see PhiAccrualOptions).
 };
 
 // A valid heartbeat answer, converted from HeartbeatResponse at the gRPC edge.
@@ -57,6 +60,12 @@ struct HeartbeatInfo {
   std::string metrics_address;
   double last_step_seconds = 0;
   bool expects_progress = false;
+  // ps tasks: ParameterService calls served so far and their time on the ps (cumulative).
+  bool serving = false;
+  int64_t served_calls = 0;
+  double served_seconds = 0;
+  double served_queue_seconds = 0;
+  double served_work_seconds = 0;
 };
 
 enum class FailureKind {
@@ -166,6 +175,17 @@ class TaskTracker {
   double last_progress_s_ = 0;
   bool expecting_ = false;
   double usual_step_ = -1;
+  // What a ps served: the counters of the last heartbeat, recent per-call samples (time, calls,
+  // seconds, queue, work), and the usual time per call.
+  struct ServeSample {
+    double t, calls, seconds, queue, work;
+  };
+  void ApplyServing(const HeartbeatInfo& hb, double t);
+  std::optional<Decision> DecideServing(double now_s);
+  std::optional<HeartbeatInfo> last_serving_;
+  std::vector<ServeSample> serve_samples_;
+  double usual_serve_ = -1;
+  int64_t serve_calls_seen_ = 0;
   // Late-answer CPU check: process CPU time when the answer first became late.
   std::optional<double> late_cpu_;
   double late_since_s_ = 0;

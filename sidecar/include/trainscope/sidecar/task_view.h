@@ -88,6 +88,10 @@ struct TaskView {
   double last_step_seconds = 0;
   bool expects_progress = false;
   std::vector<PeerInfo> peers;
+  // ps tasks: the recent mean time of a ParameterService call on the ps itself, and its parts.
+  double serve_seconds = 0;
+  double serve_queue_seconds = 0;
+  double serve_work_seconds = 0;
   double cpu_seconds = 0;
   int64_t resident_bytes = 0;
   int32_t threads = 0;
