@@ -19,6 +19,7 @@ double UnixSeconds() {
 std::string HumanDuration(double s) {
   if (!std::isfinite(s) || s < 0) s = 0;
   char buf[48];
+  if (s > 0 && s < 0.0001) return "under 0.1 ms";
   if (s < 0.01) {
     std::snprintf(buf, sizeof(buf), "%.1f ms", s * 1000);
   } else if (s < 1) {

@@ -15,6 +15,7 @@ TEST(ClockTest, HumanDuration) {
   EXPECT_EQ(HumanDuration(185), "3 min 5 s");
   EXPECT_EQ(HumanDuration(7560), "2.1 h");
   EXPECT_EQ(HumanDuration(0.0003), "0.3 ms");
+  EXPECT_EQ(HumanDuration(0.00002), "under 0.1 ms");
   EXPECT_EQ(HumanDuration(-1), "0.0 ms");
   EXPECT_EQ(HumanDuration(std::numeric_limits<double>::quiet_NaN()), "0.0 ms");
 }

@@ -284,7 +284,7 @@ void ExchangeCore::ApplyGossip(const v1::Gossip& g, const std::string& from, Now
     if (++n > kMaxGossipItems) break;
     v1::MemberUpdate copy = u;
     copy.set_node(Canonical(u.node()));
-    membership_.OnUpdate(copy, now.s);
+    membership_.OnUpdate(copy, now.s, from);
   }
   Drain();
 }

@@ -190,7 +190,7 @@ void Membership::OnIndirectResult(const std::string& id, bool reached, double no
   }
 }
 
-void Membership::OnUpdate(const MemberUpdate& u, double now_s) {
+void Membership::OnUpdate(const MemberUpdate& u, double now_s, const std::string& from) {
   if (u.node().empty()) return;
   if (u.node() == self_) {
     bool doubted = u.status() == MemberUpdate::SUSPECT || u.status() == MemberUpdate::SILENT;
@@ -224,6 +224,11 @@ void Membership::OnUpdate(const MemberUpdate& u, double now_s) {
           m.status == MemberStatus::kAlive) {
         m.incarnation = u.incarnation();
         SetStatus(m, MemberStatus::kSuspect, now_s, /*announce=*/true);
+      } else if (m.status == MemberStatus::kSuspect && u.incarnation() == m.incarnation &&
+                 !from.empty() && from != m.id &&
+                 std::find(m.confirmations.begin(), m.confirmations.end(), from) ==
+                     m.confirmations.end()) {
+        m.confirmations.push_back(from);  // An independent suspicion: confirm sooner.
       }
       break;
     case MemberUpdate::SILENT:
@@ -251,8 +256,10 @@ void Membership::Tick(double now_s) {
       it = it->first != self_ && doubt ? pending_.erase(it) : std::next(it);
     }
   }
-  const double timeout = SuspicionTimeout();
   for (auto& [id, m] : members_) {
+    const double timeout =
+        std::max(options_.suspicion_floor_s,
+                 SuspicionTimeout() / (1.0 + static_cast<double>(m.confirmations.size())));
     if (m.status == MemberStatus::kSuspect && now_s - m.status_since >= timeout) {
       SetStatus(m, MemberStatus::kSilent, now_s, /*announce=*/!isolated);
     }
@@ -319,6 +326,7 @@ std::vector<std::string> Membership::TakeEvents() {
 
 void Membership::SetStatus(Member& m, MemberStatus status, double now_s, bool announce) {
   if (m.status == status) return;
+  m.confirmations.clear();
   std::string event = m.id;
   if (!m.hostname.empty()) event += " (" + m.hostname + ")";
   event += ": ";

@@ -31,6 +31,9 @@ struct MembershipOptions {
   // Suspicion lasts max(suspicion_min_s, suspicion_mult * log10(members + 1) * period_s).
   double suspicion_min_s = 1.0;
   double suspicion_mult = 4;
+  // Each other member that independently suspects the same member shortens the suspicion
+  // (Lifeguard): timeout / (1 + confirmations), but never below this.
+  double suspicion_floor_s = 0.5;
   // No exchange with any member for this long, while at least min(3, members) distinct members
   // were tried: this node is cut off.
   double isolation_after_s = 1.0;
@@ -58,6 +61,7 @@ struct Member {
   int direct_failures = 0;   // Consecutive failed direct probes from this node.
   bool reached_indirectly = false;  // Its last failed direct probe was answered through others.
   std::string last_error;           // Of the last failed direct probe.
+  std::vector<std::string> confirmations;  // Others that suspect it too, while suspect.
 };
 
 class Membership {
@@ -81,8 +85,8 @@ class Membership {
   void OnDirectFailure(const std::string& id, const std::string& error, double now_s);
   // The indirect probes of `id` came back: reached by at least one helper, or by none.
   void OnIndirectResult(const std::string& id, bool reached, double now_s);
-  // Gossip about a member's status.
-  void OnUpdate(const v1::MemberUpdate& update, double now_s);
+  // Gossip about a member's status, as `from` (the member whose message carried it) tells it.
+  void OnUpdate(const v1::MemberUpdate& update, double now_s, const std::string& from = "");
   // Suspicions that timed out become silent. Call every period.
   void Tick(double now_s);
   // This node is stopping: tell the others.

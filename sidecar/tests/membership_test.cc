@@ -90,6 +90,22 @@ TEST_F(MembershipTest, SuspectThenSilentAfterTheTimeoutUnlessRefuted) {
   EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kAlive);
 }
 
+TEST_F(MembershipTest, OthersSuspicionsConfirmSooner) {
+  Membership m = Make({"b:1", "c:1", "d:1"});
+  for (const char* id : {"b:1", "c:1", "d:1"}) m.OnContact(HeaderOf(id), 0);
+  m.OnDirectFailure("b:1", "no answer within 250 ms", 1);
+  m.OnIndirectResult("b:1", false, 1);
+  // c and d suspect b too: a third of the timeout (floored).
+  m.OnUpdate(Update("b:1", MemberUpdate::SUSPECT, 0), 1.1, "c:1");
+  m.OnUpdate(Update("b:1", MemberUpdate::SUSPECT, 0), 1.1, "c:1");  // Counted once.
+  m.OnUpdate(Update("b:1", MemberUpdate::SUSPECT, 0), 1.1, "d:1");
+  const double expected = std::max(0.5, m.SuspicionTimeout() / 3);
+  m.Tick(1 + expected - 0.01);
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kSuspect);
+  m.Tick(1 + expected);
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kSilent);
+}
+
 TEST_F(MembershipTest, AMemberNeverHeardFromIsNotSuspected) {
   Membership m = Make({"b:1"});
   m.OnDirectFailure("b:1", "connection refused", 1);

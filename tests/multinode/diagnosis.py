@@ -1,0 +1,93 @@
+#!/usr/bin/python3
+"""What the sidecars must say about each network fault, as predicates over their views.
+
+Shared by network_truth_test.py (which asserts them) and network_bench.py (which times them).
+A view is a sidecar's /api/v1/tasks, asked from inside its own node. Standard library only.
+"""
+
+import time
+
+HELD_UP = ("blocked", "stalled", "slow", "up")
+NEVER_FOR_A_LIVE_TASK = ("dead", "hung")
+
+
+def task(view, name):
+    for t in view.get("tasks", []):
+        if t.get("name") == name:
+            return t
+    return None
+
+
+def node(view, hostname):
+    for n in view.get("nodes", []):
+        if n.get("hostname") == hostname:
+            return n
+    return None
+
+
+def views(t, nodes):
+    """{node: view}; a sidecar that does not answer is left out."""
+    out = {}
+    for n in nodes:
+        try:
+            out[n] = t.view(n, timeout=1.5)
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def partition_named(view, a, b):
+    """The view names the partition: a cannot reach b, both alive; a's reason starts with it;
+    neither is called dead or hung."""
+    if not any(p.get("a") == a and p.get("b") == b for p in view.get("partitions", [])):
+        return False
+    ta, tb = task(view, a), task(view, b)
+    return (ta is not None and tb is not None and ta["state"] in HELD_UP
+            and "partition: cannot reach " + b in ta["reason"]
+            and ta["state"] not in NEVER_FOR_A_LIVE_TASK
+            and tb["state"] not in NEVER_FOR_A_LIVE_TASK
+            and "partitioned from " + a in tb["reason"])
+
+
+def no_partition(view):
+    return not view.get("partitions")
+
+
+def isolated_seen_from_outside(view, hostname, tasks):
+    """The node is one incident: silent, and each of its tasks unreachable because of it."""
+    n = node(view, hostname)
+    if n is None or n.get("status") != "silent":
+        return False
+    return all((task(view, t) or {}).get("state") == "unreachable"
+               and "is cut off from every other node" in task(view, t)["reason"] for t in tasks)
+
+
+def isolated_seen_from_inside(view):
+    return view.get("isolated") is True and any(
+        n.get("status") == "isolated" for n in view.get("nodes", []))
+
+
+def state_is(view, name, *states):
+    t = task(view, name)
+    return t is not None and t["state"] in states
+
+
+def ps_blamed(view, ps, workers):
+    """The ps is slow by its own figures; each worker names it as where its step went."""
+    p = task(view, ps)
+    if p is None or p["state"] != "slow" or "on the ps itself" not in p["reason"]:
+        return False
+    return all(("in calls to " + ps) in (task(view, w) or {}).get("reason", "") for w in workers)
+
+
+def wait(what, predicate, timeout, interval=0.05):
+    """Seconds until predicate() is true; raises AssertionError naming `what` on timeout."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        try:
+            if predicate():
+                return time.monotonic() - start
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(interval)
+    raise AssertionError(f"not within {timeout:.0f} s: {what}")
