@@ -10,7 +10,7 @@ grpc::ChannelArguments MakeChannelArguments(const ChannelOptions& o) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, o.keepalive_time_ms);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, o.keepalive_timeout_ms);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, o.keepalive_without_calls ? 1 : 0);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, o.min_reconnect_ms);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, o.min_reconnect_ms);
@@ -30,8 +30,7 @@ void AcceptKeepalive(grpc::ServerBuilder* builder, const ChannelOptions& o) {
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                               o.keepalive_time_ms / 2);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, o.keepalive_time_ms);
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, o.server_keepalive_time_ms);
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, o.keepalive_timeout_ms);
 }
 

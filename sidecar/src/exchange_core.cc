@@ -54,6 +54,17 @@ ExchangeCore::Period ExchangeCore::OnPeriod(Now now, bool sync_due) {
   return p;
 }
 
+int ExchangeCore::ProbeTimeoutMs(const std::string& target) const {
+  int ms = options_.probe_timeout_ms * membership_.HealthMultiplier();
+  const Member* m = membership_.Find(target);
+  if (m == nullptr || !m->heard) ms = std::max(ms, 1000);
+  return ms;
+}
+
+double ExchangeCore::PeriodSeconds() const {
+  return options_.membership.period_s * membership_.HealthMultiplier();
+}
+
 void ExchangeCore::FillHeader(v1::Header* h) const {
   h->set_protocol_version(kExchangeProtocolVersion);
   h->set_cluster(options_.cluster);
@@ -82,11 +93,14 @@ std::vector<std::string> ExchangeCore::OnPingDone(const std::string& target, boo
     stats_.bytes_received += static_cast<int64_t>(response.ByteSizeLong());
     Contact(response.header(), target, now.s);
     ApplyGossip(response.gossip(), target, now);
+    if (probe) membership_.OnProbeAnswered();
     return {};
   }
   stats_.errors++;
   NoteError(target, why);
   if (!probe) return {};
+  const Member* m = membership_.Find(target);
+  if (m != nullptr && m->heard) membership_.OnProbeMissed();
   membership_.OnDirectFailure(target, why, now.s);
   std::vector<std::string> helpers =
       membership_.IndirectHelpers(target, options_.membership.indirect_probes);

@@ -30,7 +30,7 @@ struct ExchangeOptions {
   int probe_timeout_ms = 250;             // A direct probe's deadline.
   int indirect_timeout_ms = 500;          // The deadline of an indirect probe, through a helper.
   double sync_interval_s = 1;             // Anti-entropy with one member this often ...
-  size_t sync_slice = 64;                 // ... over this many records.
+  size_t sync_slice = 32;                 // ... over this many records.
   int gossip_fanout = 3;                  // Members news is pushed to at once.
   size_t gossip_budget_bytes = 32 << 10;  // News per message.
   size_t max_message_bytes = 4 << 20;
@@ -83,6 +83,12 @@ class ExchangeCore {
     std::optional<std::string> sync;   // Compare a slice of records with it.
   };
   Period OnPeriod(Now now, bool sync_due);
+
+  // The deadline of a direct probe of `target` and the period now: the configured ones times the
+  // local health multiplier; a first contact (a member never heard) gets at least a second,
+  // since it includes setting up the connection.
+  int ProbeTimeoutMs(const std::string& target) const;
+  double PeriodSeconds() const;
 
   // Client side: fill a request, then hand over its outcome (`error` "" when it succeeded).
   void FillPing(const std::string& target, v1::PingRequest* request);

@@ -2,9 +2,15 @@
 #include "http_server.h"
 
 #include <civetweb.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -60,6 +66,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   std::call_once(init, [] { mg_init_library(0); });
   std::unique_ptr<HttpServer> server(new HttpServer);
   server->handler_ = std::move(handler);
+  server->address_ = address;
   std::string ports = absl::StrCat(address, ":", port);
   const char* options[] = {
       "listening_ports",   ports.c_str(), "num_threads", "3", "request_timeout_ms", "5000",
@@ -89,7 +96,30 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
 }
 
 HttpServer::~HttpServer() {
-  if (ctx_ != nullptr) mg_stop(ctx_);
+  if (ctx_ == nullptr) return;
+  // mg_stop waits until civetweb's listening thread sees the stop flag, which it checks only
+  // when its poll returns (up to a second later). Connecting to our own port makes it return.
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    mg_stop(ctx_);
+    stopped.store(true);
+  });
+  const std::string host = address_.empty() || address_ == "0.0.0.0" ? "127.0.0.1" : address_;
+  for (int i = 0; i < 100 && !stopped.load(); ++i) {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    if (getaddrinfo(host.c_str(), std::to_string(port_).c_str(), &hints, &res) == 0 && res) {
+      int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd >= 0) {
+        connect(fd, res->ai_addr, res->ai_addrlen);
+        close(fd);
+      }
+      freeaddrinfo(res);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  stopper.join();
 }
 
 }  // namespace trainscope::sidecar

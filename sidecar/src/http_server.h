@@ -39,6 +39,7 @@ class HttpServer {
   mg_context* ctx_ = nullptr;
   Handler handler_;
   int port_ = 0;
+  std::string address_;
 };
 
 }  // namespace trainscope::sidecar

@@ -266,6 +266,12 @@ void Membership::Tick(double now_s) {
   }
 }
 
+void Membership::OnProbeAnswered() { local_health_ = std::max(0, local_health_ - 1); }
+
+void Membership::OnProbeMissed() {
+  local_health_ = std::min(options_.max_local_health, local_health_ + 1);
+}
+
 void Membership::Leave() {
   MemberUpdate u;
   u.set_node(self_);
@@ -354,6 +360,8 @@ void Membership::Announce(const Member& m) {
 }
 
 void Membership::Refute(uint64_t at_least) {
+  // Being suspected while alive says this node answers late: slow down too.
+  OnProbeMissed();
   incarnation_ = std::max(incarnation_ + 1, at_least);
   MemberUpdate u;
   u.set_node(self_);

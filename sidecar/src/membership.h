@@ -40,6 +40,11 @@ struct MembershipOptions {
   // Direct probes of a member that must fail in a row (while it answers through others) before
   // the link to it counts as cut.
   int link_cut_after = 2;
+  // Local health (Lifeguard): each probe this node sends that gets no answer raises a score, each
+  // answered one lowers it (0..max_local_health); the probe period and timeout are multiplied by
+  // 1 + score. A node too loaded to hear answers in time slows itself down instead of flooding
+  // the cluster with suspicions and indirect probes.
+  int max_local_health = 8;
   // Gossip retransmissions of one update: mult * ceil(log10(members + 1)), at least 3. At 4
   // (memberlist's default) one node in 64 misses a change now and then and waits for
   // anti-entropy; at 6 none did in the scale bench's simulation (docs/sidecar.md).
@@ -91,6 +96,11 @@ class Membership {
   void Tick(double now_s);
   // This node is stopping: tell the others.
   void Leave();
+  // A direct probe of this node got its answer, or none (local health, above).
+  void OnProbeAnswered();
+  void OnProbeMissed();
+  // 1 + the local health score: how much slower than configured this node probes.
+  int HealthMultiplier() const { return 1 + local_health_; }
 
   // Updates to gossip (each replaces older news about the same member). Drained by the caller
   // through the broadcast queue.
@@ -138,6 +148,7 @@ class Membership {
   // Isolation: the last direct exchange with any member, and the distinct members tried since.
   double last_any_contact_;
   bool ever_contacted_ = false;
+  int local_health_ = 0;
   std::map<std::string, bool> tried_since_contact_;
   double started_s_;
 };

@@ -154,7 +154,6 @@ class PeerExchange::Impl {
   // ---- The timer thread. ----
 
   void Loop() {
-    const double period = core_.options().membership.period_s;
     double next_period = MonotonicSeconds();
     double next_sync = next_period + core_.options().sync_interval_s;
     double published_at = 0;
@@ -169,7 +168,14 @@ class PeerExchange::Impl {
       }
       const Now now = Clock();
       const bool tick = now.s >= next_period;
-      if (tick) next_period = std::max(next_period + period, now.s);
+      if (tick) {
+        double period = 0;
+        {
+          std::lock_guard lock(mu_);
+          period = core_.PeriodSeconds();
+        }
+        next_period = std::max(next_period + period, now.s);
+      }
       const bool sync = tick && now.s >= next_sync;
       if (sync) next_sync = now.s + core_.options().sync_interval_s;
       std::vector<TaskView> views = local_();
@@ -193,7 +199,12 @@ class PeerExchange::Impl {
         Log();
       }
       for (const auto& [target, kind] : pings) {
-        SendPing(target, kind, core_.options().probe_timeout_ms);
+        int timeout_ms = 0;
+        {
+          std::lock_guard lock(mu_);
+          timeout_ms = core_.ProbeTimeoutMs(target);
+        }
+        SendPing(target, kind, timeout_ms);
       }
       if (sync_target) SendSync(*sync_target);
     }
@@ -216,6 +227,7 @@ class PeerExchange::Impl {
     if (it != stubs_.end()) return it->second.get();
     ChannelOptions channel;
     channel.max_receive_bytes = static_cast<int>(core_.options().max_message_bytes);
+    channel.keepalive_without_calls = false;
     auto stub = v1::Exchange::NewStub(MakeChannel(target, channel));
     return stubs_.emplace(target, std::move(stub)).first->second.get();
   }

@@ -10,8 +10,8 @@
 
 namespace trainscope::sidecar {
 
-TaskWatcher::TaskWatcher(WatcherOptions options, std::function<void()> on_tick)
-    : options_(std::move(options)), on_tick_(std::move(on_tick)) {
+TaskWatcher::TaskWatcher(WatcherOptions options, std::function<void()> on_change)
+    : options_(std::move(options)), on_change_(std::move(on_change)) {
   const double now = MonotonicSeconds();
   auto snapshot = std::make_shared<LocalSnapshot>();
   for (const WatchedTask& t : options_.tasks) {
@@ -43,7 +43,7 @@ std::shared_ptr<const LocalSnapshot> TaskWatcher::snapshot() const {
 }
 
 void TaskWatcher::Publish(std::vector<TaskView> views, std::vector<TaskCounters> counters,
-                          bool paused) {
+                          bool paused, bool changed) {
   auto s = std::make_shared<LocalSnapshot>();
   s->views = std::move(views);
   s->counters = std::move(counters);
@@ -52,7 +52,7 @@ void TaskWatcher::Publish(std::vector<TaskView> views, std::vector<TaskCounters>
     s->pauses = snapshot_->pauses + (paused ? 1 : 0);
     snapshot_ = std::move(s);
   }
-  if (on_tick_) on_tick_();
+  if (changed && on_change_) on_change_();
 }
 
 void TaskWatcher::Loop() {
@@ -79,8 +79,8 @@ void TaskWatcher::Loop() {
       if (stop_) break;
     }
     bool failed = false;
-    // Wake at least every 50 ms to see a stop request.
-    poller.Wait(std::min(next_tick, MonotonicSeconds() + 0.05), [&](size_t i, const PollResult& r) {
+    // Until the next tick (a stop request is seen within one interval).
+    poller.Wait(next_tick, [&](size_t i, const PollResult& r) {
       trackers_[i].OnResult(r);
       failed |= !r.ok;
     });
@@ -108,10 +108,14 @@ void TaskWatcher::Loop() {
       }
     }
     const double unix_now = UnixSeconds();
+    bool changed = false;
     for (size_t i = 0; i < trackers_.size(); ++i) {
       views[i] = trackers_[i].Evaluate(now, unix_now, proc);
       counters[i] = trackers_[i].counters();
-      for (const std::string& e : trackers_[i].TakeEvents()) spdlog::info("{}", e);
+      for (const std::string& e : trackers_[i].TakeEvents()) {
+        spdlog::info("{}", e);
+        changed = true;
+      }
     }
     for (TaskView& v : views) {
       if (v.state != TaskState::kUp) continue;
@@ -121,7 +125,7 @@ void TaskWatcher::Loop() {
         v.reason = straggler;
       }
     }
-    Publish(views, counters, paused);
+    Publish(views, counters, paused, changed);
     if (tick) {
       next_tick += interval;
       if (next_tick < now) next_tick = now + interval;

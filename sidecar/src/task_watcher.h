@@ -41,8 +41,9 @@ struct LocalSnapshot {
 
 class TaskWatcher {
  public:
-  // `on_tick` runs on the watcher's thread after each publication (keep it cheap).
-  TaskWatcher(WatcherOptions options, std::function<void()> on_tick);
+  // `on_change` runs on the watcher's thread after a publication in which a task changed state
+  // or restarted (keep it cheap).
+  TaskWatcher(WatcherOptions options, std::function<void()> on_change);
   ~TaskWatcher();
   void Start();
   // Returns once the loop has stopped and every call in flight is cancelled.
@@ -51,10 +52,11 @@ class TaskWatcher {
 
  private:
   void Loop();
-  void Publish(std::vector<TaskView> views, std::vector<TaskCounters> counters, bool paused);
+  void Publish(std::vector<TaskView> views, std::vector<TaskCounters> counters, bool paused,
+               bool changed);
 
   WatcherOptions options_;
-  std::function<void()> on_tick_;
+  std::function<void()> on_change_;
   std::vector<TaskTracker> trackers_;  // Owned by the loop's thread.
   mutable std::mutex mu_;              // Guards snapshot_ and stop_.
   std::shared_ptr<const LocalSnapshot> snapshot_;

@@ -106,6 +106,18 @@ TEST_F(MembershipTest, OthersSuspicionsConfirmSooner) {
   EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kSilent);
 }
 
+TEST_F(MembershipTest, MissedProbesSlowThisNodeDownAndAnswersSpeedItUp) {
+  Membership m = Make({"b:1"});
+  EXPECT_EQ(m.HealthMultiplier(), 1);
+  for (int i = 0; i < 20; ++i) m.OnProbeMissed();
+  EXPECT_EQ(m.HealthMultiplier(), 9);  // Capped at 1 + max_local_health.
+  m.OnProbeAnswered();
+  m.OnProbeAnswered();
+  EXPECT_EQ(m.HealthMultiplier(), 7);
+  m.OnUpdate(Update("a:1", MemberUpdate::SUSPECT, 0, 7), 1);  // Doubted: slow down.
+  EXPECT_EQ(m.HealthMultiplier(), 8);
+}
+
 TEST_F(MembershipTest, AMemberNeverHeardFromIsNotSuspected) {
   Membership m = Make({"b:1"});
   m.OnDirectFailure("b:1", "connection refused", 1);

@@ -19,6 +19,12 @@ struct ChannelOptions {
   // longer than keepalive_timeout_ms: a silent connection fails within about their sum.
   int keepalive_time_ms = 1000;
   int keepalive_timeout_ms = 1000;
+  // Ping also while no call is in flight. Off for channels that are mostly idle between short
+  // calls with deadlines (the sidecars' exchange: one channel per peer, pinged every second
+  // each, would cost in proportion to the cluster).
+  bool keepalive_without_calls = true;
+  // A server pings its own clients this often (it mostly only answers theirs).
+  int server_keepalive_time_ms = 10000;
   // Reconnection backoff after a failure.
   int min_reconnect_ms = 100;
   int max_reconnect_ms = 1000;
