@@ -55,6 +55,14 @@ int main(int argc, char** argv) {
   app.add_flag("--disable_telemetry", no_telemetry, "Record no metrics and no spans");
   app.add_flag("--disable_tracing", no_tracing,
                "Export no spans (OTEL_EXPORTER_OTLP_ENDPOINT says where they go otherwise)");
+  app.add_option("--trace_slow_ms", r.trace_slow_ms,
+                 "A ps call this slow is always traced, both halves (give every task the same)")
+      ->check(CLI::Range(1, 3600 * 1000))
+      ->capture_default_str();
+  app.add_option("--trace_buffer_records", r.trace_buffer_records,
+                 "Calls held for deciding afterwards which to trace (88 bytes each)")
+      ->check(CLI::Range(1024, 1 << 24))
+      ->capture_default_str();
   bool check_config = false;
   app.add_flag(
       "--check_config", check_config,

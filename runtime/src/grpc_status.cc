@@ -4,7 +4,6 @@
 #include "internal.h"
 #include "trainscope/common/grpc_channel.h"
 #include "trainscope/runtime/status_macros.h"
-#include "trainscope/telemetry/grpc_instrumentation.h"
 
 namespace trainscope {
 
@@ -18,21 +17,14 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-std::shared_ptr<grpc::Channel> MakePeerChannel(const std::string& address,
-                                               telemetry::Telemetry* telemetry, const TaskRef& self,
-                                               const TaskRef& peer) {
+std::shared_ptr<grpc::Channel> MakePeerChannel(const std::string& address) {
   ChannelOptions options;
   options.max_receive_bytes = -1;
   grpc::ChannelArguments args = MakeChannelArguments(options);
   args.SetMaxSendMessageSize(-1);
   // Keep one connection per peer even when several channels point at it.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto interceptors = telemetry::ClientInterceptors(telemetry, self, peer, address);
-  if (interceptors.empty()) {
-    return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-  }
-  return grpc::experimental::CreateCustomChannelWithInterceptors(
-      address, grpc::InsecureChannelCredentials(), args, std::move(interceptors));
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
 TensorSpec SpecFromProto(const v1::Tensor& tensor) {
@@ -56,5 +48,58 @@ v1::TaskId TaskIdToProto(const TaskRef& ref) {
 }
 
 TaskRef TaskIdFromProto(const v1::TaskId& id) { return TaskRef{id.role(), id.index()}; }
+
+namespace {
+
+template <size_t N>
+uint64_t BigEndian(const std::array<uint8_t, N>& bytes, size_t from) {
+  uint64_t v = 0;
+  for (size_t i = from; i < from + 8; ++i) v = v << 8 | bytes[i];
+  return v;
+}
+
+template <size_t N>
+void FromBigEndian(uint64_t v, std::array<uint8_t, N>* bytes, size_t from) {
+  for (size_t i = from + 8; i > from; --i, v >>= 8) (*bytes)[i - 1] = static_cast<uint8_t>(v);
+}
+
+}  // namespace
+
+TraceFields TraceToFields(const telemetry::ClientCall& call) {
+  const telemetry::SpanContext& context = call.context();
+  if (!context.valid()) return {};
+  return {BigEndian(context.trace_id, 0), BigEndian(context.trace_id, 8),
+          BigEndian(context.span_id, 0), context.sampled ? 1u : 0u};
+}
+
+void KeptToProto(const telemetry::ClientCall& call,
+                 google::protobuf::RepeatedPtrField<v1::CallId>* kept) {
+  std::vector<telemetry::CallId> ids;
+  call.TakeKept(&ids);
+  for (const telemetry::CallId& id : ids) {
+    v1::CallId* out = kept->Add();
+    out->set_trace_id_high(BigEndian(id.trace_id, 0));
+    out->set_trace_id_low(BigEndian(id.trace_id, 8));
+    out->set_span_id(BigEndian(id.span_id, 0));
+    out->set_start_unix_nano(id.start_unix_nano);
+  }
+}
+
+telemetry::RemoteContext TraceFromFields(
+    const TraceFields& fields, const google::protobuf::RepeatedPtrField<v1::CallId>& kept) {
+  telemetry::RemoteContext remote;
+  FromBigEndian(fields.trace_id_high, &remote.parent.trace_id, 0);
+  FromBigEndian(fields.trace_id_low, &remote.parent.trace_id, 8);
+  FromBigEndian(fields.span_id, &remote.parent.span_id, 0);
+  remote.parent.sampled = (fields.flags & 1) != 0;
+  for (const v1::CallId& id : kept) {
+    telemetry::CallId& c = remote.kept.emplace_back();
+    FromBigEndian(id.trace_id_high(), &c.trace_id, 0);
+    FromBigEndian(id.trace_id_low(), &c.trace_id, 8);
+    FromBigEndian(id.span_id(), &c.span_id, 0);
+    c.start_unix_nano = id.start_unix_nano();
+  }
+  return remote;
+}
 
 }  // namespace trainscope

@@ -12,6 +12,7 @@
 #include "task_status.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/runtime/tensor.h"
+#include "trainscope/telemetry/grpc_instrumentation.h"
 #include "trainscope/v1/runtime.pb.h"
 
 namespace trainscope {
@@ -20,12 +21,9 @@ namespace telemetry {
 class Telemetry;
 }
 
-// A channel from `self` to `peer` at `address` with keepalive (a connection that stops carrying
-// packets fails within about 2 s), quick reconnection (100 ms to 1 s backoff), messages of any
-// size, and its calls recorded in `telemetry` (may be null).
-std::shared_ptr<grpc::Channel> MakePeerChannel(const std::string& address,
-                                               telemetry::Telemetry* telemetry = nullptr,
-                                               const TaskRef& self = {}, const TaskRef& peer = {});
+// A channel to `address` with keepalive (a connection that stops carrying packets fails within
+// about 2 s), quick reconnection (100 ms to 1 s backoff) and messages of any size.
+std::shared_ptr<grpc::Channel> MakePeerChannel(const std::string& address);
 
 // The ps tasks a worker reached in CreateSession. Immutable after creation; thread-safe.
 class Session {
@@ -35,6 +33,7 @@ class Session {
     std::string address;
     std::shared_ptr<grpc::Channel> channel;
     PeerHealth* health;
+    int index = -1;  // Its telemetry peer index (RpcMetrics::PeerIndex).
   };
   Session(std::vector<Peer> ps, telemetry::Telemetry* telemetry, TaskStatus* status)
       : ps_(std::move(ps)), telemetry_(telemetry), status_(status) {}
@@ -51,10 +50,53 @@ class Session {
   TaskStatus* status_;
 };
 
+// A message's size in bytes, as its call metrics count it.
+inline int64_t MessageBytes(const google::protobuf::MessageLite& message) {
+  return static_cast<int64_t>(message.ByteSizeLong());
+}
+
 // Proto <-> bookkeeping conversions at the edge.
 TensorSpec SpecFromProto(const v1::Tensor& tensor);
 void SpecToProto(const TensorSpec& spec, v1::Tensor* tensor);
 v1::TaskId TaskIdToProto(const TaskRef& ref);
 TaskRef TaskIdFromProto(const v1::TaskId& id);
+// Tracing fields of a ParameterService request (they all have the same ones).
+struct TraceFields {
+  uint64_t trace_id_high = 0;
+  uint64_t trace_id_low = 0;
+  uint64_t span_id = 0;
+  uint32_t flags = 0;
+};
+// The trace context of `call` as request fields; all zero when the call is not traced.
+TraceFields TraceToFields(const telemetry::ClientCall& call);
+// Earlier calls to the same peer that `call` should tell it were kept, as CallIds.
+void KeptToProto(const telemetry::ClientCall& call,
+                 google::protobuf::RepeatedPtrField<v1::CallId>* kept);
+// What a request carried.
+telemetry::RemoteContext TraceFromFields(
+    const TraceFields& fields, const google::protobuf::RepeatedPtrField<v1::CallId>& kept);
+
+// Puts `call`'s trace context into `request`; leaves untraced calls' requests without it.
+template <typename Request>
+void SetTrace(const telemetry::ClientCall& call, Request* request) {
+  if (!call.context().valid()) return;
+  const TraceFields f = TraceToFields(call);
+  request->set_trace_id_high(f.trace_id_high);
+  request->set_trace_id_low(f.trace_id_low);
+  request->set_span_id(f.span_id);
+  request->set_trace_flags(f.flags);
+  request->clear_kept_calls();
+  KeptToProto(call, request->mutable_kept_calls());
+}
+
+// What `request` carried, or null (into `*out`) when it carried no trace context.
+template <typename Request>
+const telemetry::RemoteContext* GetTrace(const Request& request, telemetry::RemoteContext* out) {
+  if (request.span_id() == 0) return nullptr;
+  *out = TraceFromFields(
+      {request.trace_id_high(), request.trace_id_low(), request.span_id(), request.trace_flags()},
+      request.kept_calls());
+  return out;
+}
 
 }  // namespace trainscope

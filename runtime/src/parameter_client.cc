@@ -17,6 +17,7 @@
 #include "trainscope/common/rpc_error.h"
 #include "trainscope/runtime/status_macros.h"
 #include "trainscope/telemetry/context.h"
+#include "trainscope/telemetry/grpc_instrumentation.h"
 #include "trainscope/telemetry/telemetry.h"
 #include "trainscope/v1/runtime.grpc.pb.h"
 
@@ -70,7 +71,12 @@ ParameterClient::~ParameterClient() = default;
 struct ParameterClient::Call {
   PsStub* ps = nullptr;
   const char* method = "";
-  std::function<void(grpc::ClientContext*, std::function<void(grpc::Status)>)> start;
+  int method_index = 0;  // telemetry::methods::k...
+  // Starts one attempt: puts the attempt's trace context into the request, makes the call, and
+  // ends `attempt` with the messages' sizes before calling `done`.
+  std::function<void(grpc::ClientContext*, telemetry::ClientCall* attempt,
+                     std::function<void(grpc::Status)> done)>
+      start;
   grpc::Status status;
   int attempts = 0;
   double seconds = 0;  // Of every attempt together.
@@ -78,13 +84,15 @@ struct ParameterClient::Call {
 
 namespace {
 
-int MethodIndex(telemetry::RpcMetrics& m, const char* method) {
-  static const int kPull = m.MethodIndex("trainscope.v1.ParameterService/Pull");
-  static const int kPush = m.MethodIndex("trainscope.v1.ParameterService/Push");
-  static const int kCreate = m.MethodIndex("trainscope.v1.ParameterService/CreateVariable");
-  return std::strcmp(method, "Pull") == 0   ? kPull
-         : std::strcmp(method, "Push") == 0 ? kPush
-                                            : kCreate;
+// Starts `rpc` (an async stub call) for `request`/`response` as one traced attempt.
+template <typename Request, typename Response, typename Rpc>
+void StartAttempt(grpc::ClientContext* ctx, telemetry::ClientCall* attempt, Request* request,
+                  Response* response, std::function<void(grpc::Status)> done, Rpc rpc) {
+  SetTrace(*attempt, request);
+  rpc(ctx, request, response, [attempt, request, response, done = std::move(done)](grpc::Status s) {
+    attempt->End(s, request->GetCachedSize(), static_cast<int64_t>(response->ByteSizeLong()));
+    done(std::move(s));
+  });
 }
 
 // A failed call in words that blame the right thing: the ps, or the network to it.
@@ -145,14 +153,17 @@ absl::Status ParameterClient::RunAll(std::vector<Call>& calls) {
     std::condition_variable cv;
     size_t finished = 0;
     std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+    std::vector<std::unique_ptr<telemetry::ClientCall>> attempts;
     const double round_start = MonotonicSeconds();
     std::vector<double> ended(calls.size(), 0);
     for (size_t i : pending) {
       auto ctx = std::make_unique<grpc::ClientContext>();
       ctx->set_deadline(std::chrono::system_clock::now() +
                         std::chrono::milliseconds(rpc_deadline_ms_));
+      auto attempt = std::make_unique<telemetry::ClientCall>(
+          telemetry, calls[i].method_index, calls[i].ps->peer->index, rpc_deadline_ms_);
       calls[i].attempts++;
-      calls[i].start(ctx.get(), [&, i](grpc::Status s) {
+      calls[i].start(ctx.get(), attempt.get(), [&, i](grpc::Status s) {
         std::lock_guard lock(mu);
         calls[i].status = std::move(s);
         ended[i] = MonotonicSeconds();
@@ -160,6 +171,7 @@ absl::Status ParameterClient::RunAll(std::vector<Call>& calls) {
         cv.notify_all();
       });
       contexts.push_back(std::move(ctx));
+      attempts.push_back(std::move(attempt));
     }
     {
       std::unique_lock lock(mu);
@@ -197,8 +209,8 @@ absl::Status ParameterClient::RunAll(std::vector<Call>& calls) {
   for (Call& c : calls) {
     if (telemetry != nullptr && telemetry->enabled()) {
       telemetry::RpcMetrics& m = telemetry->rpc();
-      m.ClientCallEnded(MethodIndex(m, c.method), c.status.error_code(),
-                        m.RoleIndex(c.ps->peer->task.role), c.seconds);
+      m.ClientCallEnded(c.method_index, c.status.error_code(), m.PeerRoleIndex(c.ps->peer->index),
+                        c.seconds);
     }
     if (!c.status.ok() && first.ok()) {
       first = CallError(c.method, self_, c.ps->peer->task, c.ps->peer->address, c.status,
@@ -223,9 +235,14 @@ absl::Status ParameterClient::CreateVariables(const std::vector<VariableDef>& va
     PsStub* ps = ps_[placement[def.name]].get();
     calls[k].ps = ps;
     calls[k].method = "CreateVariable";
+    calls[k].method_index = telemetry::methods::kCreateVariable;
     calls[k].start = [ps, &request, &response = responses[k]](
-                         grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
-      ps->stub->async()->CreateVariable(ctx, &request, &response, std::move(done));
+                         grpc::ClientContext* ctx, telemetry::ClientCall* attempt,
+                         std::function<void(grpc::Status)> done) {
+      StartAttempt(ctx, attempt, &request, &response, std::move(done),
+                   [ps](auto* context, auto* req, auto* resp, auto cb) {
+                     ps->stub->async()->CreateVariable(context, req, resp, std::move(cb));
+                   });
     };
   }
   TS_RETURN_IF_ERROR(RunAll(calls));
@@ -251,10 +268,15 @@ absl::Status ParameterClient::PullAll(std::vector<std::string>* values) {
     Call c;
     c.ps = ps;
     c.method = "Pull";
+    c.method_index = telemetry::methods::kPull;
     c.start = [ps, &response = responses[p]](grpc::ClientContext* ctx,
+                                             telemetry::ClientCall* attempt,
                                              std::function<void(grpc::Status)> done) {
       response.Clear();
-      ps->stub->async()->Pull(ctx, &ps->pull_request, &response, std::move(done));
+      StartAttempt(ctx, attempt, &ps->pull_request, &response, std::move(done),
+                   [ps](auto* context, auto* req, auto* resp, auto cb) {
+                     ps->stub->async()->Pull(context, req, resp, std::move(cb));
+                   });
     };
     calls.push_back(std::move(c));
     which.push_back(p);
@@ -306,9 +328,14 @@ absl::Status ParameterClient::PushAll(std::vector<std::pair<size_t, std::string>
     request.set_learning_rate(learning_rate);
     calls[k].ps = ps;
     calls[k].method = "Push";
+    calls[k].method_index = telemetry::methods::kPush;
     calls[k].start = [ps, &request, &response = responses[k]](
-                         grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
-      ps->stub->async()->Push(ctx, &request, &response, std::move(done));
+                         grpc::ClientContext* ctx, telemetry::ClientCall* attempt,
+                         std::function<void(grpc::Status)> done) {
+      StartAttempt(ctx, attempt, &request, &response, std::move(done),
+                   [ps](auto* context, auto* req, auto* resp, auto cb) {
+                     ps->stub->async()->Push(context, req, resp, std::move(cb));
+                   });
     };
   }
   return RunAll(calls);

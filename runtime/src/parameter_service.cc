@@ -35,17 +35,19 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
   grpc::Status CreateVariable(grpc::ServerContext* context,
                               const v1::CreateVariableRequest* request,
                               v1::CreateVariableResponse* response) override {
-    telemetry::ServerCall call(task_->telemetry_.get(), *context,
-                               "trainscope.v1.ParameterService/CreateVariable", *request);
+    telemetry::RemoteContext remote;
+    telemetry::ServerCall call(
+        task_->telemetry_.get(), *context, telemetry::methods::kCreateVariable,
+        task_->CallerIndex(request->from()), GetTrace(*request, &remote), MessageBytes(*request));
     Inflight inflight(task_->metrics_.get());
-    SleepFor(task_->parameter_delay_ms_.load());
+    task_->InjectedParameterDelay();
     const std::string from = TaskIdFromProto(request->from()).ShortName();
     auto existed = task_->store_->Create(request->name(), SpecFromProto(request->initial()),
                                          request->initial().content(), from);
     if (!existed.ok()) {
       spdlog::error("CreateVariable from {} refused: {}", from,
                     std::string(existed.status().message()));
-      return call.Finish(ToGrpcStatus(existed.status()), nullptr);
+      return call.Finish(ToGrpcStatus(existed.status()), 0);
     }
     if (!*existed) {
       spdlog::info("created variable '{}' {} for {}; holding {} in {} variables", request->name(),
@@ -53,39 +55,43 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
                    HumanBytes(task_->store_->bytes_held()), task_->store_->num_variables());
     }
     response->set_existed(*existed);
-    return call.Finish(grpc::Status::OK, response);
+    return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
 
   grpc::Status Pull(grpc::ServerContext* context, const v1::PullRequest* request,
                     v1::PullResponse* response) override {
-    telemetry::ServerCall call(task_->telemetry_.get(), *context,
-                               "trainscope.v1.ParameterService/Pull", *request);
+    telemetry::RemoteContext remote;
+    telemetry::ServerCall call(task_->telemetry_.get(), *context, telemetry::methods::kPull,
+                               task_->CallerIndex(request->from()), GetTrace(*request, &remote),
+                               MessageBytes(*request));
     Inflight inflight(task_->metrics_.get());
     const double start = MonotonicSeconds();
-    SleepFor(task_->parameter_delay_ms_.load());
+    task_->InjectedParameterDelay();
     call.Phase("ps.queue");
     const double queued = MonotonicSeconds();
     for (const std::string& name : request->names()) {
       v1::Tensor* tensor = response->add_values();
       TensorSpec spec;
       absl::Status st = task_->store_->Read(name, &spec, tensor->mutable_content());
-      if (!st.ok()) return call.Finish(ToGrpcStatus(st), nullptr);
+      if (!st.ok()) return call.Finish(ToGrpcStatus(st), 0);
       SpecToProto(spec, tensor);
     }
     call.Phase("ps.read");
     const double end = MonotonicSeconds();
     task_->status_.RecordServed(end - start, queued - start, end - queued);
     response->set_version(task_->store_->updates_applied());
-    return call.Finish(grpc::Status::OK, response);
+    return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
 
   grpc::Status Push(grpc::ServerContext* context, const v1::PushRequest* request,
                     v1::PushResponse* response) override {
-    telemetry::ServerCall call(task_->telemetry_.get(), *context,
-                               "trainscope.v1.ParameterService/Push", *request);
+    telemetry::RemoteContext remote;
+    telemetry::ServerCall call(task_->telemetry_.get(), *context, telemetry::methods::kPush,
+                               task_->CallerIndex(request->from()), GetTrace(*request, &remote),
+                               MessageBytes(*request));
     Inflight inflight(task_->metrics_.get());
     const double start = MonotonicSeconds();
-    SleepFor(task_->parameter_delay_ms_.load());
+    task_->InjectedParameterDelay();
     const std::string from = TaskIdFromProto(request->from()).ShortName();
     ParameterStore::Timing timing;
     absl::Status st = task_->store_->ApplyGradient(
@@ -104,11 +110,11 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
                                 timing.apply_seconds);
     if (!st.ok()) {
       spdlog::error("Push from {} refused: {}", from, std::string(st.message()));
-      return call.Finish(ToGrpcStatus(st), nullptr);
+      return call.Finish(ToGrpcStatus(st), 0);
     }
     task_->status_.SetSteps(static_cast<int64_t>(task_->store_->updates_applied()));
     response->set_version(task_->store_->updates_applied());
-    return call.Finish(grpc::Status::OK, response);
+    return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
 
  private:

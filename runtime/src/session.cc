@@ -12,6 +12,7 @@
 #include "trainscope/common/clock.h"
 #include "trainscope/common/rpc_error.h"
 #include "trainscope/runtime/version.h"
+#include "trainscope/telemetry/telemetry.h"
 #include "trainscope/v1/runtime.grpc.pb.h"
 
 namespace trainscope {
@@ -22,8 +23,8 @@ absl::StatusOr<ParameterClient*> Task::Impl::CreateSession() {
   for (int i = 0; i < cluster_.NumTasks("ps"); ++i) {
     TaskRef ref{"ps", i};
     std::string address = *cluster_.AddressOf(ref);
-    ps.push_back({ref, address, MakePeerChannel(address, telemetry_.get(), self_, ref),
-                  status_.Peer(ref, address)});
+    ps.push_back({ref, address, MakePeerChannel(address), status_.Peer(ref, address),
+                  telemetry_->rpc().PeerIndex(ref)});
   }
   if (ps.empty()) {
     return absl::FailedPreconditionError(
@@ -51,7 +52,10 @@ absl::StatusOr<ParameterClient*> Task::Impl::CreateSession() {
     if (stopping_.load()) return absl::CancelledError(absl::StrCat(me, " stopped by a signal"));
     // One round: handshake with every pending peer at once.
     struct Attempt {
+      Attempt(telemetry::Telemetry* t, int peer, int64_t deadline_ms)
+          : call(t, telemetry::methods::kHandshake, peer, deadline_ms) {}
       grpc::ClientContext context;
+      telemetry::ClientCall call;
       v1::HandshakeResponse response;
       grpc::Status status;
     };
@@ -60,12 +64,14 @@ absl::StatusOr<ParameterClient*> Task::Impl::CreateSession() {
     std::condition_variable round_cv;
     size_t finished = 0;
     for (int i : pending) {
-      auto attempt = std::make_unique<Attempt>();
+      auto attempt = std::make_unique<Attempt>(telemetry_.get(), ps[i].index, attempt_deadline_ms);
       attempt->context.set_deadline(std::chrono::system_clock::now() +
                                     std::chrono::milliseconds(attempt_deadline_ms));
+      attempt->call.AddTraceparent(&attempt->context);
       v1::TaskService::Stub stub(ps[i].channel);
       Attempt* a = attempt.get();
       stub.async()->Handshake(&a->context, &request, &a->response, [&, a](grpc::Status s) {
+        a->call.End(s, request.GetCachedSize(), MessageBytes(a->response));
         std::lock_guard lock(round_mu);
         a->status = std::move(s);
         ++finished;

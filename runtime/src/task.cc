@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <random>
 #include <thread>
 
@@ -43,8 +44,29 @@ uint64_t NewIncarnation() {
 
 }  // namespace
 
+// Ordinary traces when OTEL_TRACES_SAMPLER is not set: 1 in 100, parent-based. (The slow and
+// failed calls are kept whatever the sampler says; OpenTelemetry's own default, every trace,
+// costs a tight training loop about 15% of its rate: docs/telemetry.md.)
+constexpr telemetry::SamplerOptions kDefaultSampler = {.ratio = 0.01, .parent_based = true};
+
 void SleepFor(int64_t ms) {
   if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+int Task::Impl::CallerIndex(const v1::TaskId& from) const {
+  return telemetry_ ? telemetry_->rpc().PeerIndex(from.role(), from.index()) : -1;
+}
+
+void Task::Impl::InjectedParameterDelay() {
+  SleepFor(parameter_delay_ms_.load(std::memory_order_relaxed));
+  const double p = random_delay_probability_.load(std::memory_order_relaxed);
+  if (p <= 0) return;
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  if (std::uniform_real_distribution<double>(0, 1)(random) >= p) return;
+  const int64_t ms = random_delay_ms_.load();
+  random_delays_.fetch_add(1);
+  spdlog::warn("fault injected: this call delayed {} ms (at random)", ms);
+  SleepFor(ms);
 }
 
 Task::Impl::Impl(const RuntimeOptions& options, const TfConfig& config)
@@ -88,6 +110,9 @@ absl::Status Task::Impl::StartTelemetry(const std::string& host) {
   o.enabled = options_.telemetry;
   o.name = self_.ShortName();
   o.peers = cluster_.AllTasks();
+  for (const TaskRef& peer : o.peers) o.peer_addresses.push_back(*cluster_.AddressOf(peer));
+  o.trace_buffer_records = options_.trace_buffer_records;
+  o.tail.slow_seconds = options_.trace_slow_ms / 1000.0;
   o.metrics_port = options_.metrics_port;
   in6_addr ip{};
   if (inet_pton(AF_INET, host.c_str(), &ip) == 1 || inet_pton(AF_INET6, host.c_str(), &ip) == 1) {
@@ -100,8 +125,13 @@ absl::Status Task::Impl::StartTelemetry(const std::string& host) {
   std::unique_ptr<telemetry::SpanExporter> exporter;
   if (options_.telemetry && options_.tracing) {
     std::string warning;
-    o.sampler = telemetry::Tracer::SamplerFromEnv(&warning);
-    if (!warning.empty()) spdlog::warn("{}", warning);
+    const char* sampler = std::getenv("OTEL_TRACES_SAMPLER");
+    if (sampler == nullptr || *sampler == '\0') {
+      o.sampler = kDefaultSampler;
+    } else {
+      o.sampler = telemetry::Tracer::SamplerFromEnv(&warning);
+      if (!warning.empty()) spdlog::warn("{}", warning);
+    }
     o.batch = telemetry::BatchSpanProcessorOptionsFromEnv(&warning);
     if (!warning.empty()) spdlog::warn("{}", warning);
     telemetry::OtlpExporterOptions exporter_options =
@@ -224,8 +254,12 @@ absl::Status Task::Impl::FinishTraining() {
       grpc::ClientContext context;
       context.set_deadline(std::chrono::system_clock::now() +
                            std::chrono::milliseconds(options_.rpc_deadline_ms));
+      telemetry::ClientCall call(telemetry_.get(), telemetry::methods::kDone, peer.index,
+                                 options_.rpc_deadline_ms);
+      call.AddTraceparent(&context);
       v1::DoneResponse response;
       st = stub.Done(&context, request, &response);
+      call.End(st, request.GetCachedSize(), MessageBytes(response));
       if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
       SleepFor(100 << attempt);
     }

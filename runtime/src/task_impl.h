@@ -35,6 +35,9 @@ class Telemetry;
 // Sleeps `ms` milliseconds when positive.
 void SleepFor(int64_t ms);
 
+// The longest delay InjectFault adds at random to one call.
+inline constexpr int64_t kMaxInjectedDelayMs = 60000;
+
 // Thread-safe where its members are (atomics, `mu_`); Start, CreateSession, FinishTraining and
 // Shutdown run on the program's main thread.
 class Task::Impl {
@@ -60,6 +63,12 @@ class Task::Impl {
   void FillHeartbeat(v1::HeartbeatResponse* response) const;
   // Records that `from` finished; returns the trainers still running.
   int MarkDone(const TaskRef& from);
+  // The calling task's telemetry peer index, or -1.
+  int CallerIndex(const v1::TaskId& from) const;
+  // Sleeps as InjectFault asked before a ParameterService call: parameter_delay_ms_ always, and
+  // random_delay_ms_ with probability random_delay_probability_ (logged, with the call's trace
+  // id, so that tests know which calls were slowed).
+  void InjectedParameterDelay();
 
   const RuntimeOptions options_;
   const ClusterSpec cluster_;
@@ -71,6 +80,9 @@ class Task::Impl {
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> parameter_delay_ms_;
   std::atomic<int64_t> heartbeat_delay_ms_{0};
+  std::atomic<double> random_delay_probability_{0};
+  std::atomic<int64_t> random_delay_ms_{0};
+  std::atomic<int64_t> random_delays_{0};
   TaskStatus status_;
   // Before everything that records into them, so that they outlive it; the task's collector
   // before the telemetry that calls it.

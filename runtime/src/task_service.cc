@@ -20,8 +20,9 @@ class TaskServiceImpl final : public v1::TaskService::Service {
 
   grpc::Status Handshake(grpc::ServerContext* context, const v1::HandshakeRequest* request,
                          v1::HandshakeResponse* response) override {
-    telemetry::ServerCall call(task_->telemetry_.get(), *context,
-                               "trainscope.v1.TaskService/Handshake", *request);
+    telemetry::ServerCall call(task_->telemetry_.get(), *context, telemetry::methods::kHandshake,
+                               task_->CallerIndex(request->from().task()), nullptr,
+                               MessageBytes(*request));
     *response->mutable_identity() = task_->Identity();
     const v1::TaskIdentity& from = request->from();
     const v1::TaskIdentity& me = response->identity();
@@ -33,44 +34,64 @@ class TaskServiceImpl final : public v1::TaskService::Service {
           TaskIdFromProto(from.task()).ShortName(), from.listen_address(), from.protocol_version(),
           from.cluster_fingerprint(), me.protocol_version(), me.cluster_fingerprint());
     }
-    return call.Finish(grpc::Status::OK, response);
+    return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
 
   grpc::Status Done(grpc::ServerContext* context, const v1::DoneRequest* request,
                     v1::DoneResponse* response) override {
-    telemetry::ServerCall call(task_->telemetry_.get(), *context, "trainscope.v1.TaskService/Done",
-                               *request);
+    telemetry::ServerCall call(task_->telemetry_.get(), *context, telemetry::methods::kDone,
+                               task_->CallerIndex(request->from()), nullptr,
+                               MessageBytes(*request));
     response->set_workers_remaining(task_->MarkDone(TaskIdFromProto(request->from())));
-    return call.Finish(grpc::Status::OK, response);
+    return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
 
   grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
                          v1::HeartbeatResponse* response) override {
-    telemetry::ServerCall call(task_->telemetry_.get(), *context,
-                               "trainscope.v1.TaskService/Heartbeat", *request);
+    telemetry::ServerCall call(task_->telemetry_.get(), *context, telemetry::methods::kHeartbeat,
+                               -1, nullptr, MessageBytes(*request));
     SleepFor(task_->heartbeat_delay_ms_.load());
     task_->FillHeartbeat(response);
-    return call.Finish(grpc::Status::OK, response);
+    return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
 
   grpc::Status InjectFault(grpc::ServerContext* context, const v1::InjectFaultRequest* request,
                            v1::InjectFaultResponse* response) override {
-    telemetry::ServerCall call(task_->telemetry_.get(), *context,
-                               "trainscope.v1.TaskService/InjectFault", *request);
+    telemetry::ServerCall call(task_->telemetry_.get(), *context, telemetry::methods::kInjectFault,
+                               -1, nullptr, MessageBytes(*request));
     if (!task_->options_.enable_fault_injection) {
       return call.Finish(
           grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                        task_->self_.ShortName() + " does not accept injected faults: start it with "
                                                   "--enable_fault_injection"),
-          nullptr);
+          0);
+    }
+    const double p = request->random_delay_probability();
+    if (!(p >= 0 && p <= 1) || request->random_delay_ms() < 0 ||
+        request->random_delay_ms() > kMaxInjectedDelayMs) {
+      return call.Finish(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                       "random_delay_probability must be in [0, 1] and random_delay_ms in [0, " +
+                           std::to_string(kMaxInjectedDelayMs) + "]"),
+          0);
     }
     task_->parameter_delay_ms_.store(std::max<int64_t>(0, request->parameter_delay_ms()));
     task_->heartbeat_delay_ms_.store(std::max<int64_t>(0, request->heartbeat_delay_ms()));
-    spdlog::warn("fault injected: parameter calls delayed {} ms, heartbeats delayed {} ms",
-                 task_->parameter_delay_ms_.load(), task_->heartbeat_delay_ms_.load());
+    task_->random_delay_ms_.store(request->random_delay_ms());
+    task_->random_delay_probability_.store(request->random_delay_ms() > 0 ? p : 0);
+    spdlog::warn(
+        "fault injected: parameter calls delayed {} ms, heartbeats delayed {} ms, one parameter "
+        "call in {:.0f} delayed {} ms",
+        task_->parameter_delay_ms_.load(), task_->heartbeat_delay_ms_.load(),
+        task_->random_delay_probability_.load() > 0 ? 1 / task_->random_delay_probability_.load()
+                                                    : 0.0,
+        task_->random_delay_ms_.load());
     response->set_parameter_delay_ms(task_->parameter_delay_ms_.load());
     response->set_heartbeat_delay_ms(task_->heartbeat_delay_ms_.load());
-    return call.Finish(grpc::Status::OK, response);
+    response->set_random_delay_probability(task_->random_delay_probability_.load());
+    response->set_random_delay_ms(task_->random_delay_ms_.load());
+    response->set_random_delays(task_->random_delays_.load());
+    return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
 
  private:

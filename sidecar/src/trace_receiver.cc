@@ -151,6 +151,8 @@ ConvertResult ConvertExport(const otlp::ExportTraceServiceRequest& request) {
             r.request_bytes = IntValue(kv.value(), -1);
           } else if (k == "rpc.response.bytes") {
             r.response_bytes = IntValue(kv.value(), -1);
+          } else if (k == "trainscope.kept") {
+            r.kept = StringValue(kv.value());
           }
         }
         for (const otlp_trace::Span::Event& e : s.events()) {

@@ -12,10 +12,13 @@
 #include <cmath>
 #include <ctime>
 #include <deque>
+#include <set>
 #include <unordered_map>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 
 namespace trainscope::sidecar {
@@ -49,6 +52,28 @@ bool Matches(const RequestSummary& r, const RequestFilter& f) {
 
 double Ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
 
+// Whether a trainscope.kept value says slow or near the deadline.
+bool MarkedSlow(absl::string_view kept) {
+  for (absl::string_view reason : absl::StrSplit(kept, ',')) {
+    if (reason == "slow" || reason == "deadline") return true;
+  }
+  return false;
+}
+
+// The reasons of both halves, each once, in the order they first appear.
+std::string KeptUnion(const SpanRecord* client, const SpanRecord* server) {
+  std::vector<absl::string_view> reasons;
+  for (const SpanRecord* s : {client, server}) {
+    if (s == nullptr || s->kept.empty()) continue;
+    for (absl::string_view reason : absl::StrSplit(s->kept, ',')) {
+      if (std::find(reasons.begin(), reasons.end(), reason) == reasons.end()) {
+        reasons.push_back(reason);
+      }
+    }
+  }
+  return absl::StrJoin(reasons, ",");
+}
+
 }  // namespace
 
 int64_t SpanRecord::DurationNs() const {
@@ -64,7 +89,7 @@ bool SpanRecord::IsError() const {
 size_t SpanRecord::ByteSize() const {
   size_t n = sizeof(SpanRecord) + 64;  // The record and its share of the containers.
   for (const std::string* s : {&trace_id, &span_id, &parent_span_id, &name, &status_message,
-                               &peer_task, &net_peer_name, &task, &service_name}) {
+                               &peer_task, &net_peer_name, &task, &service_name, &kept}) {
     n += HeapBytes(*s);
   }
   n += events.capacity() * sizeof(SpanEventRecord);
@@ -100,6 +125,7 @@ struct TraceStore::Impl {
     size_t bytes = 0;
     int slow_refs = 0;
     bool error = false;
+    bool marked = false;  // A span says a task kept it as slow or near its deadline.
     std::map<std::string, RequestState> requests;
   };
   struct SlowEntry {
@@ -121,13 +147,19 @@ struct TraceStore::Impl {
   uint64_t pending_cursor = 0;  // Traces with seq below it are past the join window.
   std::deque<Bucket> buckets;
   std::deque<std::pair<uint64_t, std::string>> errors;  // Failed traces, oldest first.
+  struct Marked {
+    uint64_t seq;
+    std::string trace_id;
+    double at;
+  };
+  std::deque<Marked> marked;  // Traces marked slow, oldest first.
   size_t bytes = 0;
   int64_t spans = 0;
   TraceStoreStats st;
 
   double Width() const { return o.slow_window_s / std::max(1, o.window_buckets); }
 
-  bool Pinned(const Entry& e) const { return e.slow_refs > 0 || e.error; }
+  bool Pinned(const Entry& e) const { return e.slow_refs > 0 || e.error || e.marked; }
   bool Pending(const Entry& e) const { return e.seq >= pending_cursor; }
 
   Bucket* FindBucket(double start) {
@@ -240,6 +272,19 @@ struct TraceStore::Impl {
     }
   }
 
+  // Forgets marks older than the window, and the oldest beyond max_marked_traces.
+  void ForgetOldMarks(double now) {
+    while (!marked.empty() &&
+           (marked.size() > o.max_marked_traces || marked.front().at < now - o.slow_window_s)) {
+      Marked m = std::move(marked.front());
+      marked.pop_front();
+      auto it = traces.find(m.trace_id);
+      if (it == traces.end() || it->second.seq != m.seq) continue;
+      it->second.marked = false;
+      MaybeErase(m.trace_id);
+    }
+  }
+
   RequestSummary Summarize(const std::string& trace_id, const Entry& e,
                            const std::string& request) const {
     const SpanRecord* client = nullptr;
@@ -296,6 +341,7 @@ struct TraceStore::Impl {
       if (apply >= 0) r.apply_ms = Ms(apply);
       if (read >= 0) r.read_ms = Ms(read);
     }
+    r.kept = KeptUnion(client, server);
     const SpanRecord* failed = client != nullptr && client->IsError()   ? client
                                : server != nullptr && server->IsError() ? server
                                                                         : nullptr;
@@ -390,6 +436,7 @@ struct TraceStore::Impl {
         }
       }
       const bool failed = span.IsError();
+      const bool mark = MarkedSlow(span.kept);
       const size_t b = span.ByteSize();
       e.bytes += b;
       bytes += b;
@@ -400,9 +447,14 @@ struct TraceStore::Impl {
         e.error = true;
         errors.emplace_back(e.seq, trace_id);
       }
+      if (mark && !e.marked) {
+        e.marked = true;
+        marked.push_back({e.seq, trace_id, now});
+      }
       if (!request.empty()) Rank(trace_id, e, request, now);
     }
     ForgetOldErrors();
+    ForgetOldMarks(now);
     std::sort(touched.begin(), touched.end());
     touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
     for (const std::string& t : touched) MaybeErase(t);
@@ -419,6 +471,7 @@ struct TraceStore::Impl {
       }
     }
     std::vector<RequestSummary> out;
+    std::set<std::pair<std::string, std::string>> listed;  // (trace id, request)
     const size_t n = static_cast<size_t>(std::max(1, o.slow_per_key));
     for (auto& [key, v] : by_key) {
       std::stable_sort(v.begin(), v.end(), [](const SlowEntry* a, const SlowEntry* b) {
@@ -428,7 +481,19 @@ struct TraceStore::Impl {
         auto t = traces.find(v[i]->trace_id);
         if (t == traces.end()) continue;
         RequestSummary r = Summarize(t->first, t->second, v[i]->request);
+        listed.emplace(t->first, v[i]->request);
         if (Matches(r, f)) out.push_back(std::move(r));
+      }
+    }
+    // Whatever their rank: the requests a task marked slow or near its deadline.
+    ForgetOldMarks(now);
+    for (const Marked& m : marked) {
+      auto t = traces.find(m.trace_id);
+      if (t == traces.end() || t->second.seq != m.seq) continue;
+      for (const std::string& request : Requests(t->second)) {
+        if (listed.count({m.trace_id, request}) != 0) continue;
+        RequestSummary r = Summarize(t->first, t->second, request);
+        if (MarkedSlow(r.kept) && Matches(r, f)) out.push_back(std::move(r));
       }
     }
     std::stable_sort(out.begin(), out.end(), [](const RequestSummary& a, const RequestSummary& b) {
@@ -538,7 +603,8 @@ json RequestJson(const RequestSummary& r) {
               {"server_span_id", OptStr(r.server_span_id)},
               {"server_parent_span_id", OptStr(r.server_parent_span_id)},
               {"deadline_ms", r.deadline_ms >= 0 ? json(r.deadline_ms) : json(nullptr)},
-              {"peer_address", r.peer_address}};
+              {"peer_address", r.peer_address},
+              {"kept", OptStr(r.kept)}};
 }
 
 const char* KindName(SpanKind k) {
@@ -602,6 +668,7 @@ std::string TraceDetailToJson(const TraceDetail& d) {
          {"deadline_ms", s.deadline_ms >= 0 ? json(s.deadline_ms) : json(nullptr)},
          {"request_bytes", s.request_bytes >= 0 ? json(s.request_bytes) : json()},
          {"response_bytes", s.response_bytes >= 0 ? json(s.response_bytes) : json()},
+         {"kept", OptStr(s.kept)},
          {"events", events}});
   }
   json requests = json::array();

@@ -256,5 +256,60 @@ TEST(TraceStore, HexAndCodeNames) {
   EXPECT_EQ(GrpcCodeName(99), "CODE_99");
 }
 
+TEST(TraceStore, RequestsMarkedSlowAreListedWhateverTheirRankWithinTheWindow) {
+  TraceStoreOptions o;
+  o.slow_per_key = 2;
+  o.slow_window_s = 60;
+  TraceStore store(o);
+  // Ten requests a task kept as slow (150 ms and up), and three faster ordinary ones.
+  for (int i = 0; i < 10; ++i) {
+    SpanRecord c = Client(i, 150 + i);
+    SpanRecord s = Server(i, 140 + i);
+    c.kept = "slow";
+    s.kept = i % 2 ? "requested" : "slow";
+    store.Add({c, s}, i * 0.1);
+  }
+  for (int i = 10; i < 13; ++i) store.Add({Client(i, 200 + i)}, 1);
+  RequestFilter all;
+  all.limit = 100;
+  auto slow = store.Slow(all, 2);
+  // The top 2 of the key (the ordinary 212 and 211 ms) and all ten marked ones, slowest first.
+  ASSERT_EQ(slow.size(), 12u);
+  EXPECT_DOUBLE_EQ(slow[0].duration_ms, 212);
+  EXPECT_DOUBLE_EQ(slow[1].duration_ms, 211);
+  EXPECT_TRUE(slow[0].kept.empty());
+  for (size_t i = 2; i < slow.size(); ++i) {
+    EXPECT_TRUE(slow[i].has_client && slow[i].has_server) << i;
+    EXPECT_LE(slow[i].duration_ms, slow[i - 1].duration_ms);
+  }
+  EXPECT_EQ(slow[2].kept, "slow,requested");  // 159 ms: both halves' reasons, once each.
+  EXPECT_EQ(slow[3].kept, "slow");
+  EXPECT_NE(RequestsToJson(slow).find("\"kept\":\"slow,requested\""), std::string::npos);
+  // Marks last as long as the window.
+  EXPECT_EQ(store.Slow(all, 30).size(), 12u);
+  EXPECT_EQ(store.Slow(all, 70).size(), 0u);
+  EXPECT_EQ(store.stats().traces_kept, 0);
+}
+
+TEST(TraceStore, MarksBeyondTheirBoundAreForgottenOldestFirst) {
+  TraceStoreOptions o;
+  o.slow_per_key = 1;
+  o.max_marked_traces = 3;
+  TraceStore store(o);
+  for (int i = 0; i < 6; ++i) {
+    SpanRecord c = Client(i, 500 - i);
+    c.kept = "deadline";
+    store.Add({c}, i);
+  }
+  RequestFilter all;
+  all.limit = 100;
+  auto slow = store.Slow(all, 20);  // Past the join window: only pinned traces remain.
+  // The slowest of the key (trace 0) and the three newest marks (traces 3, 4, 5).
+  ASSERT_EQ(slow.size(), 4u);
+  EXPECT_EQ(slow[0].trace_id, TraceId(0));
+  EXPECT_EQ(slow[1].trace_id, TraceId(3));
+  EXPECT_EQ(slow[3].trace_id, TraceId(5));
+}
+
 }  // namespace
 }  // namespace trainscope::sidecar

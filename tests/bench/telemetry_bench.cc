@@ -119,6 +119,8 @@ int Profile(const std::string& mode, int64_t round_trips) {
   }
   p.worker.reset();
   p.ps.reset();
+  printf("%lld round trips, %lld spans received by the collector\n",
+         static_cast<long long>(round_trips), static_cast<long long>(collector.spans.load()));
   server->Shutdown();
   return 0;
 }

@@ -1,12 +1,18 @@
 // The sidecar as the node's trace agent, with real processes: a ps and a worker export their spans
 // over OTLP to a real trainscope-sidecar, which joins the halves of each ps request and lists
-// the slow ones; a ps slowed on purpose shows first, with its time under queue.
+// the slow ones; a ps slowed on purpose shows first, with its time under queue; every single
+// request slowed or failed at random is listed, both halves.
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <regex>
+#include <set>
 #include <thread>
 
 #include "nlohmann/json.hpp"
 #include "sidecar_harness.h"
+#include "trainscope/v1/runtime.grpc.pb.h"
 
 namespace trainscope::testing {
 namespace {
@@ -153,6 +159,112 @@ TEST(SidecarTraces, ForwardsEverythingToTheUpstream) {
       << metrics;
   EXPECT_NE(metrics.find("trainscope_sidecar_traces_forward_failures_total 0\n"), std::string::npos)
       << metrics;
+}
+
+// Has the ps delay each of its calls, with `probability`, by `ms` (InjectFault).
+void InjectRandomDelays(const std::string& ps_address, double probability, int64_t ms) {
+  auto stub =
+      v1::TaskService::NewStub(grpc::CreateChannel(ps_address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  v1::InjectFaultRequest request;
+  request.set_random_delay_probability(probability);
+  request.set_random_delay_ms(ms);
+  v1::InjectFaultResponse response;
+  grpc::Status st = stub->InjectFault(&context, request, &response);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+}
+
+// The trace ids of the calls the ps logged it delayed by `ms`.
+std::set<std::string> DelayedTraces(const std::string& ps_log, int64_t ms) {
+  std::set<std::string> ids;
+  const std::regex line("trace=([0-9a-f]{32}) fault injected: this call delayed " +
+                        std::to_string(ms) + " ms \\(at random\\)");
+  for (auto it = std::sregex_iterator(ps_log.begin(), ps_log.end(), line);
+       it != std::sregex_iterator(); ++it) {
+    ids.insert((*it)[1]);
+  }
+  return ids;
+}
+
+// The trace ids in a list whose request has both halves.
+std::set<std::string> BothHalves(const json& list) {
+  std::set<std::string> ids;
+  if (!list.contains("requests")) return ids;
+  for (const json& r : list["requests"]) {
+    if (r.value("has_client", false) && r.value("has_server", false)) ids.insert(r["trace_id"]);
+  }
+  return ids;
+}
+
+// Every single slow or failed request, both halves, reaches the node's sidecar: ps calls slowed
+// at random past the slow threshold are in its slow list, those slowed past the worker's
+// deadline in its errors list, with the worker's span and the ps's (and its queue time).
+TEST(SidecarTraces, EverySlowAndFailedRequestArrivesWithBothHalves) {
+  Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
+  const int grpc_port = FreePort();
+  Sidecar sidecar(cluster, {"--grpc_port", std::to_string(grpc_port), "--slow_per_key", "1"});
+  auto env = [&](const std::string& role) {
+    return std::map<std::string, std::string>{
+        {"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:" + std::to_string(grpc_port)},
+        {"OTEL_BSP_SCHEDULE_DELAY", "100"},
+        {"TF_CONFIG", TfConfig(cluster, role, 0)}};
+  };
+  Process ps(BinPath("linear_regression"), {"--enable_fault_injection"}, env("ps"));
+  Process worker(BinPath("linear_regression"),
+                 {"--steps", "100000000", "--log_every", "100000", "--rpc_deadline_ms", "300",
+                  "--max_step_failures", "1000000"},
+                 env("worker"));
+  ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kUp, seconds(20), "training"))
+      << sidecar.Describe();
+  const std::string ps_address = cluster["ps"][0];
+  InjectRandomDelays(ps_address, 0.02, 150);  // Slow (over 100 ms), within the deadline.
+  std::this_thread::sleep_for(seconds(3));
+  InjectRandomDelays(ps_address, 0.02, 400);  // Past the worker's 300 ms deadline.
+  std::this_thread::sleep_for(seconds(3));
+  InjectRandomDelays(ps_address, 0, 0);
+
+  const std::set<std::string> slowed = DelayedTraces(ps.Output(), 150);
+  const std::set<std::string> failed = DelayedTraces(ps.Output(), 400);
+  ::testing::Test::RecordProperty("slowed", static_cast<int>(slowed.size()));
+  ::testing::Test::RecordProperty("failed", static_cast<int>(failed.size()));
+  ASSERT_GE(slowed.size(), 3u) << ps.Output();
+  ASSERT_GE(failed.size(), 3u) << ps.Output();
+  auto missing = [](const std::set<std::string>& want, const std::set<std::string>& have) {
+    std::vector<std::string> out;
+    std::set_difference(want.begin(), want.end(), have.begin(), have.end(),
+                        std::back_inserter(out));
+    return out;
+  };
+  std::vector<std::string> slow_missing, failed_missing;
+  const auto deadline = std::chrono::steady_clock::now() + seconds(20);
+  do {
+    slow_missing = missing(slowed, BothHalves(GetJson(sidecar, "/api/v1/traces/slow?limit=1000")));
+    failed_missing =
+        missing(failed, BothHalves(GetJson(sidecar, "/api/v1/traces/errors?limit=1000")));
+    if (slow_missing.empty() && failed_missing.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  } while (std::chrono::steady_clock::now() < deadline);
+  EXPECT_TRUE(slow_missing.empty())
+      << slow_missing.size() << " of " << slowed.size() << " slowed requests missing, e.g. "
+      << slow_missing.front() << ": " << sidecar.Get("/api/v1/traces/" + slow_missing.front());
+  EXPECT_TRUE(failed_missing.empty())
+      << failed_missing.size() << " of " << failed.size() << " failed requests missing, e.g. "
+      << failed_missing.front() << ": " << sidecar.Get("/api/v1/traces/" + failed_missing.front());
+
+  // What one of them says: the ps's queue holds the delay; both halves say why they were kept.
+  json trace = GetJson(sidecar, "/api/v1/traces/" + *slowed.begin());
+  ASSERT_TRUE(trace.contains("requests") && !trace["requests"].empty()) << trace.dump();
+  const json& r = trace["requests"][0];
+  EXPECT_GE(r["duration_ms"].get<double>(), 150) << r.dump();
+  ASSERT_TRUE(r["queue_ms"].is_number()) << r.dump();
+  EXPECT_GE(r["queue_ms"].get<double>(), 140) << r.dump();
+  EXPECT_NE(r.value("kept", "").find("slow"), std::string::npos) << r.dump();
+  json errors = GetJson(sidecar, "/api/v1/traces/errors?limit=1000");
+  for (const json& e : errors["requests"]) {
+    if (failed.count(e["trace_id"]) == 0) continue;
+    EXPECT_EQ(e["status"], "DEADLINE_EXCEEDED") << e.dump();
+    EXPECT_NE(e.value("kept", "").find("error"), std::string::npos) << e.dump();
+  }
 }
 
 }  // namespace

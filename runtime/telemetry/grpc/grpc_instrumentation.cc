@@ -1,251 +1,191 @@
-// Client and server interceptors for call metrics and spans; see interceptors.h.
+// Client and server call scopes: metrics and flight records; see grpc_instrumentation.h.
 #include "trainscope/telemetry/grpc_instrumentation.h"
 
-#include <google/protobuf/message_lite.h>
+#include <algorithm>
+#include <string>
 
-#include <chrono>
-#include <string_view>
-
-#include "trainscope/telemetry/context.h"
+#include "trainscope/telemetry/flight_recorder.h"
 #include "trainscope/telemetry/telemetry.h"
 
 namespace trainscope::telemetry {
 namespace {
 
-using grpc::experimental::InterceptionHookPoints;
 using Clock = std::chrono::steady_clock;
 
-int64_t MessageSize(const void* message) {
-  // Generated stubs pass the proto message itself; generic calls pass none.
-  return message == nullptr
-             ? 0
-             : static_cast<int64_t>(
-                   static_cast<const google::protobuf::MessageLite*>(message)->ByteSizeLong());
+uint64_t Nanos(Clock::duration d) {
+  return static_cast<uint64_t>(
+      std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(d).count()));
 }
 
-double Since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// A non-negative count in a record's 32 bits.
+uint32_t Bytes(int64_t n) { return Saturate32(static_cast<uint64_t>(std::max<int64_t>(0, n))); }
+
+// What both sides record of a call.
+CallRecord Record(CallKind kind, const SpanContext& span, const std::array<uint8_t, 8>& parent,
+                  Clock::time_point start, Clock::duration took, int method,
+                  const grpc::Status& status, int peer, int64_t request_bytes,
+                  int64_t response_bytes) {
+  CallRecord r;
+  r.trace_id = span.trace_id;
+  r.span_id = span.span_id;
+  r.parent_span_id = parent;
+  r.start_unix_nano = UnixNanosAt(start);
+  r.duration_nano = Nanos(took);
+  r.request_bytes = Bytes(request_bytes);
+  r.response_bytes = Bytes(response_bytes);
+  r.peer = peer >= 0 ? static_cast<uint16_t>(peer) : kNoPeer;
+  r.method = static_cast<uint8_t>(method);
+  r.status = static_cast<uint8_t>(status.error_code());
+  r.kind = kind;
+  r.flags = span.sampled ? kRecordSampled : 0;
+  return r;
 }
-
-// Common attributes of an RPC span (OpenTelemetry's rpc.* conventions).
-void RpcAttributes(const char* method, SpanData* span) {
-  std::string full = method;
-  if (!full.empty() && full.front() == '/') full.erase(0, 1);
-  const size_t slash = full.find('/');
-  span->name = full;
-  span->attributes.push_back({"rpc.system", std::string("grpc")});
-  if (slash != std::string::npos) {
-    span->attributes.push_back({"rpc.service", full.substr(0, slash)});
-    span->attributes.push_back({"rpc.method", full.substr(slash + 1)});
-  }
-}
-
-void EndSpan(Tracer& tracer, SpanData& span, const grpc::Status& status) {
-  span.end_unix_nano = NowUnixNanos();
-  span.attributes.push_back({"rpc.grpc.status_code", static_cast<int64_t>(status.error_code())});
-  if (!status.ok()) {
-    span.status_code = 2;
-    span.status_message = status.error_message();
-  }
-  tracer.End(std::move(span));
-}
-
-// Calls we do not trace: the watchers' polls and the trace export itself.
-bool Traced(int method) {
-  const std::string_view name = RpcMetrics::MethodName(method);
-  return name != "trainscope.v1.TaskService/Heartbeat" && name != "grpc.health.v1.Health/Check" &&
-         name != "grpc.health.v1.Health/Watch" &&
-         name != "opentelemetry.proto.collector.trace.v1.TraceService/Export";
-}
-
-class ClientInterceptor final : public grpc::experimental::Interceptor {
- public:
-  ClientInterceptor(Telemetry* t, grpc::experimental::ClientRpcInfo* info, int peer, int role,
-                    const std::string* caller, const std::string* peer_name,
-                    const std::string* address)
-      : t_(t),
-        info_(info),
-        method_(RpcMetrics::MethodIndex(info->method())),
-        peer_(peer),
-        role_(role),
-        caller_(caller),
-        peer_name_(peer_name),
-        address_(address) {}
-
-  void Intercept(grpc::experimental::InterceptorBatchMethods* m) override {
-    if (m->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
-      start_ = Clock::now();
-      const auto deadline = info_->client_context()->deadline();
-      const auto now = std::chrono::system_clock::now();
-      if (deadline < now + std::chrono::hours(24 * 365)) {
-        deadline_seconds_ = std::chrono::duration<double>(deadline - now).count();
-      }
-      t_->rpc().ClientAttemptStarted(method_, role_);
-      auto* metadata = m->GetSendInitialMetadata();
-      metadata->emplace(kCallerKey, *caller_);
-      Tracer& tracer = t_->tracer();
-      if (tracer.enabled() && Traced(method_)) {
-        const SpanContext* parent = CurrentSpanContext();
-        span_.context = tracer.NewContext(parent);
-        if (parent != nullptr) span_.parent_span_id = parent->span_id;
-        span_.kind = SpanKind::kClient;
-        span_.start_unix_nano = NowUnixNanos();
-        metadata->emplace("traceparent", FormatTraceparent(span_.context));
-        if (span_.context.sampled) SetLastClientSpanContext(span_.context);
-      }
-    }
-    if (m->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_MESSAGE)) {
-      sent_ += MessageSize(m->GetSendMessage());
-    }
-    if (m->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE)) {
-      rcvd_ += MessageSize(m->GetRecvMessage());
-    }
-    if (m->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_STATUS)) {
-      const grpc::Status& status = *m->GetRecvStatus();
-      const double seconds = Since(start_);
-      t_->rpc().ClientAttemptEnded(method_, status.error_code(), role_, peer_, seconds, sent_,
-                                   rcvd_, deadline_seconds_);
-      if (span_.context.sampled) {
-        RpcAttributes(info_->method(), &span_);
-        span_.attributes.push_back({"net.peer.name", *address_});
-        span_.attributes.push_back({"trainscope.peer_task", *peer_name_});
-        span_.attributes.push_back({"rpc.request.bytes", sent_});
-        span_.attributes.push_back({"rpc.response.bytes", rcvd_});
-        if (deadline_seconds_ > 0) {
-          span_.attributes.push_back(
-              {"rpc.deadline_ms", static_cast<int64_t>(deadline_seconds_ * 1000 + 0.5)});
-        }
-        EndSpan(t_->tracer(), span_, status);
-      }
-    }
-    m->Proceed();
-  }
-
- private:
-  Telemetry* t_;
-  grpc::experimental::ClientRpcInfo* info_;
-  const int method_;
-  const int peer_;
-  const int role_;
-  const std::string* caller_;
-  const std::string* peer_name_;
-  const std::string* address_;
-  Clock::time_point start_;
-  double deadline_seconds_ = 0;
-  int64_t sent_ = 0;
-  int64_t rcvd_ = 0;
-  SpanData span_;
-};
-
-class ClientFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
- public:
-  ClientFactory(Telemetry* t, const TaskRef& self, const TaskRef& peer, std::string address)
-      : t_(t),
-        peer_index_(t->rpc().PeerIndex(peer)),
-        role_(t->rpc().RoleIndex(peer.role)),
-        caller_(self.ShortName()),
-        peer_name_(peer.ShortName()),
-        address_(std::move(address)) {}
-
-  grpc::experimental::Interceptor* CreateClientInterceptor(
-      grpc::experimental::ClientRpcInfo* info) override {
-    return new ClientInterceptor(t_, info, peer_index_, role_, &caller_, &peer_name_, &address_);
-  }
-
- private:
-  Telemetry* t_;
-  const int peer_index_;
-  const int role_;
-  const std::string caller_;
-  const std::string peer_name_;
-  const std::string address_;
-};
 
 }  // namespace
 
-std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
-ClientInterceptors(Telemetry* telemetry, const TaskRef& self, const TaskRef& peer,
-                   const std::string& address) {
-  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> out;
-  if (telemetry != nullptr && telemetry->enabled()) {
-    out.push_back(std::make_unique<ClientFactory>(telemetry, self, peer, address));
-  }
-  return out;
+bool Traced(int method) {
+  // Not the watchers' polls, the health checks, the trace export itself or unknown methods.
+  return method >= 0 && method < methods::kHealthCheck && method != methods::kHeartbeat;
 }
 
-ServerCall::ServerCall(Telemetry* telemetry, const grpc::ServerContext& context, const char* method,
-                       const google::protobuf::MessageLite& request)
+ClientCall::ClientCall(Telemetry* telemetry, int method, int peer, int64_t deadline_ms)
+    : t_(telemetry != nullptr && telemetry->enabled() ? telemetry : nullptr),
+      method_(method),
+      peer_(peer),
+      deadline_ms_(deadline_ms) {
+  if (t_ == nullptr) return;
+  start_ = Clock::now();
+  role_ = t_->rpc().PeerRoleIndex(peer);
+  t_->rpc().ClientAttemptStarted(method, role_);
+  if (t_->recorder() == nullptr || !Traced(method)) return;
+  traced_ = true;
+  const SpanContext* parent = CurrentSpanContext();
+  context_ = t_->tracer().NewContext(parent);
+  if (parent != nullptr) parent_span_id_ = parent->span_id;
+  SetLastClientSpanContext(context_);
+}
+
+ClientCall::~ClientCall() {
+  if (!ended_) End(grpc::Status(grpc::StatusCode::CANCELLED, "call abandoned"), 0, 0);
+}
+
+void ClientCall::TakeKept(std::vector<CallId>* out) const {
+  if (traced_ && t_->tail()->HasKept(peer_)) t_->tail()->TakeKept(peer_, out);
+}
+
+void ClientCall::AddTraceparent(grpc::ClientContext* context) const {
+  if (traced_) context->AddMetadata(kTraceparentKey, FormatTraceparent(context_));
+}
+
+void ClientCall::End(const grpc::Status& status, int64_t request_bytes, int64_t response_bytes) {
+  if (ended_) return;
+  ended_ = true;
+  if (t_ == nullptr) return;
+  const Clock::duration took = Clock::now() - start_;
+  t_->rpc().ClientAttemptEnded(method_, status.error_code(), role_, peer_, Seconds(took),
+                               request_bytes, response_bytes,
+                               static_cast<double>(deadline_ms_) / 1000.0);
+  if (!traced_) return;
+  CallRecord r = Record(CallKind::kClient, context_, parent_span_id_, start_, took, method_, status,
+                        peer_, request_bytes, response_bytes);
+  r.deadline_ms = Bytes(deadline_ms_);
+  if (!status.ok()) r.error = t_->recorder()->AddError(status.error_message());
+  t_->recorder()->Record(r);
+}
+
+ServerCall::ServerCall(Telemetry* telemetry, const grpc::ServerContext& context, int method,
+                       int caller, const RemoteContext* remote, int64_t request_bytes)
     : t_(telemetry != nullptr && telemetry->enabled() ? telemetry : nullptr),
       context_(context),
-      method_name_(method),
-      start_(Clock::now()) {
+      method_(method),
+      caller_(caller),
+      start_(Clock::now()),
+      mark_(start_),
+      rcvd_(request_bytes) {
   if (t_ == nullptr) return;
-  method_ = RpcMetrics::MethodIndex(method);
-  rcvd_ = static_cast<int64_t>(request.ByteSizeLong());
-  const auto& metadata = context.client_metadata();
+  role_ = t_->rpc().PeerRoleIndex(caller);
+  t_->rpc().ServerCallStarted(method, role_);
+  if (t_->recorder() == nullptr || !Traced(method)) return;
+  traced_ = true;
   std::optional<SpanContext> parent;
-  if (auto it = metadata.find(kCallerKey); it != metadata.end()) {
-    caller_.assign(it->second.data(), it->second.size());
+  if (remote != nullptr) {
+    if (remote->parent.valid()) parent = remote->parent;
+    if (!remote->kept.empty()) t_->tail()->KeepRequested(remote->kept);
+  } else {
+    const auto& metadata = context.client_metadata();
+    if (auto it = metadata.find(kTraceparentKey); it != metadata.end()) {
+      parent = ParseTraceparent(absl::string_view(it->second.data(), it->second.size()));
+    }
   }
-  role_ = t_->rpc().RoleIndex(absl::string_view(caller_).substr(0, caller_.find(':')));
-  t_->rpc().ServerCallStarted(method_, role_);
-  Tracer& tracer = t_->tracer();
-  if (!tracer.enabled() || !Traced(method_)) return;
-  if (auto it = metadata.find("traceparent"); it != metadata.end()) {
-    parent = ParseTraceparent(absl::string_view(it->second.data(), it->second.size()));
-  }
-  span_.context = tracer.NewContext(parent ? &*parent : nullptr);
-  if (parent) span_.parent_span_id = parent->span_id;
-  span_.kind = SpanKind::kServer;
-  span_.start_unix_nano = mark_unix_ = NowUnixNanos();
-  scope_.emplace(span_.context);
+  span_ = t_->tracer().NewContext(parent ? &*parent : nullptr);
+  if (parent) parent_span_id_ = parent->span_id;
+  scope_.emplace(span_);
 }
 
 ServerCall::~ServerCall() {
-  if (!finished_) Finish(grpc::Status(grpc::StatusCode::UNKNOWN, "handler ended early"), nullptr);
+  if (!finished_) Finish(grpc::Status(grpc::StatusCode::UNKNOWN, "handler ended early"), 0);
 }
 
-double ServerCall::Elapsed() const { return Since(start_); }
+double ServerCall::Elapsed() const { return Seconds(Clock::now() - start_); }
+
+void ServerCall::AddPhase(const char* name, uint64_t nanos) {
+  if (phases_ < 2) {
+    phase_names_[phases_] = name;
+    phase_nanos_[phases_] = nanos;
+  }
+  ++phases_;
+}
 
 void ServerCall::Phase(const char* name) {
-  if (!span_.context.sampled) return;
-  const uint64_t now = NowUnixNanos();
-  span_.events.push_back({name, now, {{"duration_ns", static_cast<int64_t>(now - mark_unix_)}}});
-  mark_unix_ = now;
+  if (!traced_) return;
+  const Clock::time_point now = Clock::now();
+  AddPhase(name, Nanos(now - mark_));
+  mark_ = now;
 }
 
 void ServerCall::Phases(std::initializer_list<std::pair<const char*, double>> seconds) {
-  if (!span_.context.sampled) return;
+  if (!traced_) return;
   for (const auto& [name, s] : seconds) {
-    const int64_t ns = static_cast<int64_t>(s * 1e9);
-    mark_unix_ += ns;
-    span_.events.push_back({name, mark_unix_, {{"duration_ns", ns}}});
+    const auto d = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+    AddPhase(name, Nanos(d));
+    mark_ += d;
   }
 }
 
-grpc::Status ServerCall::Finish(grpc::Status status,
-                                const google::protobuf::MessageLite* response) {
+grpc::Status ServerCall::Finish(grpc::Status status, int64_t response_bytes) {
   finished_ = true;
-  const auto late = std::chrono::system_clock::now() - context_.deadline();
+  const auto now_system = std::chrono::system_clock::now();
+  const auto deadline = context_.deadline();
+  const auto late = now_system - deadline;
   if (status.ok() && late > std::chrono::system_clock::duration::zero()) {
     status = grpc::Status(
         grpc::StatusCode::DEADLINE_EXCEEDED,
-        std::string(method_name_) + " finished " +
+        std::string(RpcMetrics::MethodName(method_)) + " finished " +
             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(late).count()) +
             " ms after the caller's deadline");
   }
   if (t_ == nullptr) return status;
-  const int64_t sent =
-      response != nullptr && status.ok() ? static_cast<int64_t>(response->ByteSizeLong()) : 0;
-  t_->rpc().ServerCallEnded(method_, status.error_code(), role_, Since(start_), sent, rcvd_);
-  if (span_.context.sampled) {
-    RpcAttributes(method_name_, &span_);
-    if (!caller_.empty()) span_.attributes.push_back({"trainscope.peer_task", caller_});
-    span_.attributes.push_back({"rpc.request.bytes", rcvd_});
-    span_.attributes.push_back({"rpc.response.bytes", sent});
-    scope_.reset();
-    EndSpan(t_->tracer(), span_, status);
+  const Clock::duration took = Clock::now() - start_;
+  const int64_t sent = status.ok() ? response_bytes : 0;
+  t_->rpc().ServerCallEnded(method_, status.error_code(), role_, Seconds(took), sent, rcvd_);
+  if (!traced_) return status;
+  scope_.reset();
+  CallRecord r = Record(CallKind::kServer, span_, parent_span_id_, start_, took, method_, status,
+                        caller_, rcvd_, sent);
+  // The time the call had from its arrival to its caller's deadline.
+  const auto had = deadline - now_system + took;
+  if (had < std::chrono::hours(24 * 365)) {
+    r.deadline_ms = Saturate32(static_cast<uint64_t>(
+        std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(had).count())));
   }
+  for (int i = 0; i < std::min(phases_, 2); ++i) {
+    r.phase_name[i] = FlightRecorder::PhaseIndex(phase_names_[i]);
+    r.phase_nano[i] = Saturate32(phase_nanos_[i]);
+  }
+  if (!status.ok()) r.error = t_->recorder()->AddError(status.error_message());
+  t_->recorder()->Record(r);
   return status;
 }
 

@@ -28,6 +28,7 @@ constexpr const char* kMethods[] = {
     "other",
 };
 constexpr int kNumMethods = static_cast<int>(std::size(kMethods));
+static_assert(kNumMethods == methods::kOther + 1);
 constexpr int kNumStatuses = 17;
 // Status code names as gRPC and abseil spell them ("DEADLINE_EXCEEDED").
 const std::string& StatusName(int code) {
@@ -57,8 +58,13 @@ void AtomicHistogram::Observe(double value) {
   // Prometheus buckets are "less than or equal": the first bound >= value.
   const size_t i = std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
   buckets_[i].fetch_add(1, std::memory_order_relaxed);
-  count_.fetch_add(1, std::memory_order_relaxed);
   AddAtomic(sum_, value);
+}
+
+uint64_t AtomicHistogram::count() const {
+  uint64_t n = 0;
+  for (size_t i = 0; i <= bounds_.size(); ++i) n += buckets_[i].load(std::memory_order_relaxed);
+  return n;
 }
 
 void AtomicHistogram::CollectInto(prometheus::ClientMetric* metric) const {
@@ -128,6 +134,18 @@ RpcMetrics::RpcMetrics(const std::vector<TaskRef>& peers) : peers_(peers) {
     if (std::find(roles_.begin(), roles_.end(), t.role) == roles_.end()) roles_.push_back(t.role);
   }
   roles_.push_back("unknown");
+  role_peers_.assign(roles_.size(), {-1, 0});
+  for (size_t p = 0; p < peers_.size(); ++p) {
+    const int role = RoleIndex(peers_[p].role);
+    peer_roles_.push_back(role);
+    auto& [first, count] = role_peers_[role];
+    if (first == -1 && peers_[p].index == 0) first = static_cast<int>(p);
+    if (first >= 0 && static_cast<size_t>(first + count) == p && peers_[p].index == count) {
+      ++count;
+    } else {
+      first = -2;  // Not contiguous: PeerIndex falls back to a scan.
+    }
+  }
   const size_t n = static_cast<size_t>(kNumMethods) * kNumStatuses * roles_.size();
   client_ = std::vector<std::atomic<ClientSeries*>>(n);
   calls_ = std::vector<std::atomic<CallSeries*>>(n);
@@ -176,9 +194,13 @@ int RpcMetrics::RoleIndex(absl::string_view role) const {
   return static_cast<int>(roles_.size() - 1);
 }
 
-int RpcMetrics::PeerIndex(const TaskRef& peer) const {
+int RpcMetrics::PeerIndex(absl::string_view role, int index) const {
+  const int r = RoleIndex(role);
+  if (r + 1 == static_cast<int>(roles_.size()) || index < 0) return -1;
+  const auto [first, count] = role_peers_[r];
+  if (first >= 0) return index < count ? first + index : -1;
   for (size_t i = 0; i < peers_.size(); ++i) {
-    if (peers_[i] == peer) return static_cast<int>(i);
+    if (peers_[i].role == role && peers_[i].index == index) return static_cast<int>(i);
   }
   return -1;
 }

@@ -69,6 +69,38 @@ void CollectTracing(std::vector<MetricFamily>* out, const Tracer& tracer) {
              static_cast<double>(s.export_failures.load()));
 }
 
+void CollectTail(std::vector<MetricFamily>* out, const FlightRecorder& recorder,
+                 const TailSampler& tail) {
+  const TailStats& s = tail.stats();
+  AddCounter(out, names::kTraceCallsRecorded,
+             "Calls recorded in the flight recorder and read by the tail sampler.",
+             static_cast<double>(s.calls_read.load()));
+  AddCounter(out, names::kTraceCallsOverwritten,
+             "Calls overwritten in the flight recorder before the tail sampler read them.",
+             static_cast<double>(s.calls_overwritten.load()));
+  auto& kept = AddFamily(out, names::kTraceCallsKept,
+                         "Calls kept as spans whatever the head sampler said, by their first "
+                         "reason; dropped: over the rate limit.",
+                         MetricType::Counter);
+  const std::pair<const char*, const std::atomic<uint64_t>*> reasons[] = {
+      {"error", &s.kept_error},     {"deadline", &s.kept_deadline},   {"slow", &s.kept_slow},
+      {"slowest", &s.kept_slowest}, {"requested", &s.kept_requested}, {"dropped", &s.kept_dropped}};
+  for (const auto& [reason, count] : reasons) {
+    AddMetric(kept, {{names::kLabelReason, reason}}).counter.value =
+        static_cast<double>(count->load());
+  }
+  auto& requests = AddFamily(out, names::kTraceKeepRequests,
+                             "Callers' requests to keep this side of a call they kept: matched "
+                             "(found in the flight recorder) or missed.",
+                             MetricType::Counter);
+  AddMetric(requests, {{names::kLabelResult, "matched"}}).counter.value =
+      static_cast<double>(s.keep_matched.load());
+  AddMetric(requests, {{names::kLabelResult, "missed"}}).counter.value =
+      static_cast<double>(s.keep_missed.load());
+  AddGauge(out, names::kTraceBufferBytes, "Memory of the flight recorder's rings.",
+           static_cast<double>(recorder.bytes()));
+}
+
 }  // namespace
 
 // What prometheus-cpp's exposer calls at every scrape.
@@ -89,6 +121,7 @@ std::vector<MetricFamily> Telemetry::Collect() const {
   }
   CollectProcess(&out);
   CollectTracing(&out, *tracer_);
+  if (tail_) CollectTail(&out, *recorder_, *tail_);
   // Families with no series say nothing; leave them out.
   std::erase_if(out, [](const MetricFamily& f) { return f.metric.empty(); });
   return out;
@@ -99,6 +132,7 @@ Telemetry::Telemetry(TelemetryOptions options)
 
 Telemetry::~Telemetry() {
   exposer_.reset();
+  tail_.reset();  // Its last pass hands spans to the processor, which then flushes them.
   if (processor_) processor_->Shutdown(std::chrono::milliseconds(1000)).IgnoreError();
 }
 
@@ -112,6 +146,16 @@ absl::StatusOr<std::unique_ptr<Telemetry>> Telemetry::Create(
   }
   t->tracer_ = std::make_unique<Tracer>(t->processor_ ? o.sampler : SamplerOptions{},
                                         t->processor_.get(), &t->tracing_stats_);
+  if (t->processor_) {
+    t->recorder_ = std::make_unique<FlightRecorder>(o.trace_buffer_records);
+    SpanNames names;
+    for (size_t i = 0; i < o.peers.size(); ++i) {
+      names.peer_tasks.push_back(o.peers[i].ShortName());
+      names.peer_addresses.push_back(i < o.peer_addresses.size() ? o.peer_addresses[i] : "");
+    }
+    t->tail_ = std::make_unique<TailSampler>(o.tail, t->recorder_.get(), t->processor_.get(),
+                                             std::move(names));
+  }
   if (o.enabled && o.metrics_port >= 0) {
     absl::Status served = t->Serve();
     if (!served.ok()) return served;

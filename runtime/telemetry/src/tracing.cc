@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -79,13 +80,15 @@ class Random {
   // Fills `bytes` with random bytes, never all zeros.
   template <size_t N>
   void Fill(std::array<uint8_t, N>* bytes) {
+    static_assert(N % 8 == 0);
+    uint64_t any = 0;
     do {
       for (size_t i = 0; i < N; i += 8) {
-        uint64_t v = Next();
-        for (size_t j = 0; j < 8 && i + j < N; ++j)
-          (*bytes)[i + j] = static_cast<uint8_t>(v >> (8 * j));
+        const uint64_t v = Next();
+        std::memcpy(bytes->data() + i, &v, sizeof(v));
+        any |= v;
       }
-    } while (AllZero(*bytes));
+    } while (any == 0);
   }
 
  private:
@@ -160,7 +163,7 @@ std::string FormatTraceparent(const SpanContext& context) {
 
 SpanProcessor::~SpanProcessor() = default;
 
-uint64_t NowUnixNanos() {
+uint64_t UnixNanosAt(std::chrono::steady_clock::time_point when) {
   using std::chrono::duration_cast;
   using std::chrono::nanoseconds;
   static const auto [system_base, steady_base] = [] {
@@ -168,10 +171,11 @@ uint64_t NowUnixNanos() {
         duration_cast<nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count(),
         std::chrono::steady_clock::now()};
   }();
-  const int64_t since =
-      duration_cast<nanoseconds>(std::chrono::steady_clock::now() - steady_base).count();
+  const int64_t since = duration_cast<nanoseconds>(when - steady_base).count();
   return static_cast<uint64_t>(system_base + since);
 }
+
+uint64_t NowUnixNanos() { return UnixNanosAt(std::chrono::steady_clock::now()); }
 
 Tracer::Tracer(SamplerOptions sampler, SpanProcessor* processor, TracingStats* stats)
     : sampler_(sampler), processor_(processor), stats_(stats != nullptr ? stats : &own_stats_) {}

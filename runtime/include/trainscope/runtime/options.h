@@ -25,8 +25,14 @@ struct RuntimeOptions {
   int metrics_port = 0;
   // Record metrics and spans; off, calls pass no interceptor (for overhead comparisons).
   bool telemetry = true;
-  // Export spans over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_SAMPLER, ...).
+  // Export spans over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_SAMPLER, ...): every ps
+  // call is recorded, and the failed, slow and near-deadline ones become spans, both halves.
   bool tracing = true;
+  // A ps call that takes at least this long is slow: kept as a span whatever the sampler says.
+  // Give every task the same value, so that both halves of a call agree.
+  int trace_slow_ms = 100;
+  // Calls held in the trace buffer (88 bytes each), for deciding afterwards which to keep.
+  int trace_buffer_records = 32768;
   // Answer TaskService.InjectFault (tests and drills only).
   bool enable_fault_injection = false;
   // Test hooks: a delay on every ParameterService call, and a protocol version other than ours.

@@ -47,6 +47,9 @@ struct SpanRecord {
   int64_t response_bytes = -1;  // rpc.response.bytes
   std::string task;             // From the resource: service.instance.id, or role:task.
   std::string service_name;     // Resource service.name.
+  // trainscope.kept: why the task kept this span whatever its sampler said ("slow", "error,
+  // slowest", ...); "" for an ordinary (head-sampled) span.
+  std::string kept;
   std::vector<SpanEventRecord> events;
 
   // end - start, 0 when the times are absent or reversed.
@@ -81,6 +84,7 @@ struct RequestSummary {
   std::string server_parent_span_id;  // "" when unknown.
   int64_t deadline_ms = -1;
   std::string peer_address;  // The client's net.peer.name.
+  std::string kept;          // Why its halves were kept (union of their trainscope.kept).
 };
 
 struct TraceStoreOptions {
@@ -97,6 +101,9 @@ struct TraceStoreOptions {
   size_t max_spans_per_trace = 128;
   // Failed traces kept at most (oldest forgotten first).
   size_t max_error_traces = 1000;
+  // Traces a task marked slow or near its deadline (trainscope.kept) listed in Slow() whatever
+  // their rank, within the window; at most this many (oldest forgotten first).
+  size_t max_marked_traces = 1000;
 };
 
 // What a filter on the lists selects; empty fields select all.
@@ -133,7 +140,7 @@ class TraceStore {
   // Adds spans received at `now_s` (monotonic). Spans may come in any order and from any task.
   void Add(std::vector<SpanRecord> spans, double now_s);
   // The slowest requests in the window, slowest first: at most slow_per_key per (method, ps),
-  // then filtered and limited.
+  // and every request a task marked slow or near its deadline; then filtered and limited.
   std::vector<RequestSummary> Slow(const RequestFilter& filter, double now_s);
   // Failed requests (error status or a non-OK gRPC code), newest first.
   std::vector<RequestSummary> Errors(const RequestFilter& filter, double now_s);

@@ -19,22 +19,39 @@
 
 namespace trainscope::telemetry {
 
-// A histogram with fixed bucket bounds whose Observe is lock-free (relaxed atomics), unlike
-// prometheus::Histogram, which takes a mutex. Thread-safe.
+// A histogram with fixed bucket bounds whose Observe is lock-free (two relaxed atomic adds),
+// unlike prometheus::Histogram, which takes a mutex. The count is the sum of the buckets, read
+// at scrape time. Thread-safe.
 class AtomicHistogram {
  public:
+  // `bounds` must be sorted and outlive the histogram.
   explicit AtomicHistogram(std::span<const double> bounds);
   void Observe(double value);
   // Fills `metric->histogram` with cumulative buckets, +Inf last.
   void CollectInto(prometheus::ClientMetric* metric) const;
-  uint64_t count() const { return count_.load(std::memory_order_relaxed); }
+  // Observations so far (a sum over the buckets: not for the hot path).
+  uint64_t count() const;
 
  private:
   std::span<const double> bounds_;
   std::unique_ptr<std::atomic<uint64_t>[]> buckets_;  // bounds_.size() + 1, not cumulative
-  std::atomic<uint64_t> count_{0};
   std::atomic<double> sum_{0};
 };
+
+// Indices of the methods the runtime calls and serves, in RpcMetrics' fixed table.
+namespace methods {
+inline constexpr int kPull = 0;
+inline constexpr int kPush = 1;
+inline constexpr int kCreateVariable = 2;
+inline constexpr int kHandshake = 3;
+inline constexpr int kDone = 4;
+inline constexpr int kHeartbeat = 5;
+inline constexpr int kInjectFault = 6;
+inline constexpr int kHealthCheck = 7;
+inline constexpr int kHealthWatch = 8;
+inline constexpr int kOtlpExport = 9;
+inline constexpr int kOther = 10;
+}  // namespace methods
 
 // gRPC call metrics. Label values are indices into fixed tables (methods, status codes, peer
 // roles, peers) so that a series is found without a lock or a hash; series are allocated on
@@ -50,8 +67,14 @@ class RpcMetrics {
   static int MethodIndex(absl::string_view method);
   static const char* MethodName(int index);
   int RoleIndex(absl::string_view role) const;
-  // Index of a peer task, or -1.
-  int PeerIndex(const TaskRef& peer) const;
+  // Index of a peer task, or -1; a few string compares (one per role), no scan of the peers.
+  int PeerIndex(const TaskRef& peer) const { return PeerIndex(peer.role, peer.index); }
+  int PeerIndex(absl::string_view role, int index) const;
+  // The role index of peer `peer` (PeerIndex), or of "unknown" for -1.
+  int PeerRoleIndex(int peer) const {
+    return peer >= 0 ? peer_roles_[peer] : static_cast<int>(roles_.size() - 1);
+  }
+  const std::vector<TaskRef>& peers() const { return peers_; }
 
   void ClientAttemptStarted(int method, int role);
   // `deadline_seconds` 0 when the call had none; `peer` -1 when unknown.
@@ -76,6 +99,10 @@ class RpcMetrics {
 
   std::vector<std::string> roles_;  // peer_role values; the last is "unknown"
   std::vector<TaskRef> peers_;
+  std::vector<int> peer_roles_;  // By peer: its role index.
+  // By role index: the peer index of (role, 0) and how many tasks the role has, when the peers
+  // of a role are contiguous and in index order (as a cluster spec lists them); else -1.
+  std::vector<std::pair<int, int>> role_peers_;
   mutable std::vector<std::atomic<ClientSeries*>> client_;
   mutable std::vector<std::atomic<CallSeries*>> calls_;
   mutable std::vector<std::atomic<ServerSeries*>> server_;

@@ -71,6 +71,16 @@ inline constexpr char kSpansStarted[] = "trainscope_trace_spans_started_total";
 inline constexpr char kSpansExported[] = "trainscope_trace_spans_exported_total";
 inline constexpr char kSpansDropped[] = "trainscope_trace_spans_dropped_total";
 inline constexpr char kExportFailures[] = "trainscope_trace_export_failures_total";
+// Flight recorder and tail sampler: calls recorded and read, lost to the ring before they were
+// read, kept by reason (error, deadline, slow, slowest, requested, dropped: over the rate
+// limit), callers' requests to keep our half (matched or missed), and the rings' memory.
+inline constexpr char kTraceCallsRecorded[] = "trainscope_trace_calls_recorded_total";
+inline constexpr char kTraceCallsOverwritten[] = "trainscope_trace_calls_overwritten_total";
+inline constexpr char kTraceCallsKept[] = "trainscope_trace_calls_kept_total";
+inline constexpr char kTraceKeepRequests[] = "trainscope_trace_keep_requests_total";
+inline constexpr char kTraceBufferBytes[] = "trainscope_trace_buffer_bytes";
+inline constexpr char kLabelReason[] = "reason";
+inline constexpr char kLabelResult[] = "result";
 
 // Process (Prometheus standard names) and node.
 inline constexpr char kProcessCpuSeconds[] = "process_cpu_seconds_total";

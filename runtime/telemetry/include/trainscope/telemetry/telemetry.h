@@ -1,5 +1,6 @@
 #pragma once
-// A process's telemetry: the recorders for gRPC calls, the tracer and its span pipeline, and the
+// A process's telemetry: the recorders for gRPC calls, the tracer, the flight recorder and tail
+// sampler that decide which calls become spans, the span pipeline, and the
 // /metrics endpoint that renders them (plus process, node and GPU usage, and whatever the
 // program registers with AddCollector) for Prometheus. Knows nothing of what the program does:
 // a task registers collectors for its own bookkeeping. Sees no protobuf: spans leave through a
@@ -16,7 +17,9 @@
 #include "absl/status/statusor.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/telemetry/batch_span_processor.h"
+#include "trainscope/telemetry/flight_recorder.h"
 #include "trainscope/telemetry/metrics.h"
+#include "trainscope/telemetry/tail_sampler.h"
 #include "trainscope/telemetry/tracing.h"
 
 namespace prometheus {
@@ -32,17 +35,23 @@ struct TelemetryOptions {
   // Who records, for error messages ("ps:0").
   std::string name;
   // Every task the process talks to: their roles label the call metrics, each gets per-peer
-  // counters.
+  // counters; and where each is (for span attributes), in the same order.
   std::vector<TaskRef> peers;
+  std::vector<std::string> peer_addresses;
   // Port of /metrics; 0 = any free port (metrics_address() tells), -1 = none.
   int metrics_port = 0;
   // Host to bind /metrics on; empty = all interfaces.
   std::string metrics_host;
   // Host to advertise in metrics_address() when /metrics binds all interfaces.
   std::string advertised_host;
-  // Which new traces are kept, and how finished spans are queued for the exporter.
+  // Which new traces are exported whatever happens to them (the head sampler), and how
+  // finished spans are queued for the exporter.
   SamplerOptions sampler;
   BatchSpanProcessorOptions batch;
+  // Calls held in the flight recorder (80 bytes each, plus 8), and which of them the tail sampler
+  // keeps whatever the head sampler said.
+  size_t trace_buffer_records = 32768;
+  TailSamplerOptions tail;
 };
 
 // Adds the collector's families to `out`, at scrape time, on the /metrics server's thread.
@@ -61,6 +70,10 @@ class Telemetry {
   RpcMetrics& rpc() { return rpc_; }
   // Never null; a tracer without an exporter records nothing.
   Tracer& tracer() { return *tracer_; }
+  // Where every traced call is recorded, and what decides which become spans; null when spans
+  // are not exported.
+  FlightRecorder* recorder() { return recorder_.get(); }
+  TailSampler* tail() { return tail_.get(); }
   // "host:port" of /metrics, empty when there is none.
   const std::string& metrics_address() const { return metrics_address_; }
 
@@ -80,6 +93,8 @@ class Telemetry {
   TracingStats tracing_stats_;
   std::unique_ptr<BatchSpanProcessor> processor_;  // null when spans are not exported
   std::unique_ptr<Tracer> tracer_;
+  std::unique_ptr<FlightRecorder> recorder_;  // null when spans are not exported
+  std::unique_ptr<TailSampler> tail_;         // null when spans are not exported
   mutable std::mutex collectors_mu_;
   std::vector<MetricsCollector> collectors_ ABSL_GUARDED_BY(collectors_mu_);
   std::shared_ptr<Collectable> collectable_;

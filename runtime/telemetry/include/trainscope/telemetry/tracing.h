@@ -5,6 +5,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -110,6 +111,8 @@ struct SamplerOptions {
 // Wall-clock time in nanoseconds since the Unix epoch that never goes backwards within the
 // process: the system clock read once, advanced by the steady clock. Thread-safe.
 uint64_t NowUnixNanos();
+// The same clock at a steady-clock reading (so a call's start needs one clock read). Thread-safe.
+uint64_t UnixNanosAt(std::chrono::steady_clock::time_point when);
 
 // Names spans and samples them, and forwards the sampled ones to a SpanProcessor.
 // Thread-safe and cheap: no lock, ids from a thread-local generator.
