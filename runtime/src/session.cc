@@ -24,7 +24,7 @@ absl::StatusOr<ParameterClient*> Task::Impl::CreateSession() {
     TaskRef ref{"ps", i};
     std::string address = *cluster_.AddressOf(ref);
     ps.push_back({ref, address, MakePeerChannel(address), status_.Peer(ref, address),
-                  telemetry_->rpc().PeerIndex(ref)});
+                  telemetry_ ? telemetry_->rpc().PeerIndex(ref) : -1});
   }
   if (ps.empty()) {
     return absl::FailedPreconditionError(

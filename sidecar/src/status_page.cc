@@ -29,6 +29,7 @@ std::string_view StatusPageHtml() {
  code.tid{font:12px ui-monospace,SFMono-Regular,Menlo,monospace;background:#eef0f4;padding:2px 5px;border-radius:4px;color:#1d2330}
  td.num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
  .bar{display:flex;height:8px;width:140px;border-radius:3px;overflow:hidden;background:#eceef2;margin-top:3px}
+ .node-alive{background:#2e9d4f}.node-suspect{background:#c98a00}.node-silent,.node-isolated{background:#c0392b}.node-down{background:#7d1010}.node-left{background:#4a7fa8}
  .bar .net{background:#7a8bb0}.bar .queue{background:#d05a00}.bar .work{background:#2e9d4f}
 </style></head><body>
 <header><h1>trainscope</h1><span class="sub" id="cluster">cluster ?</span><span class="sub" id="updated"></span></header>
@@ -37,6 +38,12 @@ std::string_view StatusPageHtml() {
 <div class="summary" id="summary"></div>
 <table><thead><tr><th>task</th><th>state</th><th>since</th><th>reason</th><th>waiting on</th><th>address</th><th>host / pid</th><th>steps</th><th>last answer</th></tr></thead>
 <tbody id="rows"></tbody></table>
+<div id="partitions-section" hidden><h2>Partitions <span class="muted">(both tasks alive, one cannot reach the other)</span></h2>
+<table><thead><tr><th>task</th><th>cannot reach</th><th>for</th><th>last error</th></tr></thead>
+<tbody id="partitions"></tbody></table></div>
+<h2>Nodes <span class="muted" id="nodesub"></span></h2>
+<table><thead><tr><th>node</th><th>status</th><th>since</th><th>tasks</th><th>reason</th></tr></thead>
+<tbody id="nodes"></tbody></table>
 <h2>Slow ps requests <span class="muted" id="slowsub"></span></h2>
 <table><thead><tr><th>trace id</th><th>method</th><th>worker &rarr; ps</th><th>total</th><th>network</th><th>queue</th><th>apply / read</th><th>where the time went</th><th>status</th><th>when</th></tr></thead>
 <tbody id="slow"></tbody></table>
@@ -63,8 +70,9 @@ async function refresh(){
   const bad=tasks.filter(t=>t.state!=='up'&&t.state!=='done');
   const done=tasks.filter(t=>t.state==='done').length;
   const b=document.getElementById('banner');
-  b.className='banner '+(bad.length?'bad':'ok');
-  b.textContent=bad.length?`${bad.length} of ${tasks.length} tasks need attention`
+  b.className='banner '+(bad.length||d.isolated?'bad':'ok');
+  b.textContent=d.isolated?`THIS NODE (${d.node}) IS CUT OFF from every other node: what it shows of other nodes is what it last heard`
+   :bad.length?`${bad.length} of ${tasks.length} tasks need attention`
    :(done===tasks.length&&done?`all ${tasks.length} tasks finished training`
    :done?`all ${tasks.length} tasks up or done (${done} finished)`:`all ${tasks.length} tasks up`);
   document.getElementById('rows').innerHTML=tasks.map(t=>`<tr>
@@ -77,14 +85,34 @@ async function refresh(){
    <td class="muted">${esc(t.hostname||'')}${t.pid?' / '+esc(t.pid):''}${t.restarts?`<div>restarts ${esc(t.restarts)}</div>`:''}</td>
    <td>${t.steps||''}</td>
    <td class="muted">${ms(t.heartbeat_age_seconds)}</td></tr>`).join('');
+  nodes(d);
  }catch(e){const b=document.getElementById('banner');b.className='banner bad';b.textContent='cannot reach the sidecar: '+e;}
 }
+function since(t){return t?ago(t).replace(' ago',''):'';}
+function nodes(d){
+ const parts=d.partitions||[];
+ document.getElementById('partitions-section').hidden=!parts.length;
+ document.getElementById('partitions').innerHTML=parts.map(p=>`<tr>
+  <td><b>${esc(p.a)}</b><div class="muted">${esc(p.a_node)} ${esc(p.a_address)}</div></td>
+  <td><b>${esc(p.b)}</b><div class="muted">${esc(p.b_node)} ${esc(p.b_address)}</div></td>
+  <td>${since(p.since)}</td>
+  <td class="reason">${esc(p.error)}${p.nodes_cut?'<div class="muted">the two nodes\' sidecars cannot reach each other either</div>':''}</td></tr>`).join('');
+ const ns=d.nodes||[];
+ document.getElementById('nodesub').textContent=`(${ns.length} sidecars; this one is ${d.node||'?'})`;
+ document.getElementById('nodes').innerHTML=ns.map(n=>`<tr>
+  <td><b>${esc(n.node)}</b>${n.node===d.node?' <span class="muted">(this node)</span>':''}<div class="muted">${esc(n.hostname)}</div></td>
+  <td><span class="st node-${esc(n.status)}">${esc(n.status)}</span></td>
+  <td class="muted">${ago(n.since)}</td>
+  <td>${(n.tasks||[]).map(esc).join(', ')}</td>
+  <td class="reason">${esc(n.reason)}</td></tr>`).join('');
+}
+function numt(v){return v==null?'?':(v<10?v.toFixed(1):Math.round(v))+' ms';}
 function num(v){return v==null?'<span class="muted">?</span>':(v<10?v.toFixed(1):Math.round(v))+' ms';}
 function short(m){return esc(String(m||'').split('/').pop());}
 function tid(id){return `<a href="/api/v1/traces/${esc(id)}"><code class="tid">${esc(id)}</code></a>`;}
 function bar(r){const t=r.duration_ms||0;if(!t)return '';const pc=v=>v==null?0:Math.max(0,Math.min(100,100*v/t));
  const work=(r.apply_ms||0)+(r.read_ms||0);
- return `<div class="bar" title="network ${num(r.network_ms)}, queue ${num(r.queue_ms)}, apply/read ${num(work)}"><span class="net" style="width:${pc(r.network_ms)}%"></span><span class="queue" style="width:${pc(r.queue_ms)}%"></span><span class="work" style="width:${pc(work)}%"></span></div>`;}
+ return `<div class="bar" title="network ${numt(r.network_ms)}, queue ${numt(r.queue_ms)}, apply/read ${numt(work)}"><span class="net" style="width:${pc(r.network_ms)}%"></span><span class="queue" style="width:${pc(r.queue_ms)}%"></span><span class="work" style="width:${pc(work)}%"></span></div>`;}
 async function traces(){
  try{
   const s=await (await fetch('/api/v1/traces/slow?limit=20',{cache:'no-store'})).json();

@@ -47,7 +47,7 @@ def run(args, work, failures):
         wait_for("Prometheus ready", lambda: http_get(f"{prom}/-/ready")[0] == 200, 30)
         wait_for("the sidecar scraped", lambda: prom_query(prom, "up == 1"), 30, 0.2)
         start = time.time()
-        cluster.exercise()
+        cluster.exercise(prom=prom)
         end = time.time()
         fixed = {"__rate_interval": "4s", "__interval": "2s", "__range": f"{int(end - start)}s"}
         entries, problems, variables = check_dashboards.run_queries(

@@ -109,15 +109,19 @@ class LocalCluster:
         if r.returncode != 0:
             raise DrillError(f"trainscopectl fault on {task}: {r.stdout}{r.stderr}")
 
-    def exercise(self, settle_s=8):
-        """Starts the workers, then the ps once worker:0 is blocked on them; once all are up,
-        slows ps:1 past worker:0's deadline for 3 s; then lets the metrics settle. Needs every
-        sidecar started first."""
+    def exercise(self, settle_s=8, prom=None):
+        """Starts the workers, then the ps once worker:0 is blocked on them (and, given the
+        Prometheus at `prom`, once it has scraped the wait); once all are up, slows ps:1 past
+        worker:0's deadline for 3 s; then lets the metrics settle. Needs every sidecar started
+        first."""
         workers = sorted(n for n in self.addr if n.startswith("worker"))
         for name in workers:
             self.start_task(name)
         self.wait_state("worker:0", "blocked")
         time.sleep(4)  # a few scrapes of the wait
+        if prom:  # its targets come from the sidecar's discovery, which a loaded machine delays
+            wait_for("the wait scraped", lambda: prom_query(
+                prom, "trainscope_session_waiting_seconds"), 30, 0.5)
         for name in sorted(n for n in self.addr if n.startswith("ps")):
             self.start_task(name)
         wait_for("every task up", lambda: all(

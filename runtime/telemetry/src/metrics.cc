@@ -30,6 +30,12 @@ constexpr const char* kMethods[] = {
 constexpr int kNumMethods = static_cast<int>(std::size(kMethods));
 static_assert(kNumMethods == methods::kOther + 1);
 constexpr int kNumStatuses = 17;
+// The per-peer counters are kept for the calls of every step only (Pull and Push: methods 0
+// and 1), whose latency per ps finds the slow one. A worker of a 100-ps cluster then exports
+// 100 x 2 x 4 of them (800 of its ~1,700 series); the other methods are counted by peer role in
+// the A66 families.
+constexpr int kPerPeerMethods = methods::kPush + 1;
+static_assert(methods::kPull == 0 && methods::kPush == 1);
 // Status code names as gRPC and abseil spell them ("DEADLINE_EXCEEDED").
 const std::string& StatusName(int code) {
   static const auto* names = [] {
@@ -152,7 +158,7 @@ RpcMetrics::RpcMetrics(const std::vector<TaskRef>& peers) : peers_(peers) {
   server_ = std::vector<std::atomic<ServerSeries*>>(n);
   client_started_ = std::vector<std::atomic<Started*>>(kNumMethods * roles_.size());
   server_started_ = std::vector<std::atomic<Started*>>(kNumMethods * roles_.size());
-  const size_t per_peer = peers_.size() * kNumMethods;
+  const size_t per_peer = peers_.size() * kPerPeerMethods;
   peer_calls_.reset(new std::atomic<uint64_t>[per_peer]);
   peer_errors_.reset(new std::atomic<uint64_t>[per_peer]);
   peer_deadline_exceeded_.reset(new std::atomic<uint64_t>[per_peer]);
@@ -237,8 +243,8 @@ void RpcMetrics::ClientAttemptEnded(int method, int status, int role, int peer, 
     deadline_[method]->Observe(deadline_seconds);
     deadline_used_[method]->Observe(seconds / deadline_seconds);
   }
-  if (peer >= 0) {
-    const size_t i = static_cast<size_t>(peer) * kNumMethods + method;
+  if (peer >= 0 && method < kPerPeerMethods) {
+    const size_t i = static_cast<size_t>(peer) * kPerPeerMethods + method;
     peer_calls_[i].fetch_add(1, std::memory_order_relaxed);
     if (status != 0) peer_errors_[i].fetch_add(1, std::memory_order_relaxed);
     if (status == 4 /* DEADLINE_EXCEEDED */) {
@@ -342,8 +348,8 @@ std::vector<prometheus::MetricFamily> RpcMetrics::Collect() const {
                             "by the calls' rate for the mean latency to each peer.",
                             MetricType::Counter);
   for (size_t p = 0; p < peers_.size(); ++p) {
-    for (int m = 0; m < kNumMethods; ++m) {
-      const size_t i = p * kNumMethods + m;
+    for (int m = 0; m < kPerPeerMethods; ++m) {
+      const size_t i = p * kPerPeerMethods + m;
       const uint64_t n = peer_calls_[i].load(std::memory_order_relaxed);
       if (n == 0) continue;
       std::vector<prometheus::ClientMetric::Label> l = {

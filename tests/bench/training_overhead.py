@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""What telemetry costs a training run, measured from outside as a user would.
+
+A ps and a worker (linear_regression, no step delay: a tight Pull/Push loop) train on loopback
+with the node's sidecar watching them and receiving their spans (OTLP on its gRPC port). Each
+set-up below runs for one window in turn, rounds interleaved so that a noisy neighbour hits every
+set-up alike; the worker's steps per second are read from the sidecar's /api/v1/tasks. Prints the
+median rate per set-up and the median over rounds of each round's rate / the rate with telemetry
+off.
+
+  /usr/bin/python3 tests/bench/training_overhead.py --bin build/bin [--rounds 4] [--window_s 10]
+
+Set-ups:
+  off        --disable_telemetry
+  metrics    --disable_tracing (metrics only)
+  default    telemetry on as shipped: 1% of traces head-sampled, every slow or failed call kept
+  always_on  OTEL_TRACES_SAMPLER=always_on: every call exported as a span
+
+Standard library only.
+"""
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+SETUPS = {
+    "off": (["--disable_telemetry"], {}),
+    "metrics": (["--disable_tracing"], {}),
+    "default": ([], {}),
+    "always_on": ([], {"OTEL_TRACES_SAMPLER": "always_on"}),
+}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker_steps(http_port):
+    """The worker's step count as the sidecar knows it, or None."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/api/v1/tasks", timeout=2) as r:
+            for t in json.load(r).get("tasks", []):
+                if t.get("name") == "worker:0":
+                    return float(t.get("steps", 0))
+    except OSError:
+        return None
+    return None
+
+
+def start(argv, env, log):
+    return subprocess.Popen(argv, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
+
+
+def run_window(bin_dir, workdir, setup, warmup_s, window_s):
+    """Steps per second of worker:0 under `setup` over one window."""
+    flags, extra_env = SETUPS[setup]
+    ps, worker = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    spec = {"cluster": {"ps": [ps], "worker": [worker]}}
+    http_port, grpc_port = free_port(), free_port()
+    spec_path = os.path.join(workdir, "cluster_spec.json")
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    procs = []
+    log = open(os.path.join(workdir, f"{setup}.log"), "ab")
+    try:
+        procs.append(start([os.path.join(bin_dir, "trainscope-sidecar"), "--cluster_spec",
+                            spec_path, "--cluster_name", "bench", "--local_tasks",
+                            "ps:0,worker:0", "--http_address", "127.0.0.1", "--http_port",
+                            str(http_port), "--grpc_port", str(grpc_port), "--peer_sidecars",
+                            "none"], {}, log))
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{grpc_port}", **extra_env}
+        for role in ("ps", "worker"):
+            tf = json.dumps({**spec, "task": {"type": role, "index": 0}})
+            procs.append(start([os.path.join(bin_dir, "linear_regression"), "--cluster_name",
+                                "bench", "--steps", "1000000000", "--log_every", "1000000",
+                                "--metrics_port", "0", *flags], {"TF_CONFIG": tf, **env}, log))
+        deadline = time.monotonic() + 30
+        while (worker_steps(http_port) or 0) <= 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{setup}: the worker never stepped (log in {workdir})")
+            time.sleep(0.2)
+        time.sleep(warmup_s)
+        s0, t0 = worker_steps(http_port), time.monotonic()
+        time.sleep(window_s)
+        s1, t1 = worker_steps(http_port), time.monotonic()
+        if s0 is None or s1 is None:
+            raise RuntimeError(f"{setup}: the sidecar stopped answering")
+        return (s1 - s0) / (t1 - t0)
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+        log.close()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bin", default="build/bin")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--window_s", type=float, default=10)
+    ap.add_argument("--warmup_s", type=float, default=2)
+    args = ap.parse_args()
+    rates = {s: [] for s in SETUPS}
+    with tempfile.TemporaryDirectory(prefix="training_overhead.") as workdir:
+        for r in range(args.rounds):
+            for setup in SETUPS:
+                rates[setup].append(run_window(args.bin, workdir, setup, args.warmup_s,
+                                               args.window_s))
+                print(f"round {r + 1}: {setup:9s} {rates[setup][-1]:9.0f} steps/s", flush=True)
+    print(f"\nworker steps/s, median of {args.rounds} interleaved {args.window_s:.0f} s windows "
+          "(ps, worker and sidecar on one node):")
+    for setup in SETUPS:
+        ratios = [a / b for a, b in zip(rates[setup], rates["off"])]
+        print(f"  {setup:9s} {statistics.median(rates[setup]):9.0f}   rate / off: "
+              f"{statistics.median(ratios):.3f} (rounds: "
+              + " ".join(f"{x:.3f}" for x in ratios) + ")")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
