@@ -1,6 +1,8 @@
 // The ParameterService a ps task serves: CreateVariable, Pull and Push on its ParameterStore,
 // with the time of each call split into queue and apply/read for metrics and traces.
 #include <algorithm>
+#include <string_view>
+#include <unordered_set>
 
 #include "spdlog/spdlog.h"
 #include "task_impl.h"
@@ -12,6 +14,35 @@
 
 namespace trainscope {
 namespace {
+
+// A Pull answers each variable once: a request that names one twice, or more variables than
+// the ps holds, is refused rather than answered with copies (one request could otherwise make
+// the ps build an answer of any size).
+absl::Status CheckPullNames(const v1::PullRequest& request, size_t held) {
+  const auto& names = request.names();
+  auto from = [&] { return TaskIdFromProto(request.from()).ShortName(); };
+  if (static_cast<size_t>(names.size()) > held) {
+    return absl::InvalidArgumentError(absl::StrCat("a Pull from ", from(), " names ", names.size(),
+                                                   " variables; this ps holds ", held));
+  }
+  auto twice = [&](const std::string& name) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a Pull from ", from(), " names variable '", name, "' twice"));
+  };
+  if (names.size() <= 16) {  // The usual few shards: compare pairwise, no allocation.
+    for (int i = 1; i < names.size(); ++i) {
+      for (int j = 0; j < i; ++j) {
+        if (names[i] == names[j]) return twice(names[i]);
+      }
+    }
+    return absl::OkStatus();
+  }
+  std::unordered_set<std::string_view> seen;
+  for (const std::string& name : names) {
+    if (!seen.insert(name).second) return twice(name);
+  }
+  return absl::OkStatus();
+}
 
 // What a ParameterService handler records: in-flight count, the trace id on its log lines, and
 // where its time went (queue, read/apply) as child spans of the call's server span and as
@@ -69,6 +100,11 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
     task_->InjectedParameterDelay();
     call.Phase("ps.queue");
     const double queued = MonotonicSeconds();
+    if (absl::Status st =
+            CheckPullNames(*request, static_cast<size_t>(task_->store_->num_variables()));
+        !st.ok()) {
+      return call.Finish(ToGrpcStatus(st), 0);
+    }
     for (const std::string& name : request->names()) {
       v1::Tensor* tensor = response->add_values();
       TensorSpec spec;

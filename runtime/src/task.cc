@@ -216,8 +216,28 @@ void Task::Impl::Stop() {
   cv_.notify_all();
 }
 
-int Task::Impl::MarkDone(const TaskRef& from) {
+void Task::Impl::RecordHandshake(const TaskRef& from, uint64_t incarnation) {
   std::lock_guard lock(mu_);
+  handshakes_[from] = incarnation;
+}
+
+absl::StatusOr<int> Task::Impl::MarkDone(const TaskRef& from, uint64_t incarnation) {
+  std::lock_guard lock(mu_);
+  auto refuse = [&](absl::string_view why) {
+    std::string message = absl::StrCat(self_.ShortName(), " refused Done from ", from.ShortName(),
+                                       " (incarnation ", absl::Hex(incarnation), "): ", why);
+    spdlog::warn("{}", message);
+    return absl::PermissionDeniedError(message);
+  };
+  if (!IsTrainer(from.role) || cluster_.FindAddress(from) == nullptr) {
+    return refuse("the cluster spec lists no such worker or chief");
+  }
+  auto it = handshakes_.find(from);
+  if (it == handshakes_.end()) return refuse("it never created a session with this task");
+  if (it->second != incarnation) {
+    return refuse(
+        absl::StrCat("its session with this task is from incarnation ", absl::Hex(it->second)));
+  }
   bool fresh = done_.insert(from).second;
   int remaining = std::max(0, trainers_ - static_cast<int>(done_.size()));
   if (fresh) {

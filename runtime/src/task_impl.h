@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -61,8 +62,12 @@ class Task::Impl {
   v1::TaskIdentity BuildIdentity() const;
   // The answer to a Heartbeat (task_service.cc).
   void FillHeartbeat(v1::HeartbeatResponse* response) const;
-  // Records that `from` finished; returns the trainers still running.
-  int MarkDone(const TaskRef& from);
+  // Records that `from` (at `incarnation`) finished; returns the trainers still running. Refused
+  // (PERMISSION_DENIED) unless `from` is a trainer the spec lists that handshook with this task
+  // at that incarnation: a forged or stale Done must not end a ps and lose its variables.
+  absl::StatusOr<int> MarkDone(const TaskRef& from, uint64_t incarnation);
+  // A task's handshake, remembered for MarkDone.
+  void RecordHandshake(const TaskRef& from, uint64_t incarnation);
   // The calling task's telemetry peer index, or -1.
   int CallerIndex(const v1::TaskId& from) const;
   // Sleeps as InjectFault asked before a ParameterService call: parameter_delay_ms_ always, and
@@ -101,6 +106,7 @@ class Task::Impl {
   std::mutex mu_;
   std::condition_variable cv_;
   std::set<TaskRef> done_ ABSL_GUARDED_BY(mu_);
+  std::map<TaskRef, uint64_t> handshakes_ ABSL_GUARDED_BY(mu_);  // Incarnation by task.
 };
 
 // The services a task serves; they keep `task`, which must outlive them.

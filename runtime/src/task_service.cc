@@ -7,6 +7,7 @@
 #include "spdlog/spdlog.h"
 #include "task_impl.h"
 #include "trainscope/common/proc.h"
+#include "trainscope/runtime/status_macros.h"
 #include "trainscope/telemetry/grpc_instrumentation.h"
 #include "trainscope/telemetry/telemetry.h"
 #include "trainscope/v1/runtime.grpc.pb.h"
@@ -25,6 +26,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
                                MessageBytes(*request));
     *response->mutable_identity() = task_->Identity();
     const v1::TaskIdentity& from = request->from();
+    task_->RecordHandshake(TaskIdFromProto(from.task()), from.incarnation());
     const v1::TaskIdentity& me = response->identity();
     if (from.protocol_version() != me.protocol_version() ||
         from.cluster_fingerprint() != me.cluster_fingerprint()) {
@@ -42,7 +44,10 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     telemetry::ServerCall call(task_->telemetry_.get(), *context, telemetry::methods::kDone,
                                task_->CallerIndex(request->from()), nullptr,
                                MessageBytes(*request));
-    response->set_workers_remaining(task_->MarkDone(TaskIdFromProto(request->from())));
+    absl::StatusOr<int> remaining =
+        task_->MarkDone(TaskIdFromProto(request->from()), request->incarnation());
+    if (!remaining.ok()) return call.Finish(ToGrpcStatus(remaining.status()), 0);
+    response->set_workers_remaining(*remaining);
     return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
 

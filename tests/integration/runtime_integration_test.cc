@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <regex>
+#include <thread>
 
 #include "process.h"
 #include "trainscope/v1/runtime.grpc.pb.h"
@@ -199,6 +200,51 @@ TEST(RuntimeIntegration, FaultInjectionIsRefusedUnlessEnabled) {
   v1::InjectFaultResponse response;
   grpc::Status st = stub->InjectFault(&context, v1::InjectFaultRequest(), &response);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
+// A forged Done must not end a ps (and lose its variables): the caller must be a trainer the
+// spec lists, at the incarnation of its session with that ps. A Pull answers each variable
+// once.
+TEST(RuntimeIntegration, ForgedDoneAndRepeatedPullAreRefusedAndThePsServesOn) {
+  Cluster c(1, 1);
+  auto ps = c.Start("ps", 0);
+  auto w = c.Start("worker", 0, {"--steps", "100000", "--step_delay_ms", "5"});
+  ASSERT_TRUE(w->WaitForOutput("training:", 20s)) << w->Output();
+  auto channel = grpc::CreateChannel(c.jobs["ps"][0], grpc::InsecureChannelCredentials());
+  auto tasks = v1::TaskService::NewStub(channel);
+  auto done_from = [&](const std::string& role, int index, uint64_t incarnation) {
+    grpc::ClientContext context;
+    v1::DoneRequest request;
+    request.mutable_from()->set_role(role);
+    request.mutable_from()->set_index(index);
+    request.set_incarnation(incarnation);
+    v1::DoneResponse response;
+    return tasks->Done(&context, request, &response);
+  };
+  grpc::Status listed = done_from("worker", 0, 12345);  // worker:0 exists, not at this incarnation
+  EXPECT_EQ(listed.error_code(), grpc::StatusCode::PERMISSION_DENIED) << listed.error_message();
+  EXPECT_NE(listed.error_message().find("ps:0 refused Done from worker:0"), std::string::npos)
+      << listed.error_message();
+  grpc::Status unknown = done_from("worker", 7, 1);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(unknown.error_message().find("lists no such worker"), std::string::npos)
+      << unknown.error_message();
+
+  auto params = v1::ParameterService::NewStub(channel);
+  grpc::ClientContext context;
+  v1::PullRequest pull;
+  for (int i = 0; i < 2; ++i) pull.add_names("linear/b");
+  v1::PullResponse answer;
+  grpc::Status st = params->Pull(&context, pull, &answer);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("names variable 'linear/b' twice"), std::string::npos)
+      << st.error_message();
+  EXPECT_EQ(answer.values_size(), 0);
+
+  std::this_thread::sleep_for(500ms);
+  EXPECT_TRUE(ps->Running()) << ps->Output();
+  EXPECT_TRUE(w->Running()) << w->Output();
+  EXPECT_NE(ps->Output().find("refused Done from worker:7"), std::string::npos) << ps->Output();
 }
 
 TEST(RuntimeIntegration, MemoryBudgetIsResourceExhaustedWithFigures) {
