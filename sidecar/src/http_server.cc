@@ -68,9 +68,21 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   server->handler_ = std::move(handler);
   server->address_ = address;
   std::string ports = absl::StrCat(address, ":", port);
-  const char* options[] = {
-      "listening_ports",   ports.c_str(), "num_threads", "3", "request_timeout_ms", "5000",
-      "enable_keep_alive", "no",          nullptr};
+  // Bounded: a request line and headers of 16 KiB at most (civetweb also caps the header count
+  // at 64), 3 s for each read or write. civetweb gives each connection a thread while it reads
+  // the request, so clients that trickle theirs a byte at a time hold one each: 16 threads keep
+  // the page and the API answering through a handful of them (the test holds 8).
+  const char* options[] = {"listening_ports",
+                           ports.c_str(),
+                           "num_threads",
+                           "16",
+                           "request_timeout_ms",
+                           "3000",
+                           "max_request_size",
+                           "16384",
+                           "enable_keep_alive",
+                           "no",
+                           nullptr};
   mg_callbacks callbacks{};
   callbacks.log_message = LogMessage;
   std::string last_log;

@@ -8,9 +8,11 @@
 
 #include <atomic>
 #include <thread>
+#include <vector>
 
 #include "grpcpp/grpcpp.h"
 #include "sidecar_harness.h"
+#include "trainscope/sidecar/http_client.h"
 #include "trainscope/sidecar/v1/sidecar.grpc.pb.h"
 
 namespace trainscope::testing {
@@ -144,6 +146,43 @@ TEST(SidecarBadInput, MalformedClusterSpecIsAClearErrorAtStart) {
                {{"TF_CONFIG", ""}});
   EXPECT_EQ(none.Wait(seconds(10)), 2);
   EXPECT_NE(none.Output().find("no cluster spec"), std::string::npos) << none.Output();
+}
+
+// Clients that send their request a byte at a time, forever (slowloris), must not take the
+// page and the API down: more of them than the old server had threads, and the API still
+// answers; a request with an oversized header is refused.
+TEST(SidecarBadInput, SlowClientsDoNotHoldTheApi) {
+  Sidecar sidecar({{"ps", {FreeAddress()}}}, {});
+  ASSERT_FALSE(sidecar.Get("/api/v1/tasks").empty()) << sidecar.process().Output();
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> slow;
+  for (int i = 0; i < 8; ++i) {
+    slow.emplace_back([&] {
+      int fd = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(static_cast<uint16_t>(sidecar.http_port()));
+      if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+        const std::string start = "GET / HTTP/1.1\r\nX-Slow: ";
+        (void)!send(fd, start.data(), start.size(), MSG_NOSIGNAL);
+        while (!stop && send(fd, "x", 1, MSG_NOSIGNAL) == 1) {
+          std::this_thread::sleep_for(milliseconds(200));
+        }
+      }
+      close(fd);
+    });
+  }
+  std::this_thread::sleep_for(seconds(1));
+  std::string answer = sidecar.Get("/api/v1/tasks");
+  stop = true;
+  for (auto& t : slow) t.join();
+  EXPECT_FALSE(answer.empty()) << "the API did not answer while 8 slow clients were connected";
+  EXPECT_TRUE(sidecar.process().Running());
+
+  auto big = sidecar::HttpGet(sidecar.http(), "/api/v1/tasks?" + std::string(64 * 1024, 'a'), 2000);
+  EXPECT_TRUE(!big.ok() || big->status >= 400) << "a 64 KiB request line was served";
+  EXPECT_FALSE(sidecar.Get("/api/v1/tasks").empty());
 }
 
 TEST(SidecarBadInput, PeersThatAreNoSidecarOrSpeakNonsense) {

@@ -172,7 +172,11 @@ absl::Status Telemetry::Serve() {
   const std::string host = options_.metrics_host.empty() ? "0.0.0.0" : options_.metrics_host;
   const std::string bind = absl::StrCat(host, ":", options_.metrics_port);
   try {
-    exposer_ = std::make_unique<prometheus::Exposer>(bind, /*num_threads=*/1);
+    // Bounded as the sidecar's server is: 16 KiB of request, 3 s per read or write, and a few
+    // threads, so that one slow client does not stop Prometheus' scrapes.
+    exposer_ = std::make_unique<prometheus::Exposer>(
+        std::vector<std::string>{"listening_ports", bind, "num_threads", "4", "request_timeout_ms",
+                                 "3000", "max_request_size", "16384"});
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(options_.name, " cannot serve /metrics on ", bind,
                                                ": ", e.what(), " (is --metrics_port in use?)"));
