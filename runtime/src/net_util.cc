@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -122,6 +123,40 @@ absl::Status CheckCanListen(const std::string& host, int port) {
     return absl::PermissionDeniedError("permission denied (ports below 1024 need privileges)");
   }
   return absl::UnknownError(strerror(error));
+}
+
+bool IsLocalPeer(const std::string& grpc_peer) {
+  if (absl::StartsWith(grpc_peer, "unix:")) return true;
+  std::string host;
+  if (absl::StartsWith(grpc_peer, "ipv4:")) {
+    host = grpc_peer.substr(5, grpc_peer.rfind(':') - 5);
+  } else if (absl::StartsWith(grpc_peer, "ipv6:[")) {
+    host = grpc_peer.substr(6, grpc_peer.find(']') - 6);
+  } else {
+    return false;
+  }
+  in6_addr a6{};
+  in_addr a4{};
+  const bool v4 = inet_pton(AF_INET, host.c_str(), &a4) == 1;
+  if (!v4 && inet_pton(AF_INET6, host.c_str(), &a6) != 1) return false;
+  if (v4 && (ntohl(a4.s_addr) >> 24) == 127) return true;
+  if (!v4 && (IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127))) {
+    return true;
+  }
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return false;
+  bool local = false;
+  for (ifaddrs* i = ifs; i != nullptr && !local; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    if (v4 && i->ifa_addr->sa_family == AF_INET) {
+      local = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == a4.s_addr;
+    } else if (!v4 && i->ifa_addr->sa_family == AF_INET6) {
+      local = std::memcmp(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, &a6,
+                          sizeof(a6)) == 0;
+    }
+  }
+  freeifaddrs(ifs);
+  return local;
 }
 
 }  // namespace trainscope

@@ -19,4 +19,8 @@ absl::Status CheckCanListen(const std::string& host, int port);
 // /proc/*/fd; nullopt when the OS does not tell (another user's process, or nothing there).
 std::optional<std::pair<int64_t, std::string>> FindListener(int port);
 
+// Whether a gRPC peer ("ipv4:10.0.0.3:5000", "ipv6:[::1]:5000", "unix:...") is on this
+// machine: a loopback address, one of this machine's interface addresses, or a Unix socket.
+bool IsLocalPeer(const std::string& grpc_peer);
+
 }  // namespace trainscope

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "net_util.h"
 #include "spdlog/spdlog.h"
 #include "task_impl.h"
 #include "trainscope/common/proc.h"
@@ -71,13 +72,24 @@ class TaskServiceImpl final : public v1::TaskService::Service {
                                                   "--enable_fault_injection"),
           0);
     }
+    if (!IsLocalPeer(context->peer())) {
+      spdlog::warn("{} refused an injected fault from {}: only callers on this machine may",
+                   task_->self_.ShortName(), context->peer());
+      return call.Finish(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                      task_->self_.ShortName() +
+                                          " accepts injected faults only from this machine, not "
+                                          "from " +
+                                          context->peer()),
+                         0);
+    }
     const double p = request->random_delay_probability();
-    if (!(p >= 0 && p <= 1) || request->random_delay_ms() < 0 ||
-        request->random_delay_ms() > kMaxInjectedDelayMs) {
+    auto bounded = [](int64_t ms) { return ms >= 0 && ms <= kMaxInjectedDelayMs; };
+    if (!(p >= 0 && p <= 1) || !bounded(request->random_delay_ms()) ||
+        !bounded(request->parameter_delay_ms()) || !bounded(request->heartbeat_delay_ms())) {
       return call.Finish(
           grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                       "random_delay_probability must be in [0, 1] and random_delay_ms in [0, " +
-                           std::to_string(kMaxInjectedDelayMs) + "]"),
+                       "random_delay_probability must be in [0, 1] and every delay in [0, " +
+                           std::to_string(kMaxInjectedDelayMs) + "] ms"),
           0);
     }
     task_->parameter_delay_ms_.store(std::max<int64_t>(0, request->parameter_delay_ms()));

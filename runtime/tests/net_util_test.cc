@@ -33,5 +33,20 @@ TEST(NetUtilTest, ForeignAddressIsNotAvailable) {
   EXPECT_NE(st.message().find("not available on this machine"), std::string::npos);
 }
 
+// InjectFault is accepted only from this machine: which gRPC peers are.
+TEST(NetUtilTest, IsLocalPeerTellsThisMachineFromOthers) {
+  EXPECT_TRUE(IsLocalPeer("ipv4:127.0.0.1:5000"));
+  EXPECT_TRUE(IsLocalPeer("ipv4:127.3.4.5:1"));
+  EXPECT_TRUE(IsLocalPeer("ipv6:[::1]:5000"));
+  EXPECT_TRUE(IsLocalPeer("ipv6:[::ffff:127.0.0.1]:5000"));
+  EXPECT_TRUE(IsLocalPeer("unix:/tmp/sock"));
+  EXPECT_FALSE(IsLocalPeer("ipv4:192.0.2.7:5000"));  // TEST-NET-1: never this machine's
+  EXPECT_FALSE(IsLocalPeer("ipv6:[2001:db8::1]:5000"));
+  EXPECT_FALSE(IsLocalPeer(""));
+  EXPECT_FALSE(IsLocalPeer("ipv4:"));
+  EXPECT_FALSE(IsLocalPeer("ipv6:[nonsense"));
+  EXPECT_FALSE(IsLocalPeer("dns:example.com:80"));
+}
+
 }  // namespace
 }  // namespace trainscope
