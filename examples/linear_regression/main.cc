@@ -44,6 +44,11 @@ int main(int argc, char** argv) {
   app.add_option("--ps_memory_limit_bytes", r.ps_memory_limit_bytes,
                  "A ps refuses variables past this many bytes (0 = no budget)")
       ->capture_default_str();
+  app.add_option("--max_message_bytes", r.max_message_bytes,
+                 "Largest message a ps accepts (a variable or gradient); with a memory budget, "
+                 "at most the budget plus 1 MiB")
+      ->check(CLI::Range(1024, 2147483647))
+      ->capture_default_str();
   app.add_option("--listen_address", r.listen_address,
                  "Bind this address instead of the task's address in the spec (e.g. 0.0.0.0:2222)");
   app.add_option("--metrics_port", r.metrics_port,

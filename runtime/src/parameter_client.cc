@@ -2,7 +2,9 @@
 #include "trainscope/runtime/parameter_client.h"
 
 #include <algorithm>
+#include <cinttypes>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -119,6 +121,16 @@ absl::Status CallError(const char* method, const TaskRef& self, const TaskRef& p
             : absl::StrCat(e.words, " (is ", ps.ShortName(), " still running and reachable?)");
     return absl::UnavailableError(
         absl::StrCat(where, " failed after ", attempts, " attempts: ", why, trace));
+  }
+  int64_t sent = 0, limit = 0;
+  if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+      std::sscanf(st.error_message().c_str(),
+                  "Received message larger than max (%" SCNd64 " vs. %" SCNd64 ")", &sent,
+                  &limit) == 2) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(where, " failed: the message (", HumanBytes(sent), ") is larger than ",
+                     ps.ShortName(), " accepts (", HumanBytes(limit),
+                     ": its --max_message_bytes, or its memory budget plus 1 MiB)", trace));
   }
   return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
                       absl::StrCat(where, " failed: ", st.error_message(), trace));

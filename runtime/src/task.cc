@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -40,6 +41,14 @@ std::string Hostname() {
 uint64_t NewIncarnation() {
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+}
+
+// The largest message the task server accepts (RuntimeOptions::max_message_bytes).
+int MaxReceiveBytes(const TaskRef& self, const RuntimeOptions& o) {
+  if (self.role != "ps") return 4 << 20;
+  int64_t limit = o.max_message_bytes;
+  if (o.ps_memory_limit_bytes > 0) limit = std::min(limit, o.ps_memory_limit_bytes + (1 << 20));
+  return static_cast<int>(std::clamp<int64_t>(limit, 1024, std::numeric_limits<int>::max()));
 }
 
 }  // namespace
@@ -188,7 +197,7 @@ absl::Status Task::Impl::Start() {
   grpc::ServerBuilder builder;
   // No SO_REUSEPORT: a second task on the same port must fail, not share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxReceiveMessageSize(MaxReceiveBytes(self_, options_));
   builder.SetMaxSendMessageSize(-1);
   int bound_port = 0;
   builder.AddListeningPort(listen_address_, grpc::InsecureServerCredentials(), &bound_port);

@@ -264,6 +264,24 @@ TEST(RuntimeIntegration, MemoryBudgetIsResourceExhaustedWithFigures) {
   EXPECT_TRUE(ps->Running()) << "the ps must refuse the variable, not die";
 }
 
+// A ps's largest message is bounded (--max_message_bytes, or its memory budget plus 1 MiB): a
+// larger variable is refused before it is read into memory, in words, and the ps serves on.
+TEST(RuntimeIntegration, OversizedMessageIsRefusedByThePsInWords) {
+  Cluster c(1, 1);
+  auto ps = c.Start("ps", 0, {"--max_message_bytes", "100000"});
+  auto w = c.Start("worker", 0, {"--features", "100000"});
+  auto code = w->Wait(20s);
+  ASSERT_TRUE(code.has_value()) << w->Output();
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(w->Output().find("RESOURCE_EXHAUSTED: CreateVariable from worker:0 to ps:0 at " +
+                             c.jobs["ps"][0] +
+                             " failed: the message (390.7 KiB) is larger than "
+                             "ps:0 accepts (97.7 KiB: its --max_message_bytes"),
+            std::string::npos)
+      << w->Output();
+  EXPECT_TRUE(ps->Running()) << ps->Output();
+}
+
 TEST(RuntimeIntegration, SigtermShutsTasksDownGracefully) {
   Cluster c(1, 1);
   auto ps = c.Start("ps", 0);

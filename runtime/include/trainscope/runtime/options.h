@@ -19,6 +19,10 @@ struct RuntimeOptions {
   int max_attempts = 5;
   // A ps refuses variables past this many bytes; 0 = no budget.
   int64_t ps_memory_limit_bytes = 0;
+  // Largest message a ps accepts (a variable's initial value or a gradient); with a memory
+  // budget, at most the budget plus 1 MiB (a larger one could never be held). Other tasks
+  // serve only small control calls and accept 4 MiB.
+  int max_message_bytes = 256 << 20;
   // Address the task server binds; empty = the task's address in the cluster spec.
   std::string listen_address;
   // Port of the task's /metrics: 0 = any free port (the heartbeat reports it), -1 = none.
