@@ -122,6 +122,13 @@ int main(int argc, char** argv) {
   app.add_option("--sync_interval_s", o.sync_interval_s,
                  "How often to compare a slice of the cluster state with one peer")
       ->capture_default_str();
+  app.add_option("--alertmanager_url", o.alertmanager_urls,
+                 "Alertmanager to post first-hand alerts to (dead, hung, partitioned, a node cut "
+                 "off), within a second of knowing: host:port or http://host:port[/prefix]; "
+                 "repeatable or comma-separated (default: none; Prometheus's rules still fire)");
+  app.add_option("--alert_resend_interval_s", o.alert_resend_interval_s,
+                 "Re-send a firing alert this often; it expires 4 intervals after the last send")
+      ->capture_default_str();
   bool check_config = false;
   app.add_flag("--check_config", check_config,
                "Check the cluster spec and flags and exit: 0 and what would be watched when they "
