@@ -190,6 +190,8 @@ absl::StatusOr<Plan> MakePlan(const SidecarOptions& o) {
 }
 
 std::string Summary(const Plan& plan, const SidecarOptions& o) {
+  const std::vector<std::string> alertmanagers =
+      AlertNotifier::ParseUrls(o.alertmanager_urls).value_or(std::vector<std::string>{});
   std::vector<std::string> watched;
   for (const WatchedTask& t : plan.tasks) {
     watched.push_back(absl::StrCat(t.task.ShortName(), "@", t.address));
@@ -198,8 +200,8 @@ std::string Summary(const Plan& plan, const SidecarOptions& o) {
       "cluster spec from ", plan.spec_origin, " is valid: ", plan.config.cluster.AllTasks().size(),
       " tasks; cluster ", o.cluster_name, "; this node ", plan.exchange ? plan.self : plan.hostname,
       " watches ", watched.empty() ? "none" : absl::StrJoin(watched, ", "),
-      "; peers: ", plan.peers.empty() ? "none" : absl::StrJoin(plan.peers, ", "), "; alerts to: ",
-      o.alertmanager_urls.empty() ? "none" : absl::StrJoin(o.alertmanager_urls, ", "));
+      "; peers: ", plan.peers.empty() ? "none" : absl::StrJoin(plan.peers, ", "),
+      "; alerts to: ", alertmanagers.empty() ? "none" : absl::StrJoin(alertmanagers, ", "));
 }
 
 bool IsTraceId(std::string_view id) {
@@ -336,9 +338,9 @@ class Sidecar::Impl {
 
   // Alerts of what this sidecar knows first-hand, straight to Alertmanager (alert_notifier.h).
   void BuildNotifier() {
-    if (options_.alertmanager_urls.empty()) return;
     NotifierOptions n;
     n.urls = *AlertNotifier::ParseUrls(options_.alertmanager_urls);  // Validated by MakePlan.
+    if (n.urls.empty()) return;
     const std::string host =
         IsWildcard(options_.http_address) ? plan_.hostname : options_.http_address;
     n.generator_url =
