@@ -1,6 +1,7 @@
 // Posting first-hand alerts to Alertmanager; see alert_notifier.h.
 #include "alert_notifier.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <set>
@@ -211,7 +212,8 @@ void AlertNotifier::Loop() {
     lock.unlock();
     Evaluate(UnixSeconds());
     lock.lock();
-    firing_count_ = static_cast<int>(firing_.size());
+    firing_count_ = static_cast<int>(std::count_if(
+        firing_.begin(), firing_.end(), [](const auto& f) { return f.second.last_sent > 0; }));
   }
 }
 
@@ -221,26 +223,31 @@ void AlertNotifier::Evaluate(double now) {
   for (FiringAlert& a : evaluate_()) {
     const std::string key = AlertKey(a.labels);
     current.insert(key);
-    auto [it, added] = firing_.try_emplace(key, Firing{a, now});
-    if (added) {
-      spdlog::info("trainscope-sidecar: alert {} firing: {}", a.labels["alertname"],
-                   a.annotations["summary"]);
-    } else {
-      a.starts_at = it->second.alert.starts_at;  // The first one stands.
-      it->second.alert = std::move(a);
-      if (now - it->second.last_sent < options_.resend_interval_s) continue;
-      it->second.last_sent = now;
+    auto [it, added] = firing_.try_emplace(key, Firing{a, now, 0});
+    Firing& f = it->second;
+    if (!added) {
+      a.starts_at = f.alert.starts_at;  // The first one stands.
+      f.alert = std::move(a);
     }
-    batch.push_back({it->second.alert});
+    if (now - f.first_seen < f.alert.hold_s) continue;  // Not yet.
+    if (f.last_sent > 0 && now - f.last_sent < options_.resend_interval_s) continue;
+    if (f.last_sent == 0) {
+      spdlog::info("trainscope-sidecar: alert {} firing: {}", f.alert.labels["alertname"],
+                   f.alert.annotations["summary"]);
+    }
+    f.last_sent = now;
+    batch.push_back({f.alert});
   }
   for (auto it = firing_.begin(); it != firing_.end();) {
     if (current.count(it->first)) {
       ++it;
       continue;
     }
-    spdlog::info("trainscope-sidecar: alert {} resolved: {}", it->second.alert.labels["alertname"],
-                 it->second.alert.annotations["summary"]);
-    batch.push_back({it->second.alert, /*resolved=*/true, /*resolved_at=*/now});
+    if (it->second.last_sent > 0) {  // Held ones were never posted: nothing to resolve.
+      spdlog::info("trainscope-sidecar: alert {} resolved: {}",
+                   it->second.alert.labels["alertname"], it->second.alert.annotations["summary"]);
+      batch.push_back({it->second.alert, /*resolved=*/true, /*resolved_at=*/now});
+    }
     it = firing_.erase(it);
   }
   if (batch.empty()) return;

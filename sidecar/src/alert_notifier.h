@@ -71,7 +71,8 @@ class AlertNotifier {
   std::vector<std::shared_ptr<Endpoint>> endpoints_;
   struct Firing {
     FiringAlert alert;
-    double last_sent = 0;
+    double first_seen = 0;
+    double last_sent = 0;  // 0: not posted yet (held).
   };
   std::map<std::string, Firing> firing_;  // By AlertKey; the loop's thread only.
   mutable std::mutex mu_;

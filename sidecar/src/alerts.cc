@@ -13,6 +13,9 @@
 namespace trainscope::sidecar {
 namespace {
 
+// A partition must last this long before it pages (the rule's `for:` is 15 s).
+constexpr double kPartitionHoldS = 5;
+
 constexpr char kRunbook[] = "https://github.com/trainscope/trainscope/blob/main/docs/alerts.md#";
 
 std::string TaskName(const TaskRef& t) { return absl::StrCat(t.role, ":", t.index); }
@@ -86,6 +89,7 @@ FiringAlert Partitioned(const TaskView& v, const TaskRef& peer, const PartitionI
   a.annotations["reason"] = evidence;
   a.annotations["runbook_url"] = absl::StrCat(kRunbook, "trainscopetaskpartitioned");
   a.starts_at = p != nullptr ? p->since : v.since;
+  a.hold_s = kPartitionHoldS;
   return a;
 }
 

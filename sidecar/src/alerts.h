@@ -18,6 +18,10 @@ struct FiringAlert {
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> annotations;
   double starts_at = 0;  // Unix seconds: when the failure began.
+  // Seen this long (by the notifier) before it is first posted: 0 for what the sidecar has
+  // already confirmed (dead, hung, a silent node), a few seconds for a partition, which the
+  // cluster view infers from a peer's failing calls and which a busy start-up can mimic briefly.
+  double hold_s = 0;
 };
 
 struct AlertContext {

@@ -82,6 +82,8 @@ TEST(FirstHandAlerts, LabelsAreTheRulesOwn) {
   EXPECT_NE(alerts[0].annotations.at("description").find("because"), std::string::npos);
   EXPECT_NE(alerts[2].annotations.at("description").find("connection lost"), std::string::npos);
   EXPECT_EQ(alerts[2].starts_at, 50);
+  EXPECT_EQ(alerts[0].hold_s, 0);  // Confirmed by the sidecar: at once.
+  EXPECT_GT(alerts[2].hold_s, 0);  // Inferred: must last a few seconds.
   EXPECT_EQ(alerts[3].starts_at, 70);
   for (const FiringAlert& a : alerts) {
     EXPECT_EQ(a.annotations.at("runbook_url").rfind("https://", 0), 0u);
@@ -214,6 +216,40 @@ TEST(AlertNotifier, PostsResendsAndResolvesPastAnUnreachableAlertmanager) {
   const auto t = std::chrono::steady_clock::now();
   notifier.Stop();
   EXPECT_LT(std::chrono::steady_clock::now() - t, std::chrono::seconds(1));
+}
+
+TEST(AlertNotifier, HeldAlertThatEndsEarlyIsNeverPosted) {
+  FakeAlertmanager am;
+  std::mutex mu;
+  std::vector<FiringAlert> failing;
+  NotifierOptions o;
+  o.urls = *AlertNotifier::ParseUrls({am.url()});
+  o.evaluate_interval_s = 0.05;
+  AlertNotifier notifier(o, [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return failing;
+  });
+  notifier.Start();
+  FiringAlert blip;
+  blip.labels = {{"alertname", "TrainscopeTaskPartitioned"}};
+  blip.hold_s = 0.5;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    failing = {blip};
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    failing.clear();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_TRUE(am.posts().empty());  // Neither firing nor resolved.
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    failing = {blip};
+  }
+  ASSERT_TRUE(am.WaitFor(1));  // Lasting past the hold: posted.
+  notifier.Stop();
 }
 
 }  // namespace
