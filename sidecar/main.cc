@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
   if (const char* c = std::getenv("TRAINSCOPE_CLUSTER")) o.cluster_name = c;
   if (const char* tf = std::getenv("TF_CONFIG")) o.tf_config = tf;
   if (const char* up = std::getenv("TRAINSCOPE_OTLP_UPSTREAM")) o.otlp_upstream = up;
+  if (const char* am = std::getenv("TRAINSCOPE_ALERTMANAGER_URL")) o.alertmanager_urls = {am};
   CLI::App app{
       "trainscope-sidecar: watches the training tasks of this node, says which are "
       "dead, hung, blocked or slow and why, and exports it over HTTP and gRPC."};
@@ -121,6 +122,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--sync_interval_s", o.sync_interval_s,
                  "How often to compare a slice of the cluster state with one peer")
+      ->capture_default_str();
+  app.add_option("--alertmanager_url", o.alertmanager_urls,
+                 "Alertmanager to post first-hand alerts to (dead, hung, partitioned, a node cut "
+                 "off), within a second of knowing: host:port or http://host:port[/prefix]; "
+                 "repeatable or comma-separated (default: $TRAINSCOPE_ALERTMANAGER_URL; none: only "
+                 "Prometheus's rules page)");
+  app.add_option("--alert_resend_interval_s", o.alert_resend_interval_s,
+                 "Re-send a firing alert this often; it expires 4 intervals after the last send")
       ->capture_default_str();
   bool check_config = false;
   app.add_flag("--check_config", check_config,

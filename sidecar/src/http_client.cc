@@ -1,4 +1,4 @@
-// HTTP GET on civetweb's client; see http_client.h.
+// HTTP GET and POST on civetweb's client; see http_client.h.
 #include "trainscope/sidecar/http_client.h"
 
 #include <civetweb.h>
@@ -9,9 +9,9 @@
 #include "trainscope/common/cluster_spec.h"
 
 namespace trainscope::sidecar {
+namespace {
 
-absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::string& path,
-                                     int timeout_ms, size_t max_bytes) {
+absl::StatusOr<mg_connection*> Connect(const std::string& host_port) {
   auto hp = ParseHostPort(host_port);
   if (!hp.ok()) return hp.status();
   static std::once_flag init;
@@ -21,8 +21,14 @@ absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::st
   if (conn == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot connect to ", host_port, ": ", error));
   }
-  mg_printf(conn, "GET %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\n\r\n", path.c_str(),
-            host_port.c_str());
+  return conn;
+}
+
+// Waits for the answer on `conn` (its request sent) and reads it; closes `conn`.
+absl::StatusOr<HttpResponse> ReadResponse(mg_connection* conn, const std::string& host_port,
+                                          const std::string& path, int timeout_ms,
+                                          size_t max_bytes) {
+  char error[256] = {};
   if (mg_get_response(conn, error, sizeof(error), timeout_ms) < 0) {
     mg_close_connection(conn);
     return absl::DeadlineExceededError(
@@ -43,6 +49,33 @@ absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::st
   }
   mg_close_connection(conn);
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::string& path,
+                                     int timeout_ms, size_t max_bytes) {
+  auto conn = Connect(host_port);
+  if (!conn.ok()) return conn.status();
+  mg_printf(*conn, "GET %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\n\r\n", path.c_str(),
+            host_port.c_str());
+  return ReadResponse(*conn, host_port, path, timeout_ms, max_bytes);
+}
+
+absl::StatusOr<HttpResponse> HttpPost(const std::string& host_port, const std::string& path,
+                                      const std::string& content_type, const std::string& body,
+                                      int timeout_ms, size_t max_bytes) {
+  auto conn = Connect(host_port);
+  if (!conn.ok()) return conn.status();
+  mg_printf(*conn,
+            "POST %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\nContent-Type: %s\r\n"
+            "Content-Length: %zu\r\n\r\n",
+            path.c_str(), host_port.c_str(), content_type.c_str(), body.size());
+  if (mg_write(*conn, body.data(), body.size()) != static_cast<int>(body.size())) {
+    mg_close_connection(*conn);
+    return absl::UnavailableError(absl::StrCat("cannot send the request to ", host_port, path));
+  }
+  return ReadResponse(*conn, host_port, path, timeout_ms, max_bytes);
 }
 
 }  // namespace trainscope::sidecar

@@ -285,6 +285,24 @@ void AddTraceFamilies(const SidecarStats& stats, std::vector<MetricFamily>& out)
          MetricType::Counter, static_cast<double>(stats.forward_failures));
 }
 
+// Always exported (0 without --alertmanager_url), so a rule on them need not test presence.
+void AddAlertFamilies(const SidecarStats& stats, std::vector<MetricFamily>& out) {
+  auto sent = Family(names::kSidecarAlertsSent,
+                     "Alerts (firing or resolved) posted to Alertmanager, by status: ok, or "
+                     "failed (each retry counts again).",
+                     MetricType::Counter);
+  AddCounter(sent, {{std::string(names::kLabelStatus), "ok"}},
+             static_cast<double>(stats.alerts_sent));
+  AddCounter(sent, {{std::string(names::kLabelStatus), "failed"}},
+             static_cast<double>(stats.alerts_failed));
+  out.push_back(std::move(sent));
+  Single(out, names::kSidecarAlertsDropped,
+         "Alerts not posted: the queue of an unreachable Alertmanager was full.",
+         MetricType::Counter, static_cast<double>(stats.alerts_dropped));
+  Single(out, names::kSidecarAlertsFiring, "First-hand alerts this sidecar says are firing now.",
+         MetricType::Gauge, stats.alerts_firing);
+}
+
 }  // namespace
 
 std::string RenderMetrics(const LocalSnapshot& local, const SidecarStats& stats,
@@ -294,6 +312,7 @@ std::string RenderMetrics(const LocalSnapshot& local, const SidecarStats& stats,
   AddClusterFamilies(local, cluster, out);
   AddSidecarFamilies(local, stats, out);
   AddTraceFamilies(stats, out);
+  AddAlertFamilies(stats, out);
   AddProcessMetrics(out);
   std::ostringstream text;
   prometheus::TextSerializer().Serialize(text, out);

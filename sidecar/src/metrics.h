@@ -37,6 +37,11 @@ struct SidecarStats {
   int64_t forwarded_spans = 0;
   int64_t forward_dropped_spans = 0;
   int64_t forward_failures = 0;
+  // Alerts posted to Alertmanager (see names.h, kSidecarAlerts*).
+  int64_t alerts_sent = 0;
+  int64_t alerts_failed = 0;
+  int64_t alerts_dropped = 0;
+  int alerts_firing = 0;
 };
 
 // The text exposition format (version 0.0.4) of everything: `local` is this node's tasks,

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "alert_notifier.h"
 #include "cluster_view.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -73,7 +74,10 @@ absl::Status Validate(const SidecarOptions& o) {
   if (o.otlp_max_request_bytes < 1024) {
     return absl::InvalidArgumentError("--otlp_max_request_bytes must be at least 1024");
   }
-  return absl::OkStatus();
+  if (o.alert_resend_interval_s < 1 || o.alert_resend_interval_s > 3600) {
+    return absl::InvalidArgumentError("--alert_resend_interval_s must be within 1..3600");
+  }
+  return AlertNotifier::ParseUrls(o.alertmanager_urls).status();
 }
 
 bool IsWildcard(const std::string& host) {
@@ -186,15 +190,18 @@ absl::StatusOr<Plan> MakePlan(const SidecarOptions& o) {
 }
 
 std::string Summary(const Plan& plan, const SidecarOptions& o) {
+  const std::vector<std::string> alertmanagers =
+      AlertNotifier::ParseUrls(o.alertmanager_urls).value_or(std::vector<std::string>{});
   std::vector<std::string> watched;
   for (const WatchedTask& t : plan.tasks) {
     watched.push_back(absl::StrCat(t.task.ShortName(), "@", t.address));
   }
-  return absl::StrCat("cluster spec from ", plan.spec_origin,
-                      " is valid: ", plan.config.cluster.AllTasks().size(), " tasks; cluster ",
-                      o.cluster_name, "; this node ", plan.exchange ? plan.self : plan.hostname,
-                      " watches ", watched.empty() ? "none" : absl::StrJoin(watched, ", "),
-                      "; peers: ", plan.peers.empty() ? "none" : absl::StrJoin(plan.peers, ", "));
+  return absl::StrCat(
+      "cluster spec from ", plan.spec_origin, " is valid: ", plan.config.cluster.AllTasks().size(),
+      " tasks; cluster ", o.cluster_name, "; this node ", plan.exchange ? plan.self : plan.hostname,
+      " watches ", watched.empty() ? "none" : absl::StrJoin(watched, ", "),
+      "; peers: ", plan.peers.empty() ? "none" : absl::StrJoin(plan.peers, ", "),
+      "; alerts to: ", alertmanagers.empty() ? "none" : absl::StrJoin(alertmanagers, ", "));
 }
 
 bool IsTraceId(std::string_view id) {
@@ -259,6 +266,7 @@ class Sidecar::Impl {
     w.start_unix = UnixSeconds();
     watcher_ = std::make_unique<TaskWatcher>(std::move(w), [this] {
       if (exchange_) exchange_->Poke();
+      if (notifier_) notifier_->Poke();
     });
     if (plan_.exchange) {
       ExchangeOptions x;
@@ -285,7 +293,9 @@ class Sidecar::Impl {
                           [this](const HttpServer::Request& r) { return routes_.Serve(r); });
     if (!http.ok()) return http.status();
     http_ = std::move(*http);
-    return StartGrpc();
+    if (absl::Status s = StartGrpc(); !s.ok()) return s;
+    BuildNotifier();
+    return absl::OkStatus();
   }
 
   void Start() {
@@ -295,11 +305,13 @@ class Sidecar::Impl {
                  grpc_port_ >= 0 ? absl::StrCat(options_.http_address, ":", grpc_port_) : "off");
     watcher_->Start();
     if (exchange_) exchange_->Start();
+    if (notifier_) notifier_->Start();
   }
 
   void Stop() {
     if (stopped_.exchange(true)) return;
     spdlog::info("trainscope-sidecar: stopping");
+    if (notifier_) notifier_->Stop();
     if (exchange_) exchange_->Stop();
     if (watcher_) watcher_->Stop();
     if (grpc_server_) {
@@ -322,6 +334,22 @@ class Sidecar::Impl {
     t.slow_window_s = options_.slow_window_s;
     t.slow_per_key = options_.slow_per_key;
     return t;
+  }
+
+  // Alerts of what this sidecar knows first-hand, straight to Alertmanager (alert_notifier.h).
+  void BuildNotifier() {
+    NotifierOptions n;
+    n.urls = *AlertNotifier::ParseUrls(options_.alertmanager_urls);  // Validated by MakePlan.
+    if (n.urls.empty()) return;
+    const std::string host =
+        IsWildcard(options_.http_address) ? plan_.hostname : options_.http_address;
+    n.generator_url =
+        absl::StrCat("http://", host.find(':') != std::string::npos ? "[" + host + "]" : host, ":",
+                     http_->port(), "/");
+    n.resend_interval_s = options_.alert_resend_interval_s;
+    AlertContext context{options_.cluster_name, n.generator_url};
+    notifier_ = std::make_unique<AlertNotifier>(
+        std::move(n), [this, context] { return FirstHandAlerts(CurrentView(), context); });
   }
 
   static TrackerOptions TrackerOptionsFrom(const SidecarOptions& o) {
@@ -388,6 +416,13 @@ class Sidecar::Impl {
       stats.forwarded_spans = f.forwarded_spans;
       stats.forward_dropped_spans = f.dropped_spans;
       stats.forward_failures = f.failures;
+    }
+    if (notifier_) {
+      NotifierStats n = notifier_->stats();
+      stats.alerts_sent = n.sent;
+      stats.alerts_failed = n.failed;
+      stats.alerts_dropped = n.dropped;
+      stats.alerts_firing = n.firing;
     }
     return stats;
   }
@@ -494,6 +529,7 @@ class Sidecar::Impl {
   mutable TraceStore trace_store_;  // Thread-safe; its stats() is not const.
   std::unique_ptr<OtlpForwarder> forwarder_;
   std::unique_ptr<TraceReceiver> trace_receiver_;
+  std::unique_ptr<AlertNotifier> notifier_;
   HttpRoutes routes_;
   std::unique_ptr<HttpServer> http_;
   std::unique_ptr<grpc::Server> grpc_server_;

@@ -400,6 +400,8 @@ class Drill:
                 res["sidecar_state_s"] = round(t_detect - t0, 2)
             if t_prom:
                 res["prometheus_firing_s"] = round(t_prom - t0, 2)
+            res["sent_by"] = ("sidecar" if alert.get("generatorURL", "").startswith(
+                f"http://127.0.0.1:{self.sidecar_port}/") else "Prometheus")
             res["summary"] = alert.get("annotations", {}).get("summary", "")
             res["description"] = alert.get("annotations", {}).get("description", "")
             log(f"  firing at the webhook after {t_hook - t0:.1f} s: {res['summary']}")
@@ -669,7 +671,9 @@ class Drill:
             "--cluster_name", CLUSTER, "--local_tasks", ",".join(sorted(self.addr)),
             "--http_address", "127.0.0.1", "--http_port", str(self.sidecar_port),
             # gRPC: grpc.health.v1 and the OTLP trace receiver the tasks export spans to.
-            "--grpc_port", str(self.otlp_port), "--peer_sidecars", "none"], self.logdir))
+            "--grpc_port", str(self.otlp_port), "--peer_sidecars", "none",
+            # First-hand alerts (dead, hung) straight to Alertmanager; the rules are the backstop.
+            "--alertmanager_url", f"127.0.0.1:{self.am_port}"], self.logdir))
         self.start_sidecar()
 
     # Alerts that are right to fire as a consequence of a scenario, besides the one it expects.
@@ -736,7 +740,8 @@ class Drill:
         with open(os.path.join(self.dir, "report.json"), "w") as f:
             json.dump(rep, f, indent=1)
         lines = ["| scenario | alert (task) | sidecar state | Prometheus firing | webhook "
-                 "firing | webhook resolved after undo |", "| --- | --- | --- | --- | --- | --- |"]
+                 "firing (sent by) | webhook resolved after undo |",
+                 "| --- | --- | --- | --- | --- | --- |"]
         for r in self.results:
             who = f"{r['labels'].get('role', r['labels'].get('instance', ''))}"
             if "task" in r["labels"]:
@@ -748,7 +753,8 @@ class Drill:
                 v = r.get(key)
                 return f"{v:.1f} s" if isinstance(v, (int, float)) else (v or "-")
             lines.append(f"| {r['scenario']} | {r['alert']} ({who}) | {fmt('sidecar_state_s')} "
-                         f"| {fmt('prometheus_firing_s')} | {fmt('webhook_firing_s')} | "
+                         f"| {fmt('prometheus_firing_s')} | {fmt('webhook_firing_s')} "
+                         f"({r.get('sent_by', '-')}) | "
                          f"{fmt('webhook_resolved_s') if r.get('ok') else 'FAILED'} |")
         md = "\n".join(lines) + "\n"
         with open(os.path.join(self.dir, "report.md"), "w") as f:

@@ -74,14 +74,15 @@ class LocalCluster:
         self.tasks[name] = self.add(name, argv, env)
         return self.tasks[name]
 
-    def start_sidecar(self, name, local_tasks, otlp=False):
-        """A sidecar watching local_tasks; its host:port. otlp: it receives the tasks' spans."""
+    def start_sidecar(self, name, local_tasks, otlp=False, extra=()):
+        """A sidecar watching local_tasks; its host:port. otlp: it receives the tasks' spans.
+        extra: more flags (--alertmanager_url ...)."""
         port = free_port()
         grpc = str(self.otlp_port) if otlp else "-1"
         self.add(name, [os.path.join(self.bin, "trainscope-sidecar"), "--cluster_spec",
                         self.spec_path, "--cluster_name", CLUSTER, "--local_tasks",
                         ",".join(local_tasks), "--http_address", "127.0.0.1", "--http_port",
-                        str(port), "--grpc_port", grpc, "--peer_sidecars", "none"])
+                        str(port), "--grpc_port", grpc, "--peer_sidecars", "none", *extra])
         hostport = f"127.0.0.1:{port}"
         wait_for(f"{name}'s /healthz", lambda: http_get(f"http://{hostport}/healthz")[0] == 200,
                  20)

@@ -1,6 +1,7 @@
 #pragma once
-// HTTP GET through civetweb's client (the library prometheus-cpp already brings), with a
-// deadline on the answer and a size cap: for trainscopectl and the benches to ask a sidecar.
+// HTTP GET and POST through civetweb's client (the library prometheus-cpp already brings), with
+// a deadline on the answer and a size cap: for trainscopectl and the benches to ask a sidecar,
+// and for the sidecar to post alerts to Alertmanager.
 
 #include <string>
 
@@ -18,5 +19,11 @@ struct HttpResponse {
 // `max_bytes` or no HTTP at all. Thread-safe (no shared state).
 absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::string& path,
                                      int timeout_ms = 3000, size_t max_bytes = 8 << 20);
+
+// POSTs `body` to http://`host_port``path`; fails as HttpGet does. Any HTTP status is a
+// response (the caller judges it). civetweb bounds the connect itself (its own timeout).
+absl::StatusOr<HttpResponse> HttpPost(const std::string& host_port, const std::string& path,
+                                      const std::string& content_type, const std::string& body,
+                                      int timeout_ms = 3000, size_t max_bytes = 1 << 20);
 
 }  // namespace trainscope::sidecar

@@ -72,6 +72,12 @@ inline constexpr std::string_view kSidecarRecordsRefused =
     "trainscope_sidecar_exchange_records_refused_total";
 // 1 while this node is cut off from every other node.
 inline constexpr std::string_view kSidecarIsolated = "trainscope_sidecar_isolated";
+// First-hand alerts posted to --alertmanager_url: alerts (firing or resolved) by `status`, ok
+// (accepted) or failed (the post failed; each retry counts again); alerts dropped from a full
+// queue; alerts this sidecar says are firing now.
+inline constexpr std::string_view kSidecarAlertsSent = "trainscope_sidecar_alerts_sent_total";
+inline constexpr std::string_view kSidecarAlertsDropped = "trainscope_sidecar_alerts_dropped_total";
+inline constexpr std::string_view kSidecarAlertsFiring = "trainscope_sidecar_alerts_firing";
 
 // The sidecar as the node's trace agent (OTLP TraceService/Export on its gRPC port).
 // Spans received (valid or not) in Export calls.

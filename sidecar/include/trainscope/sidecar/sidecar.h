@@ -60,6 +60,12 @@ struct SidecarOptions {
   int otlp_max_request_bytes = 4 << 20;
   std::string otlp_upstream;
   size_t otlp_queue_bytes = 8 << 20;
+  // Alertmanagers to post first-hand alerts to (dead, hung, partitioned, a node cut off), each
+  // "host:port" or "http://host:port[/prefix]", or several comma-separated; empty = none. A
+  // firing alert is sent again every alert_resend_interval_s, and expires 4 intervals after the
+  // last send.
+  std::vector<std::string> alertmanager_urls;
+  double alert_resend_interval_s = 10;
 };
 
 // Thread-safe.
