@@ -14,6 +14,8 @@ inline constexpr std::string_view kLabelState = "state";
 inline constexpr std::string_view kLabelPeerRole = "peer_role";
 inline constexpr std::string_view kLabelPeerTask = "peer_task";
 inline constexpr std::string_view kLabelReason = "reason";
+// A node of the exchange: its id, host:port of its sidecar's exchange (NodeView.node).
+inline constexpr std::string_view kLabelNode = "node";
 inline constexpr std::string_view kLabelStatus = "status";
 inline constexpr std::string_view kLabelDirection = "direction";
 inline constexpr std::string_view kDirectionSent = "sent";
@@ -72,6 +74,15 @@ inline constexpr std::string_view kSidecarRecordsRefused =
     "trainscope_sidecar_exchange_records_refused_total";
 // 1 while this node is cut off from every other node.
 inline constexpr std::string_view kSidecarIsolated = "trainscope_sidecar_isolated";
+// 1, labelled with this sidecar's cluster, node id (`node`) and `hostname`: what joins a
+// scrape target (job, instance) to its node, so an alert on a target can be inhibited by one on
+// the node.
+inline constexpr std::string_view kSidecarInfo = "trainscope_sidecar_info";
+inline constexpr std::string_view kLabelHostname = "hostname";
+// 1 per other node (label `node`) this sidecar sees silent: it answers no probe, directly or
+// through other nodes (cut off, or its machine down). Series exist only while that lasts, so a
+// sidecar's series do not grow with the cluster while all is well.
+inline constexpr std::string_view kNodeSilent = "trainscope_node_silent";
 
 // The sidecar as the node's trace agent (OTLP TraceService/Export on its gRPC port).
 // Spans received (valid or not) in Export calls.
