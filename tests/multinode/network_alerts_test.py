@@ -105,9 +105,10 @@ class Drill:
             MONITOR, f"http://{PROM}/api/v1/alerts", 3.0)["data"]["alerts"]
             if a["labels"].get("alertname") == alertname and a["state"] == "firing"]
 
-    def inhibited_in_alertmanager(self, alertname):
+    def inhibited_in_alertmanager(self, alertname, **labels):
         alerts = self.c.http_json(MONITOR, f"http://{AM}/api/v2/alerts", 3.0)
         return [a for a in alerts if a["labels"].get("alertname") == alertname
+                and all(a["labels"].get(k) == v for k, v in labels.items())
                 and a["status"]["state"] == "suppressed" and a["status"]["inhibitedBy"]]
 
     def notifications(self, since=0.0):
@@ -176,7 +177,8 @@ class Drill:
                            lambda: [a for a in self.firing_in_prometheus("TrainscopeSidecarDown")
                                     if a.get("node") == node], 60)
             netns.wait_for("and is inhibited in Alertmanager",
-                           lambda: self.inhibited_in_alertmanager("TrainscopeSidecarDown"), 20)
+                           lambda: self.inhibited_in_alertmanager("TrainscopeSidecarDown",
+                                                                  node=node), 20)
             time.sleep(3)  # a few group_intervals: nothing else may come out
             pages = [n for n in self.notifications(t0) if n[1] == "firing"]
             assert len(pages) == 1, f"one page, for the node; got {[n[2] for n in pages]}"
@@ -192,7 +194,8 @@ class Drill:
                 a for a in self.firing_in_prometheus("TrainscopePsLatencyHigh")
                 if a.get("role") == "ps" and a.get("task") == "0"], 90)
             netns.wait_for("and is inhibited in Alertmanager",
-                           lambda: self.inhibited_in_alertmanager("TrainscopePsLatencyHigh"), 20)
+                           lambda: self.inhibited_in_alertmanager("TrainscopePsLatencyHigh",
+                                                                  role="ps", task="0"), 20)
             log("ok: the ps's latency alert is firing in Prometheus and inhibited by PsSlow")
         self.scenario("ps:0 700 ms slow", "TrainscopePsSlow",
                       lambda lab: lab.get("role") == "ps" and lab.get("task") == "0",
