@@ -188,14 +188,26 @@ void AddSilentNodes(const ClusterView& cluster, std::vector<MetricFamily>& out) 
                        "1 for each other node this sidecar sees silent: it answers no probe, "
                        "directly or through other nodes (series exist only while it lasts).",
                        MetricType::Gauge);
+  auto tasks = Family(names::kTaskNodeSilent,
+                      "1 for each task of a node this sidecar sees silent, with its node (series "
+                      "exist only while it lasts).",
+                      MetricType::Gauge);
   for (const NodeInfo& n : cluster.nodes) {
     if (n.self || n.status != MemberStatusName(MemberStatus::kSilent)) continue;
-    AddGauge(silent,
-             {{std::string(names::kLabelCluster), cluster.cluster},
-              {std::string(names::kLabelNode), n.id}},
-             1);
+    const ClientMetric::Label cluster_label{std::string(names::kLabelCluster), cluster.cluster};
+    const ClientMetric::Label node_label{std::string(names::kLabelNode), n.id};
+    AddGauge(silent, {cluster_label, node_label}, 1);
+    for (const TaskRef& t : n.tasks) {
+      AddGauge(tasks,
+               {cluster_label,
+                {std::string(names::kLabelRole), t.role},
+                {std::string(names::kLabelTask), std::to_string(t.index)},
+                node_label},
+               1);
+    }
   }
   out.push_back(std::move(silent));
+  out.push_back(std::move(tasks));
 }
 
 // What only the cluster view tells about this node's tasks and about this node.

@@ -140,6 +140,7 @@ TEST_F(ClusterViewTest, MetricsNameASilentNodeOnceAndNothingElse) {
   local.counters.resize(local.views.size());
   EXPECT_EQ(RenderMetrics(local, SidecarStats(), Build()).find("trainscope_node_silent{"),
             std::string::npos);
+  Report("n3:4317", {View({"worker", 1}, TaskState::kUp)});
   MemberOf("n3:4317").status = MemberStatus::kSilent;
   MemberOf("n3:4317").last_error = "no answer within 250 ms";
   MemberOf("n2:4317").status = MemberStatus::kSilent;
@@ -148,6 +149,10 @@ TEST_F(ClusterViewTest, MetricsNameASilentNodeOnceAndNothingElse) {
   EXPECT_EQ(view.cluster, "c");
   const std::string text = RenderMetrics(local, SidecarStats(), view);
   EXPECT_NE(text.find("trainscope_node_silent{cluster=\"c\",node=\"n3:4317\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("trainscope_task_node_silent{cluster=\"c\",role=\"worker\",task=\"1\","
+                      "node=\"n3:4317\"} 1"),
             std::string::npos)
       << text;
   EXPECT_EQ(text.find("node=\"n2:4317\""), std::string::npos) << text;

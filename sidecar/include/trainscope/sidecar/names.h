@@ -83,6 +83,9 @@ inline constexpr std::string_view kLabelHostname = "hostname";
 // through other nodes (cut off, or its machine down). Series exist only while that lasts, so a
 // sidecar's series do not grow with the cluster while all is well.
 inline constexpr std::string_view kNodeSilent = "trainscope_node_silent";
+// 1 per task (cluster, role, task) of such a node, with its `node`: what lets Alertmanager hold
+// back the alerts its tasks' peers raise about them (they name the task, not the node).
+inline constexpr std::string_view kTaskNodeSilent = "trainscope_task_node_silent";
 
 // The sidecar as the node's trace agent (OTLP TraceService/Export on its gRPC port).
 // Spans received (valid or not) in Export calls.
