@@ -440,6 +440,7 @@ ClusterView BuildClusterView(const ClusterViewInputs& in) {
   FillUnreported(m);
   ApplyNodeStatus(m);
   ClusterView view;
+  view.cluster = in.cluster;
   view.self = in.self;
   view.self_hostname = in.self_hostname;
   view.isolated_since = m.isolated_since;

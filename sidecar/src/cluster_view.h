@@ -42,6 +42,7 @@ struct PartitionInfo {
 };
 
 struct ClusterView {
+  std::string cluster;
   std::vector<TaskView> tasks;  // The whole cluster, problems first.
   std::vector<NodeInfo> nodes;  // This node first.
   std::vector<PartitionInfo> partitions;

@@ -180,6 +180,36 @@ void AddTaskFamilies(const LocalSnapshot& local, const ClusterView& cluster,
   }
 }
 
+// Other nodes this sidecar sees cut off, one series each while it lasts: the alert on a cut-off
+// node names the node once, not each of its tasks (the view makes those unreachable, never
+// partitioned). A node whose sidecar refuses connections is "down", not silent: not cut off.
+void AddSilentNodes(const ClusterView& cluster, std::vector<MetricFamily>& out) {
+  auto silent = Family(names::kNodeSilent,
+                       "1 for each other node this sidecar sees silent: it answers no probe, "
+                       "directly or through other nodes (series exist only while it lasts).",
+                       MetricType::Gauge);
+  auto tasks = Family(names::kTaskNodeSilent,
+                      "1 for each task of a node this sidecar sees silent, with its node (series "
+                      "exist only while it lasts).",
+                      MetricType::Gauge);
+  for (const NodeInfo& n : cluster.nodes) {
+    if (n.self || n.status != MemberStatusName(MemberStatus::kSilent)) continue;
+    const ClientMetric::Label cluster_label{std::string(names::kLabelCluster), cluster.cluster};
+    const ClientMetric::Label node_label{std::string(names::kLabelNode), n.id};
+    AddGauge(silent, {cluster_label, node_label}, 1);
+    for (const TaskRef& t : n.tasks) {
+      AddGauge(tasks,
+               {cluster_label,
+                {std::string(names::kLabelRole), t.role},
+                {std::string(names::kLabelTask), std::to_string(t.index)},
+                node_label},
+               1);
+    }
+  }
+  out.push_back(std::move(silent));
+  out.push_back(std::move(tasks));
+}
+
 // What only the cluster view tells about this node's tasks and about this node.
 void AddClusterFamilies(const LocalSnapshot& local, const ClusterView& cluster,
                         std::vector<MetricFamily>& out) {
@@ -212,6 +242,17 @@ void AddClusterFamilies(const LocalSnapshot& local, const ClusterView& cluster,
   Single(out, names::kSidecarIsolated,
          "1 while this node is cut off from every other node (its sidecar reaches none of them).",
          MetricType::Gauge, cluster.isolated_since ? 1 : 0);
+  auto info =
+      Family(names::kSidecarInfo,
+             "1; this sidecar's cluster, node id (host:port of its exchange) and host name.",
+             MetricType::Gauge);
+  AddGauge(info,
+           {{std::string(names::kLabelCluster), cluster.cluster},
+            {std::string(names::kLabelNode), cluster.self},
+            {std::string(names::kLabelHostname), cluster.self_hostname}},
+           1);
+  out.push_back(std::move(info));
+  AddSilentNodes(cluster, out);
 }
 
 void AddSidecarFamilies(const LocalSnapshot& local, const SidecarStats& stats,

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "metrics.h"
+
 namespace trainscope::sidecar {
 namespace {
 
@@ -128,6 +130,35 @@ TEST_F(ClusterViewTest, ACutOffNodeIsOneIncidentNotNTaskFailures) {
   EXPECT_EQ(view.nodes[2].status, "silent");
   EXPECT_EQ(view.nodes[2].tasks, (std::vector<TaskRef>{TaskRef{"worker", 1}}));
   EXPECT_TRUE(view.partitions.empty());
+}
+
+// The alert on a cut-off node needs one series naming the node (not one per task), and only
+// while it lasts: a down sidecar is not a cut-off node.
+TEST_F(ClusterViewTest, MetricsNameASilentNodeOnceAndNothingElse) {
+  LocalSnapshot local;
+  local.views = local_;
+  local.counters.resize(local.views.size());
+  EXPECT_EQ(RenderMetrics(local, SidecarStats(), Build()).find("trainscope_node_silent{"),
+            std::string::npos);
+  Report("n3:4317", {View({"worker", 1}, TaskState::kUp)});
+  MemberOf("n3:4317").status = MemberStatus::kSilent;
+  MemberOf("n3:4317").last_error = "no answer within 250 ms";
+  MemberOf("n2:4317").status = MemberStatus::kSilent;
+  MemberOf("n2:4317").last_error = "connection refused";
+  ClusterView view = Build();
+  EXPECT_EQ(view.cluster, "c");
+  const std::string text = RenderMetrics(local, SidecarStats(), view);
+  EXPECT_NE(text.find("trainscope_node_silent{cluster=\"c\",node=\"n3:4317\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("trainscope_task_node_silent{cluster=\"c\",role=\"worker\",task=\"1\","
+                      "node=\"n3:4317\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("node=\"n2:4317\""), std::string::npos) << text;
+  EXPECT_NE(text.find("trainscope_sidecar_info{cluster=\"c\",node=\"n1:4317\",hostname=\"n1\"} 1"),
+            std::string::npos)
+      << text;
 }
 
 TEST_F(ClusterViewTest, ASidecarThatRefusesConnectionsIsDownNotCutOff) {

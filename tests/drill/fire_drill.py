@@ -491,11 +491,13 @@ class Drill:
         return time.time()
 
     def scenario_slow_ps(self):
-        # Slower than the 500 ms threshold, well inside the workers' deadlines.
-        self.run_scenario("slow-ps", "TrainscopePsLatencyHigh",
+        # Slower than the 500 ms threshold, well inside the workers' deadlines. The sidecar calls
+        # ps:2 slow by its own figures: TrainscopePsSlow pages, and inhibits the latency alert
+        # of the same ps (never at the webhook: not among CONSEQUENCES).
+        self.run_scenario("slow-ps", "TrainscopePsSlow",
                           {"cluster": CLUSTER, "role": "ps", "task": "2"},
                           lambda: self.inject("ps:2", 700), lambda: self.inject("ps:2", 0),
-                          resolve_timeout=150)
+                          detect=("ps:2", "slow"), resolve_timeout=150)
 
     def scenario_deadline(self):
         # Past worker:0's 1 s deadline.
@@ -680,6 +682,7 @@ class Drill:
     CONSEQUENCES = {
         ("TrainscopeTaskBlocked", "worker", "1"): "ps-never-starts: both workers wait for ps:2",
         ("TrainscopePsLatencyHigh", "ps", "0"): "ps-past-deadline: ps:0 is 1.5 s slow",
+        ("TrainscopePsSlow", "ps", "0"): "ps-past-deadline: ps:0 is 1.5 s slow by its own figures",
         # While ps:1 is stopped the workers' calls to it time out for real; the rate stays high
         # for a while after SIGCONT, when the hung alert no longer inhibits it.
         ("TrainscopeDeadlineExceededRateHigh", "ps", "1"):

@@ -14,6 +14,8 @@ inline constexpr std::string_view kLabelState = "state";
 inline constexpr std::string_view kLabelPeerRole = "peer_role";
 inline constexpr std::string_view kLabelPeerTask = "peer_task";
 inline constexpr std::string_view kLabelReason = "reason";
+// A node of the exchange: its id, host:port of its sidecar's exchange (NodeView.node).
+inline constexpr std::string_view kLabelNode = "node";
 inline constexpr std::string_view kLabelStatus = "status";
 inline constexpr std::string_view kLabelDirection = "direction";
 inline constexpr std::string_view kDirectionSent = "sent";
@@ -78,6 +80,18 @@ inline constexpr std::string_view kSidecarIsolated = "trainscope_sidecar_isolate
 inline constexpr std::string_view kSidecarAlertsSent = "trainscope_sidecar_alerts_sent_total";
 inline constexpr std::string_view kSidecarAlertsDropped = "trainscope_sidecar_alerts_dropped_total";
 inline constexpr std::string_view kSidecarAlertsFiring = "trainscope_sidecar_alerts_firing";
+// 1, labelled with this sidecar's cluster, node id (`node`) and `hostname`: what joins a
+// scrape target (job, instance) to its node, so an alert on a target can be inhibited by one on
+// the node.
+inline constexpr std::string_view kSidecarInfo = "trainscope_sidecar_info";
+inline constexpr std::string_view kLabelHostname = "hostname";
+// 1 per other node (label `node`) this sidecar sees silent: it answers no probe, directly or
+// through other nodes (cut off, or its machine down). Series exist only while that lasts, so a
+// sidecar's series do not grow with the cluster while all is well.
+inline constexpr std::string_view kNodeSilent = "trainscope_node_silent";
+// 1 per task (cluster, role, task) of such a node, with its `node`: what lets Alertmanager hold
+// back the alerts its tasks' peers raise about them (they name the task, not the node).
+inline constexpr std::string_view kTaskNodeSilent = "trainscope_task_node_silent";
 
 // The sidecar as the node's trace agent (OTLP TraceService/Export on its gRPC port).
 // Spans received (valid or not) in Export calls.
