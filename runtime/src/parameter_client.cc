@@ -252,9 +252,10 @@ void ParameterClient::CheckRestart(PsStub* ps, const State& state) {
   if (on_resume_) on_resume_(step);
 }
 
-absl::Status ParameterClient::ExplainNotFound(const std::vector<Call>& calls, absl::Status error) {
+absl::Status ParameterClient::ExplainRestart(const std::vector<Call>& calls, absl::Status error) {
   for (const Call& c : calls) {
-    if (c.status.error_code() != grpc::StatusCode::NOT_FOUND) continue;
+    const grpc::StatusCode code = c.status.error_code();
+    if (code != grpc::StatusCode::NOT_FOUND && code != grpc::StatusCode::INVALID_ARGUMENT) continue;
     auto handshake = HandshakeWith(*c.ps->peer, session_->identity(), rpc_deadline_ms_);
     if (!handshake.ok()) return error;
     const uint64_t now = handshake->identity().incarnation();
@@ -334,7 +335,7 @@ absl::Status ParameterClient::PullAll(std::vector<std::string>* values) {
     calls.push_back(std::move(c));
     which.push_back(p);
   }
-  if (absl::Status st = RunAll(calls); !st.ok()) return ExplainNotFound(calls, st);
+  if (absl::Status st = RunAll(calls); !st.ok()) return ExplainRestart(calls, st);
   for (size_t p : which) {
     PsStub* ps = ps_[p].get();
     v1::PullResponse& response = responses[p];
@@ -395,7 +396,7 @@ absl::Status ParameterClient::PushAll(std::vector<std::pair<size_t, std::string>
                    });
     };
   }
-  if (absl::Status st = RunAll(calls); !st.ok()) return ExplainNotFound(calls, st);
+  if (absl::Status st = RunAll(calls); !st.ok()) return ExplainRestart(calls, st);
   for (size_t k = 0; k < calls.size(); ++k) CheckRestart(calls[k].ps, responses[k].ps_state());
   return absl::OkStatus();
 }

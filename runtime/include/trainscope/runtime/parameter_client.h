@@ -77,9 +77,9 @@ class ParameterClient {
   // restored, handshake with it again, and note the step to go on from.
   template <typename State>
   void CheckRestart(PsStub* ps, const State& state);
-  // A call failed NOT_FOUND (a variable the ps does not hold): when the ps restarted, say so
-  // (and whether a checkpoint could have restored it) instead of the bare error.
-  absl::Status ExplainNotFound(const std::vector<Call>& calls, absl::Status error);
+  // A call was refused (NOT_FOUND, INVALID_ARGUMENT: variables the ps does not hold): when the
+  // ps restarted, say so (and whether a checkpoint could have restored it), not the bare error.
+  absl::Status ExplainRestart(const std::vector<Call>& calls, absl::Status error);
 
   Session* session_;
   TaskRef self_;
