@@ -175,6 +175,11 @@ absl::Status Task::Impl::Start() {
   // is leaving, and a worker does not tell the ps tasks it is done, so they keep serving and
   // keep its place for when it comes back.
   signals_ = std::make_unique<SignalWatcher>([this](const char* signal) {
+    if (std::string_view(signal) == "SIGUSR1") {  // Asked to finish: the job ends, done.
+      spdlog::info("{} received SIGUSR1: finishing training now", self_.ShortName());
+      finish_requested_.store(true);
+      return;
+    }
     spdlog::warn("{} received {}: leaving (stopped, not done{})", self_.ShortName(), signal,
                  self_.role == "ps" ? "" : ": the ps tasks are not told it finished");
     status_.SetPhase(Phase::kLeaving);
@@ -346,7 +351,7 @@ void Task::RecordStep(double seconds, double loss, int64_t examples) {
 std::string Task::metrics_address() const {
   return impl_->telemetry_ ? impl_->telemetry_->metrics_address() : "";
 }
-bool Task::stopping() const { return impl_->stopping_.load(); }
+bool Task::stopping() const { return impl_->stopping_.load() || impl_->finish_requested_.load(); }
 void Task::Stop() { impl_->Stop(); }
 std::string Task::listen_address() const { return impl_->listen_address_; }
 

@@ -94,7 +94,8 @@ class Task::Impl {
   int trainers_ = 0;
   std::string listen_address_;
   v1::TaskIdentity identity_;
-  std::atomic<bool> stopping_{false};
+  std::atomic<bool> stopping_{false};          // A stop signal: leaving, not done.
+  std::atomic<bool> finish_requested_{false};  // SIGUSR1: finish training now, done.
   std::atomic<int64_t> parameter_delay_ms_;
   std::atomic<int64_t> heartbeat_delay_ms_{0};
   std::atomic<double> random_delay_probability_{0};

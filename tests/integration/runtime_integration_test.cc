@@ -297,6 +297,17 @@ TEST(RuntimeIntegration, SigtermShutsTasksDownGracefully) {
   EXPECT_NE(ps2->Output().find("ps:0 received SIGTERM: leaving"), std::string::npos);
   ps->Signal(SIGTERM);
   ASSERT_EQ(ps->Wait(10s).value_or(-1), 0) << ps->Output();
+
+  // SIGUSR1 asks a worker to finish training now: it is done, and its ps exits by itself.
+  Cluster c3(1, 1);
+  auto ps3 = c3.Start("ps", 0);
+  auto w3 = c3.Start("worker", 0, {"--steps", "100000", "--step_delay_ms", "5"});
+  ASSERT_TRUE(w3->WaitForOutput("training:", 20s)) << w3->Output();
+  w3->Signal(SIGUSR1);
+  ASSERT_EQ(w3->Wait(10s).value_or(-1), 0) << w3->Output();
+  EXPECT_NE(w3->Output().find("received SIGUSR1: finishing training now"), std::string::npos);
+  ASSERT_EQ(ps3->Wait(10s).value_or(-1), 0) << ps3->Output();
+  EXPECT_NE(ps3->Output().find("all 1 trainers are done"), std::string::npos) << ps3->Output();
 }
 
 TEST(RuntimeIntegration, BadTfConfigIsOneLineError) {
