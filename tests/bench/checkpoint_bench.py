@@ -23,6 +23,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -98,6 +99,7 @@ def run_dip(binary, features, steps, every_steps):
                       "checkpoint_bytes": saved[-1][2],
                       "write_ms": statistics.median(x[3] for x in saved)})
         results[name] = r
+        shutil.rmtree(work, ignore_errors=True)
     return results
 
 
@@ -147,6 +149,7 @@ def run_restarts(binary, features, restarts):
     ps.send_signal(signal.SIGKILL)
     w.wait()
     ps.wait()
+    shutil.rmtree(work, ignore_errors=True)
     return out
 
 

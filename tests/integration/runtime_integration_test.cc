@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <regex>
 #include <thread>
 
@@ -327,11 +328,22 @@ TEST(RuntimeIntegration, BadTfConfigIsOneLineError) {
 namespace trainscope {
 namespace {
 
-// A fresh directory under /tmp for one test's checkpoints.
-std::string TempDir() {
-  char path[] = "/tmp/trainscope_ckpt_XXXXXX";
-  return mkdtemp(path) != nullptr ? path : "";
-}
+// A fresh directory under /tmp for one test's checkpoints, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    char path[] = "/tmp/trainscope_ckpt_XXXXXX";
+    if (mkdtemp(path) != nullptr) path_ = path;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  operator const std::string&() const { return path_; }  // NOLINT: used as the path.
+
+ private:
+  std::string path_;
+};
 
 // The integer after `prefix` in `text` (the first occurrence), or -1.
 int64_t NumberAfter(const std::string& text, const std::string& prefix) {
@@ -349,7 +361,8 @@ std::vector<std::string> CheckpointArgs(const std::string& dir, std::vector<std:
 // kill -9 of the only ps mid-training: it comes back with the newest checkpoint, the worker
 // notices the new incarnation, goes on from the checkpoint's step and finishes.
 TEST(RuntimeIntegration, PsKilledMidTrainingRestoresTheNewestCheckpointAndTrainingFinishes) {
-  const std::string dir = TempDir();
+  const TempDir temp;
+  const std::string& dir = temp;
   Cluster c(1, 1);
   auto ps = c.Start("ps", 0, {"--checkpoint_dir", dir});
   auto w = c.Start("worker", 0, CheckpointArgs(dir, {"--steps", "800", "--step_delay_ms", "5"}));
@@ -402,7 +415,8 @@ TEST(RuntimeIntegration, PsRestartedWithoutCheckpointSaysItLostItsVariables) {
 // The newest checkpoint is corrupt: refused, naming the file and why; the one before is used,
 // and a whole cluster restarted resumes from it.
 TEST(RuntimeIntegration, CorruptNewestCheckpointIsRefusedAndThePreviousOneUsed) {
-  const std::string dir = TempDir();
+  const TempDir temp;
+  const std::string& dir = temp;
   {
     Cluster c(1, 1);
     auto ps = c.Start("ps", 0, {"--checkpoint_dir", dir});
@@ -436,7 +450,8 @@ TEST(RuntimeIntegration, CorruptNewestCheckpointIsRefusedAndThePreviousOneUsed) 
 // Every task killed mid-training and started again with the same --checkpoint_dir: training
 // goes on from the newest checkpoint's step.
 TEST(RuntimeIntegration, WholeClusterRestartedResumesFromTheNewestCheckpoint) {
-  const std::string dir = TempDir();
+  const TempDir temp;
+  const std::string& dir = temp;
   Cluster c(1, 1);
   auto ps = c.Start("ps", 0, {"--checkpoint_dir", dir});
   auto w = c.Start("worker", 0, CheckpointArgs(dir, {"--steps", "600", "--step_delay_ms", "5"}));
