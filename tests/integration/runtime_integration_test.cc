@@ -392,6 +392,31 @@ TEST(RuntimeIntegration, PsKilledMidTrainingRestoresTheNewestCheckpointAndTraini
   EXPECT_EQ(*ps_code, 0) << ps2->Output();
 }
 
+// Two ps, two workers: ps:1 restarted restores its own shard only; both workers go on, finish,
+// and the new ps:1 accepts their Done (they handshook with it again), so every task ends.
+TEST(RuntimeIntegration, OneOfTwoPsKilledRestoresItsShardAndEveryTaskEnds) {
+  const TempDir temp;
+  const std::string& dir = temp;
+  Cluster c(2, 2);
+  auto ps0 = c.Start("ps", 0, {"--checkpoint_dir", dir});
+  auto ps1 = c.Start("ps", 1, {"--checkpoint_dir", dir});
+  auto w0 = c.Start("worker", 0, CheckpointArgs(dir, {"--steps", "600", "--step_delay_ms", "5"}));
+  auto w1 = c.Start("worker", 1, {"--steps", "600", "--step_delay_ms", "5"});
+  ASSERT_TRUE(w0->WaitForOutput("checkpoint of step 100 saved", 30s)) << w0->Output();
+  ps1->Signal(SIGKILL);
+  ASSERT_TRUE(ps1->Wait(5s).has_value());
+  auto ps1b = c.Start("ps", 1, {"--checkpoint_dir", dir});
+  for (Process* w : {w0.get(), w1.get()}) {
+    ASSERT_EQ(w->Wait(60s).value_or(-1), 0) << w->Output();
+    EXPECT_NE(w->Output().find("ps:1 restarted (incarnation"), std::string::npos) << w->Output();
+  }
+  EXPECT_NE(ps1b->Output().find("ps:1 restored 1 variables"), std::string::npos) << ps1b->Output();
+  for (Process* ps : {ps0.get(), ps1b.get()}) {
+    ASSERT_EQ(ps->Wait(10s).value_or(-1), 0) << ps->Output();
+    EXPECT_NE(ps->Output().find("all 2 trainers are done"), std::string::npos) << ps->Output();
+  }
+}
+
 // Without a checkpoint, the worker says what happened instead of a bare NOT_FOUND.
 TEST(RuntimeIntegration, PsRestartedWithoutCheckpointSaysItLostItsVariables) {
   Cluster c(1, 1);
