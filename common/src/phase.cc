@@ -15,6 +15,8 @@ std::string_view PhaseName(Phase phase) {
       return "done";
     case Phase::kServing:
       return "serving";
+    case Phase::kLeaving:
+      return "leaving";
     case Phase::kUnknown:
       break;
   }
@@ -22,7 +24,7 @@ std::string_view PhaseName(Phase phase) {
 }
 
 Phase PhaseFromWire(int value) {
-  return value >= 1 && value <= 5 ? static_cast<Phase>(value) : Phase::kUnknown;
+  return value >= 1 && value <= 6 ? static_cast<Phase>(value) : Phase::kUnknown;
 }
 
 }  // namespace trainscope

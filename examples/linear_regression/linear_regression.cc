@@ -3,6 +3,7 @@
 
 #include <Eigen/Core>
 #include <chrono>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -126,7 +127,14 @@ absl::Status Train(Task& task, const LinearRegressionOptions& options) {
   int64_t steps_done = 0;
   int failures = 0;  // consecutive steps that failed with a transient error
   bool pulled = true;
-  for (int64_t step = 1; step <= options.steps; ++step) {
+  int64_t first_step = 1;
+  if (std::optional<int64_t> resumed = client->TakeResume()) {
+    // The ps tasks restored a checkpoint (the whole cluster restarted): go on from its step.
+    steps_done = *resumed;
+    first_step = *resumed + 1;
+    spdlog::info("resuming at step {} from a checkpoint", first_step);
+  }
+  for (int64_t step = first_step; step <= options.steps; ++step) {
     if (task.stopping()) {
       spdlog::warn("stopping at step {} of {}: finishing cleanly", steps_done, options.steps);
       break;
@@ -134,6 +142,11 @@ absl::Status Train(Task& task, const LinearRegressionOptions& options) {
     const auto step_start = std::chrono::steady_clock::now();
     absl::Status st = pulled ? absl::OkStatus() : pull();
     pulled = false;
+    if (std::optional<int64_t> resumed = client->TakeResume(); st.ok() && resumed) {
+      // A ps restarted and restored a checkpoint: the steps since it are lost; redo them.
+      spdlog::warn("going on from step {} (was at step {})", *resumed + 1, step);
+      step = *resumed + 1;
+    }
     if (st.ok()) st = Step(client, options, data, x, y, w, b, num_vars, &loss);
     if (!st.ok()) {
       // A slow or briefly unreachable ps fails a step, not the run; anything else is final.

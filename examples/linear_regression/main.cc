@@ -68,6 +68,18 @@ int main(int argc, char** argv) {
                  "Calls held for deciding afterwards which to trace (88 bytes each)")
       ->check(CLI::Range(1024, 1 << 24))
       ->capture_default_str();
+  app.add_option("--checkpoint_dir", r.checkpoint_dir,
+                 "Save checkpoints here (chief, or worker:0) and restore a ps from the newest one "
+                 "at startup; give every task the same directory (empty = no checkpoints)");
+  app.add_option("--checkpoint_every_s", r.checkpoint_every_s,
+                 "Seconds between checkpoints (0 = not by time)")
+      ->capture_default_str();
+  app.add_option("--checkpoint_every_steps", r.checkpoint_every_steps,
+                 "Steps between checkpoints (0 = not by steps)")
+      ->capture_default_str();
+  app.add_option("--checkpoints_to_keep", r.checkpoints_to_keep, "Newest checkpoints kept")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   bool check_config = false;
   app.add_flag(
       "--check_config", check_config,
@@ -79,6 +91,9 @@ int main(int argc, char** argv) {
       ->group("Testing");
   app.add_option("--testing_protocol_version", r.testing_protocol_version,
                  "Test hook: announce this protocol version")
+      ->group("Testing");
+  app.add_option("--testing_drop_push_answers", r.testing_drop_push_answers,
+                 "Test hook (ps): fail the first N Push answers with UNAVAILABLE after applying")
       ->group("Testing");
   CLI11_PARSE(app, argc, argv);
   r.telemetry = !no_telemetry;

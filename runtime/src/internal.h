@@ -35,20 +35,34 @@ class Session {
     PeerHealth* health;
     int index = -1;  // Its telemetry peer index (RpcMetrics::PeerIndex).
   };
-  Session(std::vector<Peer> ps, telemetry::Telemetry* telemetry, TaskStatus* status)
-      : ps_(std::move(ps)), telemetry_(telemetry), status_(status) {}
+  Session(std::vector<Peer> ps, telemetry::Telemetry* telemetry, TaskStatus* status,
+          v1::TaskIdentity identity)
+      : ps_(std::move(ps)),
+        telemetry_(telemetry),
+        status_(status),
+        identity_(std::move(identity)) {}
   const Peer& ps(int index) const { return ps_[index]; }
   int num_ps() const { return static_cast<int>(ps_.size()); }
   // May be null.
   telemetry::Telemetry* telemetry() const { return telemetry_; }
   // What the task reports in its heartbeat (waiting on ps tasks whose calls fail).
   TaskStatus* status() const { return status_; }
+  // Who this task is, as its handshakes say.
+  const v1::TaskIdentity& identity() const { return identity_; }
 
  private:
   std::vector<Peer> ps_;
   telemetry::Telemetry* telemetry_;
   TaskStatus* status_;
+  v1::TaskIdentity identity_;
 };
+
+// One handshake with `peer` as `identity`, waiting at most `deadline_ms`; records the peer's
+// identity in its PeerHealth. Used again when a ps turns out to have restarted, so that it
+// knows this task's session (and accepts its Done).
+absl::StatusOr<v1::HandshakeResponse> HandshakeWith(const Session::Peer& peer,
+                                                    const v1::TaskIdentity& identity,
+                                                    int deadline_ms);
 
 // A message's size in bytes, as its call metrics count it.
 inline int64_t MessageBytes(const google::protobuf::MessageLite& message) {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "internal.h"
 #include "net_util.h"
+#include "spdlog/spdlog.h"
 #include "task_status.h"
 #include "trainscope/common/clock.h"
 #include "trainscope/common/rpc_error.h"
@@ -49,6 +50,7 @@ struct ParameterClient::PsStub {
   std::unique_ptr<v1::ParameterService::Stub> stub;
   std::vector<size_t> variables;  // Indices into variables_, in creation order.
   v1::PullRequest pull_request;   // Built once: the names of `variables`.
+  uint64_t incarnation = 0;       // The ps's, as this task last knew it.
 };
 
 ParameterClient::ParameterClient(Session* session, const TaskRef& self, int rpc_deadline_ms,
@@ -62,6 +64,7 @@ ParameterClient::ParameterClient(Session* session, const TaskRef& self, int rpc_
     ps->peer = &session_->ps(i);
     ps->stub = v1::ParameterService::NewStub(ps->peer->channel);
     *ps->pull_request.mutable_from() = TaskIdToProto(self_);
+    ps->incarnation = ps->peer->health->Read().peer_incarnation;
     ps_.push_back(std::move(ps));
   }
 }
@@ -232,6 +235,56 @@ absl::Status ParameterClient::RunAll(std::vector<Call>& calls) {
   return first;
 }
 
+std::optional<int64_t> ParameterClient::TakeResume() {
+  std::optional<int64_t> step = resume_;
+  resume_.reset();
+  return step;
+}
+
+template <typename State>
+void ParameterClient::CheckRestart(PsStub* ps, const State& state) {
+  const bool restarted = state.incarnation() != 0 && state.incarnation() != ps->incarnation;
+  const bool first = ps->variables.empty();  // Creating: a restored ps is no surprise.
+  if (!restarted && !(first && state.restored())) return;
+  const std::string name = ps->peer->task.ShortName();
+  if (restarted) {
+    spdlog::warn("{} restarted (incarnation {:016x} -> {:016x}){}", name, ps->incarnation,
+                 state.incarnation(), state.restored() ? "" : " without restoring a checkpoint");
+    ps->incarnation = state.incarnation();
+    // So that the new ps knows our session and accepts our Done at the end.
+    auto handshake = HandshakeWith(*ps->peer, session_->identity(), rpc_deadline_ms_);
+    if (!handshake.ok()) spdlog::warn("{}", std::string(handshake.status().message()));
+  }
+  if (!state.restored()) return;
+  const int64_t step = state.restored_step();
+  if (resume_ && *resume_ <= step) return;
+  spdlog::warn("{} holds the variables of step {} restored from {}: {} goes on from step {}", name,
+               step, state.restored_from(), self_.ShortName(), step);
+  resume_ = step;
+  if (on_resume_) on_resume_(step);
+}
+
+absl::Status ParameterClient::ExplainRestart(const std::vector<Call>& calls, absl::Status error) {
+  for (const Call& c : calls) {
+    const grpc::StatusCode code = c.status.error_code();
+    if (code != grpc::StatusCode::NOT_FOUND && code != grpc::StatusCode::INVALID_ARGUMENT) continue;
+    auto handshake = HandshakeWith(*c.ps->peer, session_->identity(), rpc_deadline_ms_);
+    if (!handshake.ok()) return error;
+    const uint64_t now = handshake->identity().incarnation();
+    if (now == c.ps->incarnation) return error;
+    const v1::PsState& state = handshake->ps_state();
+    const std::string why =
+        state.restored() ? absl::StrCat("the checkpoint it restored (", state.restored_from(),
+                                        ", step ", state.restored_step(), ") does not hold them")
+                         : "no checkpoint in --checkpoint_dir to restore from";
+    return absl::FailedPreconditionError(absl::StrCat(
+        c.ps->peer->task.ShortName(), " restarted (incarnation ",
+        absl::Hex(c.ps->incarnation, absl::kZeroPad16), " -> ", absl::Hex(now, absl::kZeroPad16),
+        ") and lost its variables; ", why, " (", error.message(), ")"));
+  }
+  return error;
+}
+
 absl::Status ParameterClient::CreateVariables(const std::vector<VariableDef>& variables) {
   std::map<std::string, int> placement = PlaceVariables(variables, session_->num_ps());
   std::vector<v1::CreateVariableRequest> requests(variables.size());
@@ -258,6 +311,7 @@ absl::Status ParameterClient::CreateVariables(const std::vector<VariableDef>& va
     };
   }
   TS_RETURN_IF_ERROR(RunAll(calls));
+  for (size_t k = 0; k < variables.size(); ++k) CheckRestart(calls[k].ps, responses[k].ps_state());
   for (const VariableDef& def : variables) {
     const int ps_index = placement[def.name];
     PsStub& ps = *ps_[ps_index];
@@ -293,10 +347,11 @@ absl::Status ParameterClient::PullAll(std::vector<std::string>* values) {
     calls.push_back(std::move(c));
     which.push_back(p);
   }
-  TS_RETURN_IF_ERROR(RunAll(calls));
+  if (absl::Status st = RunAll(calls); !st.ok()) return ExplainRestart(calls, st);
   for (size_t p : which) {
     PsStub* ps = ps_[p].get();
     v1::PullResponse& response = responses[p];
+    CheckRestart(ps, response.ps_state());
     if (response.values_size() != static_cast<int>(ps->variables.size())) {
       return absl::DataLossError(absl::StrCat("Pull from ", ps->peer->task.ShortName(),
                                               " returned ", response.values_size(), " values for ",
@@ -314,6 +369,7 @@ absl::Status ParameterClient::PullAll(std::vector<std::string>* values) {
       (*values)[index].swap(*tensor->mutable_content());
     }
   }
+  if (after_pull_) after_pull_(*values);
   return absl::OkStatus();
 }
 
@@ -338,6 +394,8 @@ absl::Status ParameterClient::PushAll(std::vector<std::pair<size_t, std::string>
     SpecToProto(def.spec, request.mutable_gradient());
     request.mutable_gradient()->mutable_content()->swap(gradients[k].second);
     request.set_learning_rate(learning_rate);
+    request.set_sender_incarnation(session_->identity().incarnation());
+    request.set_sequence(++next_sequence_);
     calls[k].ps = ps;
     calls[k].method = "Push";
     calls[k].method_index = telemetry::methods::kPush;
@@ -350,7 +408,9 @@ absl::Status ParameterClient::PushAll(std::vector<std::pair<size_t, std::string>
                    });
     };
   }
-  return RunAll(calls);
+  if (absl::Status st = RunAll(calls); !st.ok()) return ExplainRestart(calls, st);
+  for (size_t k = 0; k < calls.size(); ++k) CheckRestart(calls[k].ps, responses[k].ps_state());
+  return absl::OkStatus();
 }
 
 }  // namespace trainscope

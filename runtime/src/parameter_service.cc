@@ -86,6 +86,7 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
                    HumanBytes(task_->store_->bytes_held()), task_->store_->num_variables());
     }
     response->set_existed(*existed);
+    task_->FillPsState(response->mutable_ps_state());
     return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
 
@@ -116,6 +117,7 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
     const double end = MonotonicSeconds();
     task_->status_.RecordServed(end - start, queued - start, end - queued);
     response->set_version(task_->store_->updates_applied());
+    task_->FillPsState(response->mutable_ps_state());
     return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
 
@@ -129,10 +131,24 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
     const double start = MonotonicSeconds();
     task_->InjectedParameterDelay();
     const std::string from = TaskIdFromProto(request->from()).ShortName();
+    task_->FillPsState(response->mutable_ps_state());
+    // At most once: a retry of a Push this ps applied (its answer lost) is answered, not applied.
+    const uint64_t sequence = request->sequence();
+    if (sequence != 0 &&
+        !task_->recent_pushes_.Insert(from, request->sender_incarnation(), sequence)) {
+      spdlog::warn(
+          "Push from {} (request {:x}/{}) was applied already: answering OK, not "
+          "applying it twice",
+          from, request->sender_incarnation(), sequence);
+      response->set_duplicate(true);
+      response->set_version(task_->store_->updates_applied());
+      return call.Finish(grpc::Status::OK, MessageBytes(*response));
+    }
     ParameterStore::Timing timing;
     absl::Status st = task_->store_->ApplyGradient(
         request->name(), SpecFromProto(request->gradient()), request->gradient().content(),
         request->learning_rate(), from, &timing);
+    if (!st.ok() && sequence != 0) task_->recent_pushes_.Erase(from, sequence);
     // The injected delay and the wait for the variable are queueing; then the update.
     const double total = call.Elapsed();
     const double queue = std::max(0.0, total - timing.apply_seconds);
@@ -150,10 +166,24 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
     }
     task_->status_.SetSteps(static_cast<int64_t>(task_->store_->updates_applied()));
     response->set_version(task_->store_->updates_applied());
+    if (DropThisAnswer()) {
+      spdlog::warn("test hook: Push from {} applied, its answer dropped (UNAVAILABLE)", from);
+      return call.Finish(
+          grpc::Status(grpc::StatusCode::UNAVAILABLE, "test hook: answer dropped after applying"),
+          0);
+    }
     return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
 
  private:
+  // --testing_drop_push_answers: true for the first N applied Pushes.
+  bool DropThisAnswer() {
+    int left = task_->drop_push_answers_.load();
+    while (left > 0 && !task_->drop_push_answers_.compare_exchange_weak(left, left - 1)) {
+    }
+    return left > 0;
+  }
+
   Task::Impl* task_;
 };
 

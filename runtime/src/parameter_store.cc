@@ -138,4 +138,39 @@ int64_t ParameterStore::num_variables() const {
   return static_cast<int64_t>(variables_.size());
 }
 
+RecentRequests::Sender* RecentRequests::Find(const std::string& sender) {
+  {
+    std::shared_lock lock(mu_);
+    if (auto it = senders_.find(sender); it != senders_.end()) return it->second.get();
+  }
+  std::unique_lock lock(mu_);
+  auto& slot = senders_[sender];
+  if (!slot) slot = std::make_unique<Sender>();
+  return slot.get();
+}
+
+bool RecentRequests::Insert(const std::string& sender, uint64_t incarnation, uint64_t sequence) {
+  Sender* s = Find(sender);
+  const double now = MonotonicSeconds();
+  std::lock_guard lock(s->mu);
+  if (s->incarnation != incarnation) {
+    s->incarnation = incarnation;
+    s->seen.clear();
+    s->order.clear();
+  }
+  while (!s->order.empty() && now - s->order.front().first > window_seconds_) {
+    s->seen.erase(s->order.front().second);
+    s->order.pop_front();
+  }
+  if (!s->seen.insert(sequence).second) return false;
+  s->order.emplace_back(now, sequence);
+  return true;
+}
+
+void RecentRequests::Erase(const std::string& sender, uint64_t sequence) {
+  Sender* s = Find(sender);
+  std::lock_guard lock(s->mu);
+  s->seen.erase(sequence);  // Its entry in `order` expires harmlessly.
+}
+
 }  // namespace trainscope

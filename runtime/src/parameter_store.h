@@ -4,11 +4,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <unordered_set>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -67,6 +69,32 @@ class ParameterStore {
   std::map<std::string, std::unique_ptr<Variable>, std::less<>> variables_ ABSL_GUARDED_BY(map_mu_);
   std::atomic<int64_t> bytes_held_{0};
   std::atomic<uint64_t> updates_applied_{0};
+};
+
+// The ids of the Push requests a ps applied recently, per sender, so that a retried Push (its
+// first attempt applied, the answer lost) is answered without being applied twice. Ids are kept
+// for `window_seconds`, longer than a client retries one. Thread-safe; senders do not contend.
+class RecentRequests {
+ public:
+  explicit RecentRequests(double window_seconds) : window_seconds_(window_seconds) {}
+  // Records the id and returns true when it is new; false when it was seen within the window.
+  // A sender at a new incarnation starts afresh.
+  bool Insert(const std::string& sender, uint64_t incarnation, uint64_t sequence);
+  // Forgets an id whose request was not applied after all (it failed), so a retry applies it.
+  void Erase(const std::string& sender, uint64_t sequence);
+
+ private:
+  struct Sender {
+    std::mutex mu;
+    uint64_t incarnation ABSL_GUARDED_BY(mu) = 0;
+    std::unordered_set<uint64_t> seen ABSL_GUARDED_BY(mu);
+    std::deque<std::pair<double, uint64_t>> order ABSL_GUARDED_BY(mu);  // (when, sequence)
+  };
+  Sender* Find(const std::string& sender);
+
+  const double window_seconds_;
+  std::shared_mutex mu_;
+  std::map<std::string, std::unique_ptr<Sender>> senders_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace trainscope

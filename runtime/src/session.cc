@@ -169,10 +169,35 @@ absl::StatusOr<ParameterClient*> Task::Impl::CreateSession() {
   status_.SetExpectsProgress(true);
   spdlog::info("CreateSession: {} reached all {} ps tasks in {:.1f} s", me, ps.size(),
                MonotonicSeconds() - start);
-  session_ = std::make_unique<Session>(std::move(ps), telemetry_.get(), &status_);
+  session_ = std::make_unique<Session>(std::move(ps), telemetry_.get(), &status_, Identity());
   client_ = std::make_unique<ParameterClient>(session_.get(), self_, options_.rpc_deadline_ms,
                                               options_.max_attempts);
+  // A ps that restarted and restored a checkpoint: the run goes on from its step.
+  client_->SetOnResume([this](int64_t step) {
+    status_.SetSteps(step);
+    metrics_->RecordRestore();
+    if (saver_) saver_->ResumedAt(step);
+  });
+  StartCheckpointSaver();
   return client_.get();
+}
+
+absl::StatusOr<v1::HandshakeResponse> HandshakeWith(const Session::Peer& peer,
+                                                    const v1::TaskIdentity& identity,
+                                                    int deadline_ms) {
+  v1::TaskService::Stub stub(peer.channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
+  v1::HandshakeRequest request;
+  *request.mutable_from() = identity;
+  v1::HandshakeResponse response;
+  grpc::Status st = stub.Handshake(&context, request, &response);
+  if (!st.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("handshake with ", peer.task.ShortName(), " failed: ", st.error_message()));
+  }
+  peer.health->SetIdentity(response.identity().incarnation(), response.identity().listen_address());
+  return response;
 }
 
 }  // namespace trainscope

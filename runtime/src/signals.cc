@@ -11,6 +11,7 @@ sigset_t StopSignals() {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGUSR1);
   return signals;
 }
 
@@ -35,6 +36,7 @@ void SignalWatcher::Loop() {
   while (!quit_.load()) {
     const int sig = sigtimedwait(&signals, nullptr, &timeout);
     if (sig == SIGTERM || sig == SIGINT) on_signal_(sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    if (sig == SIGUSR1) on_signal_("SIGUSR1");
   }
 }
 

@@ -1,6 +1,6 @@
 #pragma once
-// SIGTERM and SIGINT for a task: blocked in every thread, and waited for by one thread of ours
-// that turns them into a clean stop. Private to the runtime.
+// SIGTERM and SIGINT (stop: leaving) and SIGUSR1 (finish training now: done) for a task:
+// blocked in every thread, and waited for by one thread of ours. Private to the runtime.
 
 #include <atomic>
 #include <functional>
@@ -8,10 +8,10 @@
 
 namespace trainscope {
 
-// Blocks SIGTERM and SIGINT in the calling thread (so in every thread it starts afterwards) and
-// waits for them on a thread of its own, calling `on_signal` with the signal's name ("SIGTERM")
-// each time one arrives. Construct it before starting other threads. The destructor stops the
-// thread (within about 200 ms). Not copyable; `on_signal` runs on the watcher's thread.
+// Blocks SIGTERM, SIGINT and SIGUSR1 in the calling thread (so in every thread it starts
+// afterwards) and waits for them on a thread of its own, calling `on_signal` with the signal's name
+// ("SIGTERM") each time one arrives. Construct it before starting other threads. The destructor
+// stops the thread (within about 200 ms). Not copyable; `on_signal` runs on the watcher's thread.
 class SignalWatcher {
  public:
   explicit SignalWatcher(std::function<void(const char* signal)> on_signal);

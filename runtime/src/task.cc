@@ -86,6 +86,7 @@ Task::Impl::Impl(const RuntimeOptions& options, const TfConfig& config)
       parameter_delay_ms_(options.testing_parameter_delay_ms),
       metrics_(std::make_unique<TaskMetrics>(options.cluster_name, self_, &status_,
                                              options.ps_memory_limit_bytes)) {
+  drop_push_answers_.store(options.testing_drop_push_answers);
   for (const TaskRef& t : cluster_.AllTasks()) {
     if (IsTrainer(t.role)) ++trainers_;
   }
@@ -179,8 +180,18 @@ absl::Status Task::Impl::Start() {
   }
 
   // Before any thread of ours starts, so that they all inherit the blocked signals.
+  // Stopping is not finishing: a task stopped by a signal (an eviction, a node drain) says it
+  // is leaving, and a worker does not tell the ps tasks it is done, so they keep serving and
+  // keep its place for when it comes back.
   signals_ = std::make_unique<SignalWatcher>([this](const char* signal) {
-    spdlog::warn("{} received {}: shutting down", self_.ShortName(), signal);
+    if (std::string_view(signal) == "SIGUSR1") {  // Asked to finish: the job ends, done.
+      spdlog::info("{} received SIGUSR1: finishing training now", self_.ShortName());
+      finish_requested_.store(true);
+      return;
+    }
+    spdlog::warn("{} received {}: leaving (stopped, not done{})", self_.ShortName(), signal,
+                 self_.role == "ps" ? "" : ": the ps tasks are not told it finished");
+    status_.SetPhase(Phase::kLeaving);
     Stop();
   });
 
@@ -189,6 +200,7 @@ absl::Status Task::Impl::Start() {
     store_ = std::make_unique<ParameterStore>(
         ParameterStoreOptions{name, options_.ps_memory_limit_bytes});
     metrics_->SetStore(store_.get());
+    TS_RETURN_IF_ERROR(RestoreFromCheckpoint());
     parameter_service_ = NewParameterService(this);
   }
   task_service_ = NewTaskService(this);
@@ -260,15 +272,25 @@ absl::StatusOr<int> Task::Impl::MarkDone(const TaskRef& from, uint64_t incarnati
 absl::Status Task::Impl::ServeUntilDone() {
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return stopping_.load() || static_cast<int>(done_.size()) >= trainers_; });
-  if (!stopping_.load()) {
-    spdlog::info("all {} trainers are done: {} shutting down", trainers_, self_.ShortName());
+  if (stopping_.load()) {
+    status_.SetPhase(Phase::kLeaving);
+    return absl::OkStatus();
   }
+  spdlog::info("all {} trainers are done: {} shutting down after applying {} updates", trainers_,
+               self_.ShortName(), store_ ? store_->updates_applied() : 0);
   status_.SetPhase(Phase::kDone);
   return absl::OkStatus();
 }
 
 absl::Status Task::Impl::FinishTraining() {
   status_.SetExpectsProgress(false);
+  saver_.reset();  // Finishes the checkpoint being written, if any.
+  if (stopping_.load()) {
+    status_.SetPhase(Phase::kLeaving);
+    spdlog::warn("{} leaves without saying it is done: the ps tasks keep serving and expect it",
+                 self_.ShortName());
+    return absl::OkStatus();
+  }
   status_.SetPhase(Phase::kDone);
   if (!session_) return absl::OkStatus();
   v1::DoneRequest request;
@@ -306,7 +328,7 @@ absl::Status Task::Impl::FinishTraining() {
 void Task::Impl::Shutdown() {
   // A task that finished answers a little longer, so that its watchers see a clean end (phase
   // done) rather than a process that vanished.
-  if (status_.phase() == Phase::kDone) SleepFor(300);
+  if (status_.phase() == Phase::kDone || status_.phase() == Phase::kLeaving) SleepFor(300);
   Stop();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   signals_.reset();
@@ -338,7 +360,7 @@ void Task::RecordStep(double seconds, double loss, int64_t examples) {
 std::string Task::metrics_address() const {
   return impl_->telemetry_ ? impl_->telemetry_->metrics_address() : "";
 }
-bool Task::stopping() const { return impl_->stopping_.load(); }
+bool Task::stopping() const { return impl_->stopping_.load() || impl_->finish_requested_.load(); }
 void Task::Stop() { impl_->Stop(); }
 std::string Task::listen_address() const { return impl_->listen_address_; }
 

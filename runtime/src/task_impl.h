@@ -16,6 +16,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "checkpoint.h"
 #include "internal.h"
 #include "parameter_store.h"
 #include "signals.h"
@@ -75,6 +76,17 @@ class Task::Impl {
   // id, so that tests know which calls were slowed).
   void InjectedParameterDelay();
 
+  // ps: loads this task's variables from the newest checkpoint in --checkpoint_dir that reads
+  // whole (before it serves, so no worker sees it empty when there is one to restore).
+  absl::Status RestoreFromCheckpoint();
+  // What a ps tells its callers about its memory (incarnation, restored checkpoint).
+  void FillPsState(v1::PsState* state) const;
+  // The checkpointing task: saves the values a PullAll just brought when a checkpoint is due.
+  void MaybeCheckpoint(const std::vector<std::string>& values);
+  // Called by CreateSession: makes this task the checkpointing one when it is (chief, or worker:0
+  // without a chief) and --checkpoint_dir is set.
+  void StartCheckpointSaver();
+
   const RuntimeOptions options_;
   const ClusterSpec cluster_;
   const TaskRef self_;
@@ -82,7 +94,8 @@ class Task::Impl {
   int trainers_ = 0;
   std::string listen_address_;
   v1::TaskIdentity identity_;
-  std::atomic<bool> stopping_{false};
+  std::atomic<bool> stopping_{false};          // A stop signal: leaving, not done.
+  std::atomic<bool> finish_requested_{false};  // SIGUSR1: finish training now, done.
   std::atomic<int64_t> parameter_delay_ms_;
   std::atomic<int64_t> heartbeat_delay_ms_{0};
   std::atomic<double> random_delay_probability_{0};
@@ -96,6 +109,14 @@ class Task::Impl {
   std::unique_ptr<ParameterStore> store_;  // ps only.
   std::unique_ptr<Session> session_;
   std::unique_ptr<ParameterClient> client_;
+  // ps: the checkpoint it restored at startup, if any.
+  bool restored_ = false;
+  int64_t restored_step_ = 0;
+  std::string restored_from_;
+  RecentRequests recent_pushes_{120};
+  std::atomic<int> drop_push_answers_{0};
+  // The checkpointing task (chief, or worker:0 without one) with --checkpoint_dir.
+  std::unique_ptr<CheckpointSaver> saver_;
 
  private:
   std::unique_ptr<grpc::Service> task_service_;

@@ -54,6 +54,39 @@ void TaskMetrics::Collect(std::vector<MetricFamily>* out) const {
   CollectTraining(out);
   CollectPs(out);
   CollectSession(out);
+  CollectCheckpoints(out);
+}
+
+void TaskMetrics::RecordCheckpoint(bool ok, double seconds, int64_t bytes) {
+  if (!ok) {
+    checkpoint_failures_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  checkpoint_saves_.fetch_add(1, std::memory_order_relaxed);
+  checkpoint_duration_.store(seconds, std::memory_order_relaxed);
+  checkpoint_bytes_.store(bytes, std::memory_order_relaxed);
+  checkpoint_last_unix_.store(UnixSeconds(), std::memory_order_relaxed);
+}
+
+void TaskMetrics::CollectCheckpoints(std::vector<MetricFamily>* out) const {
+  AddCounter(out, names::kCheckpointRestores,
+             "Restores from a checkpoint: a ps that loaded its variables, a worker that went on "
+             "from a restored step.",
+             static_cast<double>(checkpoint_restores_.load()));
+  const double last = checkpoint_last_unix_.load();
+  if (last <= 0) return;  // Not the checkpointing task.
+  AddGauge(out, names::kCheckpointAge,
+           "Seconds since the newest checkpoint was written (since checkpointing started when "
+           "none was yet).",
+           UnixSeconds() - last);
+  AddGauge(out, names::kCheckpointDuration, "Seconds the newest checkpoint took to write.",
+           checkpoint_duration_.load());
+  AddGauge(out, names::kCheckpointSize, "Bytes of the newest checkpoint.",
+           static_cast<double>(checkpoint_bytes_.load()));
+  AddCounter(out, names::kCheckpointSaves, "Checkpoints written.",
+             static_cast<double>(checkpoint_saves_.load()));
+  AddCounter(out, names::kCheckpointFailures, "Checkpoints that could not be written.",
+             static_cast<double>(checkpoint_failures_.load()));
 }
 
 void TaskMetrics::CollectTraining(std::vector<MetricFamily>* out) const {
@@ -100,7 +133,7 @@ void TaskMetrics::CollectSession(std::vector<MetricFamily>* out) const {
   auto& phase =
       AddFamily(out, names::kSessionPhase, "1 for the task's current phase.", MetricType::Gauge);
   for (Phase p : {Phase::kStarting, Phase::kCreatingSession, Phase::kTraining, Phase::kDone,
-                  Phase::kServing}) {
+                  Phase::kServing, Phase::kLeaving}) {
     AddMetric(phase, {{names::kLabelPhase, std::string(PhaseName(p))}}).gauge.value =
         p == s.phase ? 1 : 0;
   }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "trainscope/common/clock.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/telemetry/metrics.h"
 
@@ -34,6 +35,11 @@ class TaskMetrics {
   telemetry::AtomicHistogram& ps_apply() { return ps_apply_; }
   telemetry::AtomicHistogram& ps_push_to_apply() { return ps_push_to_apply_; }
   std::atomic<int64_t>& ps_inflight() { return ps_inflight_; }
+  // Checkpoints: this task saves them from now on (the age counts from here until the first).
+  void StartCheckpointing() { checkpoint_last_unix_.store(UnixSeconds()); }
+  void RecordCheckpoint(bool ok, double seconds, int64_t bytes);
+  // A ps restored its variables, or a worker went on after a ps restored them.
+  void RecordRestore() { checkpoint_restores_.fetch_add(1, std::memory_order_relaxed); }
 
   // Appends the task's families to `out` (a telemetry::MetricsCollector).
   void Collect(std::vector<prometheus::MetricFamily>* out) const;
@@ -42,6 +48,7 @@ class TaskMetrics {
   void CollectTraining(std::vector<prometheus::MetricFamily>* out) const;
   void CollectPs(std::vector<prometheus::MetricFamily>* out) const;
   void CollectSession(std::vector<prometheus::MetricFamily>* out) const;
+  void CollectCheckpoints(std::vector<prometheus::MetricFamily>* out) const;
 
   const std::string cluster_name_;
   const TaskRef self_;
@@ -56,6 +63,12 @@ class TaskMetrics {
   telemetry::AtomicHistogram ps_apply_;
   telemetry::AtomicHistogram ps_push_to_apply_;
   std::atomic<int64_t> ps_inflight_{0};
+  std::atomic<double> checkpoint_last_unix_{0};  // 0: this task does not save checkpoints.
+  std::atomic<double> checkpoint_duration_{0};
+  std::atomic<int64_t> checkpoint_bytes_{0};
+  std::atomic<int64_t> checkpoint_saves_{0};
+  std::atomic<int64_t> checkpoint_failures_{0};
+  std::atomic<int64_t> checkpoint_restores_{0};
 };
 
 }  // namespace trainscope

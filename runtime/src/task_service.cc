@@ -26,6 +26,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
                                task_->CallerIndex(request->from().task()), nullptr,
                                MessageBytes(*request));
     *response->mutable_identity() = task_->Identity();
+    if (task_->store_) task_->FillPsState(response->mutable_ps_state());
     const v1::TaskIdentity& from = request->from();
     task_->RecordHandshake(TaskIdFromProto(from.task()), from.incarnation());
     const v1::TaskIdentity& me = response->identity();

@@ -251,7 +251,7 @@ bool TaskTracker::MaySkipPoll(double now_s, const ProcReader& proc) {
   constexpr int kSettleAnswers = 20;
   if (!answered_ || !proc || !CanCheckProcess() || view_.state != TaskState::kUp) return false;
   if (last_failure_ || now_s < relearn_until_s_ || on_time_answers_ < kSettleAnswers) return false;
-  if (last_hb_.waiting || last_hb_.phase == "done") return false;
+  if (last_hb_.waiting || last_hb_.phase == "done" || last_hb_.phase == "leaving") return false;
   if (detector_.Phi(now_s, skipped_s_) >= 1) return false;  // Already a little late.
   std::optional<ProcStat> p = proc(last_hb_.pid);
   return p && p->state != 'Z' && p->state != 'X' && p->state != 'T' && p->state != 't';
@@ -410,6 +410,13 @@ const TaskView& TaskTracker::Evaluate(double now_s, double now_unix, const ProcR
     d = {TaskState::kDone, absl::StrCat("finished training and exited (its last heartbeat said "
                                         "done; ",
                                         d.reason, ")")};
+  }
+  // One stopped by a signal (eviction, drain) left before finishing: gone, and not done.
+  if (d.state == TaskState::kDead && answered_ && last_hb_.phase == "leaving") {
+    d.reason = absl::StrCat(
+        "stopped by a signal and left before finishing (its last heartbeat "
+        "said leaving; ",
+        d.reason, ")");
   }
   if (now_s < relearn_until_s_ && IsFatal(d.state) && !IsFatal(view_.state)) {
     d = {view_.state, absl::StrCat("re-learning after the sidecar itself paused; ", view_.reason)};

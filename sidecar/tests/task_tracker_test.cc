@@ -99,6 +99,20 @@ TEST_F(TrackerTest, DeadWhenItExitsWithoutSayingDone) {
   EXPECT_EQ(Evaluate().state, TaskState::kDead);
 }
 
+// Stopped by a signal (SIGTERM: an eviction) is leaving, not done: gone, and said so.
+TEST_F(TrackerTest, DeadNotDoneWhenItExitsAfterSayingLeaving) {
+  Run(1, true);
+  phase_ = "leaving";
+  Run(0.3, true, false);
+  proc_state_ = std::nullopt;
+  Fail(FailureKind::kRefused, "connection refused");
+  now_ += 0.1;
+  const TaskView& v = Evaluate();
+  EXPECT_EQ(v.state, TaskState::kDead);
+  EXPECT_NE(v.reason.find("stopped by a signal and left before finishing"), std::string::npos)
+      << v.reason;
+}
+
 TEST_F(TrackerTest, MissingUntilFirstAnswer) {
   Fail(FailureKind::kRefused, "connection refused");
   now_ = 3;

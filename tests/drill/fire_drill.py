@@ -691,13 +691,14 @@ class Drill:
     }
 
     def finish_worker(self, quiet_s=15):
-        """The end of a job pages nothing: worker:0 is asked to stop (SIGTERM: it finishes
-        cleanly, its last heartbeat says done); the sidecar must say `done`, and for quiet_s
+        """The end of a job pages nothing: worker:0 is asked to finish (SIGUSR1: it finishes
+        cleanly, its last heartbeat says done; SIGTERM would be leaving, an eviction, not the
+        end of the job); the sidecar must say `done`, and for quiet_s
         (past TrainscopeTaskDead's `for:`, a scrape, an evaluation and group_wait) nothing may
         reach the webhook about it (check_no_false_alarms)."""
-        log("worker:0 finishes its job (SIGTERM): it must be done, and page nothing")
+        log("worker:0 finishes its job (SIGUSR1): it must be done, and page nothing")
         self.should_run.discard("worker:0")
-        self.tasks["worker:0"].signal(signal.SIGTERM)
+        self.tasks["worker:0"].signal(signal.SIGUSR1)
         try:
             wait_for("worker:0 done", lambda: self.state_of("worker:0") == "done", 30, 0.2)
         except DrillError as e:

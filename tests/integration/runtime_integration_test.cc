@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <regex>
 #include <thread>
 
@@ -287,17 +289,20 @@ TEST(RuntimeIntegration, SigtermShutsTasksDownGracefully) {
   auto ps = c.Start("ps", 0);
   auto w = c.Start("worker", 0, {"--steps", "100000", "--step_delay_ms", "5"});
   ASSERT_TRUE(w->WaitForOutput("training:", 20s)) << w->Output();
-  // A worker finishes its step, reports the loss, tells the ps it is done and exits 0...
+  // A worker finishes its step, reports the loss and leaves: stopped, not done (on Kubernetes
+  // SIGTERM is an eviction), so it does not tell the ps it finished...
   w->Signal(SIGTERM);
   auto wcode = w->Wait(10s);
   ASSERT_TRUE(wcode.has_value());
   EXPECT_EQ(*wcode, 0) << w->Output();
-  EXPECT_NE(w->Output().find("received SIGTERM: shutting down"), std::string::npos);
+  EXPECT_NE(w->Output().find("received SIGTERM: leaving (stopped, not done"), std::string::npos)
+      << w->Output();
   EXPECT_NE(w->Output().find("final loss"), std::string::npos);
-  // ...so the ps, its only worker done, exits by itself.
-  auto code = ps->Wait(10s);
-  ASSERT_TRUE(code.has_value()) << ps->Output();
-  EXPECT_EQ(*code, 0) << ps->Output();
+  EXPECT_NE(w->Output().find("leaves without saying it is done"), std::string::npos);
+  // ...and the ps keeps serving, its variables kept for the worker's return.
+  std::this_thread::sleep_for(1s);
+  EXPECT_TRUE(ps->Running()) << ps->Output();
+  EXPECT_EQ(ps->Output().find("finished training"), std::string::npos) << ps->Output();
 
   // A ps stops on SIGTERM too, while its worker still trains.
   Cluster c2(1, 1);
@@ -308,6 +313,20 @@ TEST(RuntimeIntegration, SigtermShutsTasksDownGracefully) {
   auto code2 = ps2->Wait(10s);
   ASSERT_TRUE(code2.has_value()) << ps2->Output();
   EXPECT_EQ(*code2, 0) << ps2->Output();
+  EXPECT_NE(ps2->Output().find("ps:0 received SIGTERM: leaving"), std::string::npos);
+  ps->Signal(SIGTERM);
+  ASSERT_EQ(ps->Wait(10s).value_or(-1), 0) << ps->Output();
+
+  // SIGUSR1 asks a worker to finish training now: it is done, and its ps exits by itself.
+  Cluster c3(1, 1);
+  auto ps3 = c3.Start("ps", 0);
+  auto w3 = c3.Start("worker", 0, {"--steps", "100000", "--step_delay_ms", "5"});
+  ASSERT_TRUE(w3->WaitForOutput("training:", 20s)) << w3->Output();
+  w3->Signal(SIGUSR1);
+  ASSERT_EQ(w3->Wait(10s).value_or(-1), 0) << w3->Output();
+  EXPECT_NE(w3->Output().find("received SIGUSR1: finishing training now"), std::string::npos);
+  ASSERT_EQ(ps3->Wait(10s).value_or(-1), 0) << ps3->Output();
+  EXPECT_NE(ps3->Output().find("all 1 trainers are done"), std::string::npos) << ps3->Output();
 }
 
 TEST(RuntimeIntegration, BadTfConfigIsOneLineError) {
@@ -319,6 +338,247 @@ TEST(RuntimeIntegration, BadTfConfigIsOneLineError) {
   EXPECT_EQ(p.Output(),
             "error: INVALID_ARGUMENT: TF_CONFIG: address '127.0.0.1:1' is listed twice: for ps:0 "
             "and for ps:1\n");
+}
+
+}  // namespace
+}  // namespace trainscope
+
+namespace trainscope {
+namespace {
+
+// A fresh directory under /tmp for one test's checkpoints, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    char path[] = "/tmp/trainscope_ckpt_XXXXXX";
+    if (mkdtemp(path) != nullptr) path_ = path;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  operator const std::string&() const { return path_; }  // NOLINT: used as the path.
+
+ private:
+  std::string path_;
+};
+
+// The integer after `prefix` in `text` (the first occurrence), or -1.
+int64_t NumberAfter(const std::string& text, const std::string& prefix) {
+  std::smatch m;
+  if (!std::regex_search(text, m, std::regex(prefix + "([0-9]+)"))) return -1;
+  return std::stoll(m[1]);
+}
+
+std::vector<std::string> CheckpointArgs(const std::string& dir, std::vector<std::string> more) {
+  std::vector<std::string> args = {"--checkpoint_dir", dir, "--checkpoint_every_steps", "50"};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+// kill -9 of the only ps mid-training: it comes back with the newest checkpoint, the worker
+// notices the new incarnation, goes on from the checkpoint's step and finishes.
+TEST(RuntimeIntegration, PsKilledMidTrainingRestoresTheNewestCheckpointAndTrainingFinishes) {
+  const TempDir temp;
+  const std::string& dir = temp;
+  Cluster c(1, 1);
+  auto ps = c.Start("ps", 0, {"--checkpoint_dir", dir});
+  auto w = c.Start("worker", 0, CheckpointArgs(dir, {"--steps", "800", "--step_delay_ms", "5"}));
+  ASSERT_TRUE(w->WaitForOutput("checkpoint of step 150 saved", 30s)) << w->Output();
+  ps->Signal(SIGKILL);
+  ASSERT_TRUE(ps->Wait(5s).has_value());
+  auto ps2 = c.Start("ps", 0, {"--checkpoint_dir", dir});
+  auto code = w->Wait(60s);
+  ASSERT_TRUE(code.has_value()) << w->Output();
+  EXPECT_EQ(*code, 0) << w->Output() << ps2->Output();
+  const std::string out = w->Output();
+  EXPECT_NE(out.find("ps:0 restarted (incarnation"), std::string::npos) << out;
+  const int64_t restored = NumberAfter(ps2->Output(), "variables \\([^)]*\\) of step ");
+  ASSERT_GE(restored, 150) << ps2->Output();
+  // Steps lost: at most one interval (50) and the steps of the write in flight.
+  const int64_t was_at = NumberAfter(out, "going on from step [0-9]+ \\(was at step ");
+  ASSERT_GT(was_at, 0) << out;
+  EXPECT_LE(was_at - restored, 60) << out;
+  EXPECT_NE(out.find("going on from step " + std::to_string(restored + 1)), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("after 800 steps"), std::string::npos) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(final loss ([0-9.]+) \(initial ([0-9.]+))")));
+  EXPECT_LT(std::stod(m[1]) * 10, std::stod(m[2])) << out;
+  auto ps_code = ps2->Wait(10s);
+  ASSERT_TRUE(ps_code.has_value()) << ps2->Output();
+  EXPECT_EQ(*ps_code, 0) << ps2->Output();
+}
+
+// Two ps, two workers: ps:1 restarted restores its own shard only; both workers go on, finish,
+// and the new ps:1 accepts their Done (they handshook with it again), so every task ends.
+TEST(RuntimeIntegration, OneOfTwoPsKilledRestoresItsShardAndEveryTaskEnds) {
+  const TempDir temp;
+  const std::string& dir = temp;
+  Cluster c(2, 2);
+  auto ps0 = c.Start("ps", 0, {"--checkpoint_dir", dir});
+  auto ps1 = c.Start("ps", 1, {"--checkpoint_dir", dir});
+  auto w0 = c.Start("worker", 0, CheckpointArgs(dir, {"--steps", "600", "--step_delay_ms", "5"}));
+  auto w1 = c.Start("worker", 1, {"--steps", "600", "--step_delay_ms", "5"});
+  ASSERT_TRUE(w0->WaitForOutput("checkpoint of step 100 saved", 30s)) << w0->Output();
+  ps1->Signal(SIGKILL);
+  ASSERT_TRUE(ps1->Wait(5s).has_value());
+  auto ps1b = c.Start("ps", 1, {"--checkpoint_dir", dir});
+  for (Process* w : {w0.get(), w1.get()}) {
+    ASSERT_EQ(w->Wait(60s).value_or(-1), 0) << w->Output();
+    EXPECT_NE(w->Output().find("ps:1 restarted (incarnation"), std::string::npos) << w->Output();
+  }
+  EXPECT_NE(ps1b->Output().find("ps:1 restored 1 variables"), std::string::npos) << ps1b->Output();
+  for (Process* ps : {ps0.get(), ps1b.get()}) {
+    ASSERT_EQ(ps->Wait(10s).value_or(-1), 0) << ps->Output();
+    EXPECT_NE(ps->Output().find("all 2 trainers are done"), std::string::npos) << ps->Output();
+  }
+}
+
+// Without a checkpoint, the worker says what happened instead of a bare NOT_FOUND.
+TEST(RuntimeIntegration, PsRestartedWithoutCheckpointSaysItLostItsVariables) {
+  Cluster c(1, 1);
+  auto ps = c.Start("ps", 0);
+  auto w = c.Start("worker", 0, {"--steps", "100000", "--step_delay_ms", "5"});
+  ASSERT_TRUE(w->WaitForOutput("training:", 20s)) << w->Output();
+  std::this_thread::sleep_for(300ms);
+  ps->Signal(SIGKILL);
+  ASSERT_TRUE(ps->Wait(5s).has_value());
+  auto ps2 = c.Start("ps", 0);
+  auto code = w->Wait(60s);
+  ASSERT_TRUE(code.has_value()) << w->Output();
+  EXPECT_NE(*code, 0);
+  EXPECT_TRUE(std::regex_search(
+      w->Output(),
+      std::regex("ps:0 restarted \\(incarnation [0-9a-f]{16} -> [0-9a-f]{16}\\) and lost its "
+                 "variables; no checkpoint in --checkpoint_dir to restore from")))
+      << w->Output();
+}
+
+// The newest checkpoint is corrupt: refused, naming the file and why; the one before is used,
+// and a whole cluster restarted resumes from it.
+TEST(RuntimeIntegration, CorruptNewestCheckpointIsRefusedAndThePreviousOneUsed) {
+  const TempDir temp;
+  const std::string& dir = temp;
+  {
+    Cluster c(1, 1);
+    auto ps = c.Start("ps", 0, {"--checkpoint_dir", dir});
+    auto w = c.Start("worker", 0, CheckpointArgs(dir, {"--steps", "200"}));
+    ASSERT_EQ(w->Wait(30s).value_or(-1), 0) << w->Output();
+    ASSERT_EQ(ps->Wait(10s).value_or(-1), 0) << ps->Output();
+  }
+  const std::string newest = dir + "/ckpt-000000000200.tsckpt";
+  {
+    FILE* f = fopen(newest.c_str(), "r+b");
+    ASSERT_NE(f, nullptr) << newest;
+    fseek(f, 60, SEEK_SET);
+    fputc(0x5a, f);
+    fclose(f);
+  }
+  Cluster c(1, 1);
+  auto ps = c.Start("ps", 0, {"--checkpoint_dir", dir});
+  auto w = c.Start("worker", 0, CheckpointArgs(dir, {"--steps", "300"}));
+  ASSERT_EQ(w->Wait(30s).value_or(-1), 0) << w->Output();
+  EXPECT_NE(ps->Output().find("refused a checkpoint: " + newest +
+                              ": corrupt checkpoint: checksum mismatch"),
+            std::string::npos)
+      << ps->Output();
+  EXPECT_NE(ps->Output().find("of step 150 from " + dir + "/ckpt-000000000150.tsckpt"),
+            std::string::npos)
+      << ps->Output();
+  EXPECT_NE(w->Output().find("resuming at step 151 from a checkpoint"), std::string::npos)
+      << w->Output();
+}
+
+// Every task killed mid-training and started again with the same --checkpoint_dir: training
+// goes on from the newest checkpoint's step.
+TEST(RuntimeIntegration, WholeClusterRestartedResumesFromTheNewestCheckpoint) {
+  const TempDir temp;
+  const std::string& dir = temp;
+  Cluster c(1, 1);
+  auto ps = c.Start("ps", 0, {"--checkpoint_dir", dir});
+  auto w = c.Start("worker", 0, CheckpointArgs(dir, {"--steps", "600", "--step_delay_ms", "5"}));
+  ASSERT_TRUE(w->WaitForOutput("checkpoint of step 200 saved", 30s)) << w->Output();
+  w->Signal(SIGKILL);
+  ps->Signal(SIGKILL);
+  ASSERT_TRUE(w->Wait(5s).has_value());
+  ASSERT_TRUE(ps->Wait(5s).has_value());
+  const std::string before = w->Output();
+  const std::regex saved("checkpoint of step ([0-9]+) saved");
+  int64_t newest = 0;
+  for (auto it = std::sregex_iterator(before.begin(), before.end(), saved);
+       it != std::sregex_iterator(); ++it) {
+    newest = std::max<int64_t>(newest, std::stoll((*it)[1]));
+  }
+  auto ps2 = c.Start("ps", 0, {"--checkpoint_dir", dir});
+  auto w2 = c.Start("worker", 0, CheckpointArgs(dir, {"--steps", "600"}));
+  ASSERT_EQ(w2->Wait(30s).value_or(-1), 0) << w2->Output();
+  EXPECT_NE(w2->Output().find("resuming at step " + std::to_string(newest + 1)), std::string::npos)
+      << "newest checkpoint: " << newest << "\n"
+      << w2->Output();
+  EXPECT_NE(w2->Output().find("after 600 steps"), std::string::npos) << w2->Output();
+}
+
+// A Push whose answer is lost after the ps applied it is retried with the same request id and
+// answered without being applied twice.
+TEST(RuntimeIntegration, RetriedPushIsAppliedOnce) {
+  Cluster c(1, 1);
+  auto ps = c.Start("ps", 0, {"--testing_drop_push_answers", "1"});
+  ASSERT_TRUE(ps->WaitForOutput("listening on", 10s)) << ps->Output();
+  auto channel = grpc::CreateChannel(c.jobs["ps"][0], grpc::InsecureChannelCredentials());
+  auto params = v1::ParameterService::NewStub(channel);
+  auto tensor = [](float value, v1::Tensor* t) {
+    t->set_dtype(v1::DT_FLOAT);
+    t->add_shape(1);
+    t->set_content(std::string(reinterpret_cast<const char*>(&value), sizeof(value)));
+  };
+  {
+    grpc::ClientContext context;
+    v1::CreateVariableRequest create;
+    create.set_name("v");
+    create.mutable_from()->set_role("worker");
+    tensor(1.0f, create.mutable_initial());
+    v1::CreateVariableResponse created;
+    ASSERT_TRUE(params->CreateVariable(&context, create, &created).ok());
+  }
+  v1::PushRequest push;
+  push.set_name("v");
+  push.mutable_from()->set_role("worker");
+  tensor(1.0f, push.mutable_gradient());
+  push.set_learning_rate(0.25f);
+  push.set_sender_incarnation(77);
+  push.set_sequence(1);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    grpc::ClientContext context;
+    v1::PushResponse answer;
+    grpc::Status st = params->Push(&context, push, &answer);
+    if (attempt == 0) {
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+    } else {
+      EXPECT_TRUE(st.ok()) << st.error_message();
+      EXPECT_TRUE(answer.duplicate());
+    }
+  }
+  grpc::ClientContext context;
+  v1::PullRequest pull;
+  pull.add_names("v");
+  v1::PullResponse pulled;
+  ASSERT_TRUE(params->Pull(&context, pull, &pulled).ok());
+  float value = 0;
+  std::memcpy(&value, pulled.values(0).content().data(), sizeof(value));
+  EXPECT_FLOAT_EQ(value, 0.75f);  // 1 - 0.25 * 1, once.
+  EXPECT_NE(ps->Output().find("was applied already: answering OK, not applying it twice"),
+            std::string::npos)
+      << ps->Output();
+
+  // The real client retries a lost answer with the same id: 5 steps, 2 variables, 10 updates.
+  Cluster c2(1, 1);
+  auto ps2 = c2.Start("ps", 0, {"--testing_drop_push_answers", "1"});
+  auto w2 = c2.Start("worker", 0, {"--steps", "5"});
+  ASSERT_EQ(w2->Wait(30s).value_or(-1), 0) << w2->Output();
+  ASSERT_EQ(ps2->Wait(10s).value_or(-1), 0) << ps2->Output();
+  EXPECT_NE(ps2->Output().find("was applied already"), std::string::npos) << ps2->Output();
+  EXPECT_NE(ps2->Output().find("after applying 10 updates"), std::string::npos) << ps2->Output();
 }
 
 }  // namespace

@@ -14,9 +14,12 @@ enum class Phase : int {
   kTraining = 3,
   kDone = 4,
   kServing = 5,
+  // Stopped by a signal (SIGTERM: eviction, node drain) before finishing: not done.
+  kLeaving = 6,
 };
 
-// "starting", "creating_session", "training", "done", "serving"; "" for kUnknown or any value
+// "starting", "creating_session", "training", "done", "serving",
+// "leaving"; "" for kUnknown or any value
 // outside the enum (a newer peer's phase).
 std::string_view PhaseName(Phase phase);
 // The phase of a wire value; kUnknown for values this build does not know.

@@ -37,11 +37,22 @@ struct RuntimeOptions {
   int trace_slow_ms = 100;
   // Calls held in the trace buffer (88 bytes each), for deciding afterwards which to keep.
   int trace_buffer_records = 32768;
+  // Checkpoints (docs/runtime.md): the chief, or worker:0 when there is none, saves every
+  // variable of every ps here every checkpoint_every_s seconds and/or checkpoint_every_steps
+  // steps (0 = not by that measure), keeping the newest checkpoints_to_keep; a ps that starts
+  // loads its variables from the newest one that reads whole. Give every task the same dir.
+  std::string checkpoint_dir;
+  double checkpoint_every_s = 60;
+  int64_t checkpoint_every_steps = 0;
+  int checkpoints_to_keep = 3;
   // Answer TaskService.InjectFault (tests and drills only).
   bool enable_fault_injection = false;
   // Test hooks: a delay on every ParameterService call, and a protocol version other than ours.
   int64_t testing_parameter_delay_ms = 0;
   int testing_protocol_version = 0;
+  // Test hook (ps): the first N Push answers fail with UNAVAILABLE after the gradient was
+  // applied, as when the answer is lost on the way back.
+  int testing_drop_push_answers = 0;
 };
 
 }  // namespace trainscope

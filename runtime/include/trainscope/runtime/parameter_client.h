@@ -6,8 +6,10 @@
 // the ps task, its address and the cause (the ps, or the network to it).
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,16 @@ class ParameterClient {
   // Pushes several gradients (variable index, bytes) at once.
   absl::Status PushAll(std::vector<std::pair<size_t, std::string>> gradients, float learning_rate);
 
+  // When a ps turns out to hold variables restored from a checkpoint (it restarted, or the whole
+  // cluster did), the step of that checkpoint, once: the training loop goes on from there.
+  std::optional<int64_t> TakeResume();
+  // Called with each PullAll's values before it returns (the runtime saves checkpoints so).
+  void SetAfterPull(std::function<void(const std::vector<std::string>&)> f) {
+    after_pull_ = std::move(f);
+  }
+  // Called with the step the run goes on from when a ps restored a checkpoint.
+  void SetOnResume(std::function<void(int64_t step)> f) { on_resume_ = std::move(f); }
+
   const std::vector<VariableDef>& variables() const { return variables_; }
   // The ps task index of variable `index`.
   int PlacementOf(size_t index) const { return placement_[index]; }
@@ -61,6 +73,13 @@ class ParameterClient {
   absl::Status RunAll(std::vector<Call>& calls);
   // Says in the heartbeat whom the task waits on while calls fail; nobody once they succeed.
   void ReportWaiting(const char* method, std::vector<TaskRef> failing);
+  // A ps answered with `state`: when its incarnation is new, it restarted; learn what it
+  // restored, handshake with it again, and note the step to go on from.
+  template <typename State>
+  void CheckRestart(PsStub* ps, const State& state);
+  // A call was refused (NOT_FOUND, INVALID_ARGUMENT: variables the ps does not hold): when the
+  // ps restarted, say so (and whether a checkpoint could have restored it), not the bare error.
+  absl::Status ExplainRestart(const std::vector<Call>& calls, absl::Status error);
 
   Session* session_;
   TaskRef self_;
@@ -70,6 +89,10 @@ class ParameterClient {
   std::vector<int> placement_;
   std::vector<std::unique_ptr<PsStub>> ps_;  // By ps index.
   bool waiting_ = false;                     // The heartbeat says it waits on failing ps tasks.
+  uint64_t next_sequence_ = 0;               // Of Push requests (their ids, with our incarnation).
+  std::optional<int64_t> resume_;
+  std::function<void(const std::vector<std::string>&)> after_pull_;
+  std::function<void(int64_t)> on_resume_;
 };
 
 }  // namespace trainscope

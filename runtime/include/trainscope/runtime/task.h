@@ -45,7 +45,9 @@ class Task {
   // worker/chief: tells every ps that this task is done.
   absl::Status FinishTraining();
 
-  // True once SIGTERM/SIGINT arrived or Stop() was called. Thread-safe.
+  // True once SIGTERM/SIGINT arrived or Stop() was called (the task leaves: FinishTraining does
+  // not tell the ps tasks it is done, they keep serving and expect it back), or SIGUSR1 (finish
+  // training now: FinishTraining says it is done). Thread-safe.
   bool stopping() const;
   void Stop();
 

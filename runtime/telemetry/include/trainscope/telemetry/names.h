@@ -62,6 +62,14 @@ inline constexpr char kPsApplySeconds[] = "trainscope_ps_apply_seconds";
 inline constexpr char kPsPushToApplySeconds[] = "trainscope_ps_push_to_apply_seconds";
 inline constexpr char kPsInflight[] = "trainscope_ps_inflight_requests";
 
+// Checkpoints: the checkpointing task (chief, or worker:0) saves them; a ps restores one.
+inline constexpr char kCheckpointAge[] = "trainscope_checkpoint_age_seconds";
+inline constexpr char kCheckpointDuration[] = "trainscope_checkpoint_duration_seconds";
+inline constexpr char kCheckpointSize[] = "trainscope_checkpoint_size_bytes";
+inline constexpr char kCheckpointSaves[] = "trainscope_checkpoint_saves_total";
+inline constexpr char kCheckpointFailures[] = "trainscope_checkpoint_failures_total";
+inline constexpr char kCheckpointRestores[] = "trainscope_checkpoint_restores_total";
+
 // CreateSession.
 inline constexpr char kSessionPhase[] = "trainscope_session_phase";  // 1 for the current phase
 inline constexpr char kSessionWaitingSeconds[] = "trainscope_session_waiting_seconds";
