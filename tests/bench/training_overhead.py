@@ -2,7 +2,9 @@
 """What telemetry costs a training run, measured from outside as a user would.
 
 A ps and a worker (linear_regression, no step delay: a tight Pull/Push loop) train on loopback
-with the node's sidecar watching them and receiving their spans (OTLP on its gRPC port). Each
+with the node's sidecar watching them and receiving their spans (OTLP on its gRPC port); the
+worker on CPU 0, the ps and the sidecar on CPU 1 (`taskset`), every set-up alike: unpinned, the
+rate of such a ping-pong loop changes by 2x with where the scheduler happens to put its ends. Each
 set-up below runs for one window in turn, rounds interleaved so that a noisy neighbour hits every
 set-up alike; the worker's steps per second are read from the sidecar's /api/v1/tasks. Prints the
 median rate per set-up and the median over rounds of each round's rate / the rate with telemetry
@@ -57,7 +59,9 @@ def worker_steps(http_port):
     return None
 
 
-def start(argv, env, log):
+def start(argv, env, log, cpu=None):
+    if cpu is not None:  # a ping-pong loop's rate depends on where the scheduler puts its ends
+        argv = ["taskset", "-c", str(cpu), *argv]
     return subprocess.Popen(argv, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -77,13 +81,14 @@ def run_window(bin_dir, workdir, setup, warmup_s, window_s):
                             spec_path, "--cluster_name", "bench", "--local_tasks",
                             "ps:0,worker:0", "--http_address", "127.0.0.1", "--http_port",
                             str(http_port), "--grpc_port", str(grpc_port), "--peer_sidecars",
-                            "none"], {}, log))
+                            "none"], {}, log, cpu=1))
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{grpc_port}", **extra_env}
         for role in ("ps", "worker"):
             tf = json.dumps({**spec, "task": {"type": role, "index": 0}})
             procs.append(start([os.path.join(bin_dir, "linear_regression"), "--cluster_name",
                                 "bench", "--steps", "1000000000", "--log_every", "1000000",
-                                "--metrics_port", "0", *flags], {"TF_CONFIG": tf, **env}, log))
+                                "--metrics_port", "0", *flags], {"TF_CONFIG": tf, **env}, log,
+                               cpu=0 if role == "worker" else 1))
         deadline = time.monotonic() + 30
         while (worker_steps(http_port) or 0) <= 0:
             if time.monotonic() > deadline:
