@@ -14,7 +14,7 @@ thresholds) scrapes it and sends to the same Alertmanager. Checks, in order:
      (same labels, same fingerprint) in one group, and the webhook saw one group for it;
   3. worker:1 restarted: the alert resolves at the webhook;
   4. SIGSTOP ps:1: TrainscopeTaskHung from the sidecar; SIGCONT: resolved;
-  5. worker:0 finishes (SIGTERM, its state `done`): nothing pages about it;
+  5. worker:0 finishes (SIGUSR1, its state `done`; SIGTERM would be leaving): nothing pages about it;
   6. the unreachable Alertmanagers changed nothing: the posts to them are counted as failed
      (trainscope_sidecar_alerts_sent_total{status="failed"}), each is logged once, the sidecar
      answers throughout and stops within 2 s of SIGTERM.
@@ -191,9 +191,9 @@ def run(args, work, failures):
         log(f"  resolved at the webhook {hit[0] - t_undo:.2f} s after SIGCONT")
         cluster.wait_state("ps:1", "up", 60)
 
-        log("5. worker:0 finishes (SIGTERM): done, and nothing pages about it")
+        log("5. worker:0 finishes (SIGUSR1): done, and nothing pages about it")
         t_done = time.time()
-        cluster.tasks["worker:0"].signal(signal.SIGTERM)
+        cluster.tasks["worker:0"].signal(signal.SIGUSR1)
         cluster.wait_state("worker:0", "done", 30)
         time.sleep(8)
         about = [a for _, _, a in hook.alerts(t_done) if a["labels"].get("role") == "worker"
