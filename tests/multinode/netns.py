@@ -168,6 +168,18 @@ def skip_unless_supported(what="the multi-node tests"):
         sys.exit(SKIP_CODE)
 
 
+def end_test(ok, logs, keep_logs, log):
+    """A multi-node test's last word: on failure where its logs are (exit code 1), else PASSED,
+    its logs removed unless kept (0)."""
+    if not ok:
+        log(f"logs: {logs}")
+        return 1
+    if not keep_logs:
+        shutil.rmtree(logs, ignore_errors=True)
+    log("PASSED")
+    return 0
+
+
 def limit_time(seconds):
     """Raises HarnessError in the main thread after `seconds` (SIGALRM), so that a test that
     hangs still tears its cluster down before ctest's TIMEOUT kills it. 0 cancels."""

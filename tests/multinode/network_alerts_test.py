@@ -29,7 +29,6 @@ Usage: network_alerts_test.py --bin build/bin [--src .] [--keep_logs]. Exit 0 pa
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -267,13 +266,7 @@ def main():
         log(f"FAILED: {e}")
     finally:
         netns.limit_time(0)
-    if not ok:
-        log(f"logs: {logs}")
-        return 1
-    if not args.keep_logs:
-        shutil.rmtree(logs, ignore_errors=True)
-    log("PASSED")
-    return 0
+    return netns.end_test(ok, logs, args.keep_logs, log)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ skipped (no root or no network namespaces; one line says why).
 
 import argparse
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -138,13 +137,7 @@ def main():
         log(f"FAILED: {e}")
     finally:
         netns.limit_time(0)
-    if not ok:
-        log(f"logs: {logs}")
-        return 1
-    if not args.keep_logs:
-        shutil.rmtree(logs, ignore_errors=True)
-    log("PASSED")
-    return 0
+    return netns.end_test(ok, logs, args.keep_logs, log)
 
 
 if __name__ == "__main__":
