@@ -11,6 +11,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/synchronization/mutex.h"
 #include "spdlog/spdlog.h"
+#include "trainscope/common/tls_flags.h"
 #include "trainscope/sidecar/sidecar.h"
 
 namespace {
@@ -88,6 +89,7 @@ int main(int argc, char** argv) {
   app.add_option("--advertise_address", o.advertise_address,
                  "host:port the other sidecars reach this one's gRPC port at (default: "
                  "--http_address when specific, else the host of this node's tasks)");
+  AddTlsFlags(app, o.tls);
   app.add_option("--http_port", o.http_port,
                  "HTTP port: /metrics, /api/v1/tasks, /api/v1/sd, /api/v1/traces, /, /healthz (0: "
                  "any free port)")

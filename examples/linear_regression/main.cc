@@ -5,6 +5,7 @@
 #include "CLI/CLI.hpp"
 #include "linear_regression.h"
 #include "trainscope/common/cluster_spec.h"
+#include "trainscope/common/tls_flags.h"
 
 int main(int argc, char** argv) {
   trainscope::examples::LinearRegressionOptions o;
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--listen_address", r.listen_address,
                  "Bind this address instead of the task's address in the spec (e.g. 0.0.0.0:2222)");
+  AddTlsFlags(app, r.tls);
   app.add_option("--metrics_port", r.metrics_port,
                  "Port of this task's /metrics (0 = any free port, reported in the heartbeat; "
                  "-1 = none)")

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "trainscope/common/tls.h"
+
 namespace trainscope {
 
 struct RuntimeOptions {
@@ -45,6 +47,8 @@ struct RuntimeOptions {
   double checkpoint_every_s = 60;
   int64_t checkpoint_every_steps = 0;
   int checkpoints_to_keep = 3;
+  // TLS on the task server, its channels to peers, OTLP export and /metrics (docs/security.md).
+  TlsFiles tls;
   // Answer TaskService.InjectFault (tests and drills only).
   bool enable_fault_injection = false;
   // Test hooks: a delay on every ParameterService call, and a protocol version other than ours.

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainscope/common/tls.h"
 
 namespace trainscope::sidecar {
 
@@ -40,6 +41,8 @@ struct SidecarOptions {
   std::string http_address = "0.0.0.0";
   int http_port = 9400;  // 0: any free port (printed at start).
   int grpc_port = 4317;  // -1: no gRPC server (and so no exchange and no trace agent).
+  // TLS on HTTP and gRPC, the polls of tasks and the exchange (docs/security.md).
+  TlsFiles tls;
   // This node's id in the exchange: host:port the other sidecars reach its gRPC port at.
   // Empty: http_address when specific, else the host of this node's tasks in the spec.
   std::string advertise_address;
