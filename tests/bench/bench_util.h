@@ -1,6 +1,8 @@
 #pragma once
 // What the benchmark programs share: timing a loop, the median of rounds, and their two flags.
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -22,6 +24,29 @@ double SecondsPerOp(double seconds, Op op) {
     elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   } while (elapsed < seconds);
   return elapsed / static_cast<double>(n);
+}
+
+// The process's CPU seconds (every thread), for costs that a busy machine's wall clock hides.
+inline double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Runs `op` repeatedly for at least `seconds`; mean wall and process CPU seconds per call.
+struct PerOp {
+  double wall = 0;
+  double cpu = 0;
+};
+template <typename Op>
+PerOp WallAndCpuPerOp(double seconds, Op op) {
+  const double cpu0 = ProcessCpuSeconds();
+  int64_t n = 0;
+  const double wall = SecondsPerOp(seconds, [&] {
+    op();
+    ++n;
+  });
+  return {wall, (ProcessCpuSeconds() - cpu0) / static_cast<double>(n)};
 }
 
 inline double Median(std::vector<double> v) {

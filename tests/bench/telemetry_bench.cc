@@ -125,6 +125,32 @@ int Profile(const std::string& mode, int64_t round_trips) {
   return 0;
 }
 
+// One configuration of the comparison: telemetry on/off, tracing on/off, the sampler's env.
+struct Setup {
+  const char* name;
+  bool telemetry;
+  bool tracing;
+  const char* sampler;  // OTEL_TRACES_SAMPLER; nullptr: unset (the shipped default)
+  const char* sampler_arg;
+  Pair pair;
+  std::vector<double> seconds;      // wall, per round trip, one per round
+  std::vector<double> cpu_seconds;  // the process's CPU (both tasks, every thread), per round trip
+};
+
+Pair StartSetup(const Setup& s) {
+  if (s.sampler == nullptr) {
+    unsetenv("OTEL_TRACES_SAMPLER");
+  } else {
+    setenv("OTEL_TRACES_SAMPLER", s.sampler, 1);
+  }
+  if (s.sampler_arg == nullptr) {
+    unsetenv("OTEL_TRACES_SAMPLER_ARG");
+  } else {
+    setenv("OTEL_TRACES_SAMPLER_ARG", s.sampler_arg, 1);
+  }
+  return StartPair(s.telemetry, s.tracing);
+}
+
 int Run(int rounds, double seconds_per_round) {
   spdlog::set_level(spdlog::level::warn);
   // An in-process OTLP collector for the spans.
@@ -137,45 +163,49 @@ int Run(int rounds, double seconds_per_round) {
   auto server = builder.BuildAndStart();
   setenv("OTEL_EXPORTER_OTLP_ENDPOINT",
          ("http://127.0.0.1:" + std::to_string(collector_port)).c_str(), 1);
-  setenv("OTEL_TRACES_SAMPLER", "always_on", 1);
 
-  setenv("OTEL_TRACES_SAMPLER", "traceidratio", 1);
-  setenv("OTEL_TRACES_SAMPLER_ARG", "0.1", 1);
-  Pair sampled = StartPair(true, true);
-  setenv("OTEL_TRACES_SAMPLER", "always_on", 1);
-  Pair on = StartPair(true, true);
-  Pair metrics_only = StartPair(true, false);
-  Pair off = StartPair(false, false);
+  Setup setups[] = {
+      {"telemetry off", false, false, nullptr, nullptr, {}, {}, {}},
+      {"metrics only", true, false, nullptr, nullptr, {}, {}, {}},
+      {"default (tail + 1%)", true, true, nullptr, nullptr, {}, {}, {}},
+      {"10% sampled", true, true, "traceidratio", "0.1", {}, {}, {}},
+      {"100% sampled", true, true, "always_on", nullptr, {}, {}, {}},
+  };
+  for (Setup& s : setups) s.pair = StartSetup(s);
   const std::string gradient(4096, '\0');
   std::vector<std::string> values;
-  auto round_trip = [&](Pair& p) {
-    if (!p.client->PullAll(&values).ok() || !p.client->Push(0, gradient, 0.0f).ok()) std::abort();
-  };
-  std::vector<double> t_on, t_off, t_metrics, t_sampled;
   for (int r = 0; r < rounds; ++r) {
-    t_off.push_back(bench::SecondsPerOp(seconds_per_round, [&] { round_trip(off); }));
-    t_metrics.push_back(bench::SecondsPerOp(seconds_per_round, [&] { round_trip(metrics_only); }));
-    t_on.push_back(bench::SecondsPerOp(seconds_per_round, [&] { round_trip(on); }));
-    t_sampled.push_back(bench::SecondsPerOp(seconds_per_round, [&] { round_trip(sampled); }));
+    for (Setup& s : setups) {
+      const bench::PerOp t = bench::WallAndCpuPerOp(seconds_per_round, [&] {
+        if (!s.pair.client->PullAll(&values).ok() || !s.pair.client->Push(0, gradient, 0.0f).ok()) {
+          std::abort();
+        }
+      });
+      s.seconds.push_back(t.wall);
+      s.cpu_seconds.push_back(t.cpu);
+    }
   }
-  const double on_us = bench::Median(t_on) * 1e6;
-  const double off_us = bench::Median(t_off) * 1e6;
-  const double metrics_us = bench::Median(t_metrics) * 1e6;
-  const double sampled_us = bench::Median(t_sampled) * 1e6;
   printf("Pull+Push of a 4 KiB variable, worker and ps on loopback, %d interleaved rounds\n",
          rounds);
-  printf("  telemetry off: %8.1f us per round trip\n", off_us);
-  printf("  metrics only:     %8.1f us per round trip (no spans)\n", metrics_us);
-  printf("  telemetry on:     %8.1f us per round trip (100%% sampling, 4 spans per round trip)\n",
-         on_us);
-  printf("  10%% sampling:     %8.1f us per round trip\n", sampled_us);
-  printf("  rate with metrics only / off: %.3f\n", off_us / metrics_us);
-  printf("  rate with 10%% sampling / off: %.3f\n", off_us / sampled_us);
-  printf("  rate with telemetry on / off: %.3f\n", off_us / on_us);
-  on.worker.reset();
-  on.ps.reset();
-  sampled.worker.reset();
-  sampled.ps.reset();
+  printf("  %-20s %10s %10s %12s %12s\n", "set-up", "us/trip", "rate/off", "rounds", "CPU us/trip");
+  printf("  %-20s %10s %10s %12s %12s\n", "", "(median)", "(medians)", "(min-max)", "(CPU/off)");
+  const Setup& off = setups[0];
+  for (const Setup& s : setups) {
+    std::vector<double> ratios;
+    for (size_t r = 0; r < s.seconds.size(); ++r) ratios.push_back(off.seconds[r] / s.seconds[r]);
+    printf("  %-20s %10.1f %10.3f  %.2f-%.2f %6.1f (%.3f)\n", s.name,
+           bench::Median(s.seconds) * 1e6, bench::Median(off.seconds) / bench::Median(s.seconds),
+           *std::min_element(ratios.begin(), ratios.end()),
+           *std::max_element(ratios.begin(), ratios.end()), bench::Median(s.cpu_seconds) * 1e6,
+           bench::Median(s.cpu_seconds) / bench::Median(off.cpu_seconds));
+  }
+  printf(
+      "  (rate/off: the ratio of median wall times, 1 = free; CPU/off: process CPU per round\n"
+      "   trip over telemetry off's, the cost a busy machine's wall clock hides, 1 = free)\n");
+  for (Setup& s : setups) {
+    s.pair.worker.reset();
+    s.pair.ps.reset();
+  }
   printf("  spans received by the collector: %lld\n",
          static_cast<long long>(collector.spans.load()));
 

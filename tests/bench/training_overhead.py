@@ -2,15 +2,19 @@
 """What telemetry costs a training run, measured from outside as a user would.
 
 A ps and a worker (linear_regression, no step delay: a tight Pull/Push loop) train on loopback
-with the node's sidecar watching them and receiving their spans (OTLP on its gRPC port); the
-worker on CPU 0, the ps and the sidecar on CPU 1 (`taskset`), every set-up alike: unpinned, the
-rate of such a ping-pong loop changes by 2x with where the scheduler happens to put its ends. Each
-set-up below runs for one window in turn, rounds interleaved so that a noisy neighbour hits every
-set-up alike; the worker's steps per second are read from the sidecar's /api/v1/tasks. Prints the
-median rate per set-up and the median over rounds of each round's rate / the rate with telemetry
-off.
+with the node's sidecar watching them and receiving their spans (OTLP on its gRPC port). Where
+they run (`taskset`), every set-up alike:
+  --cpus one    all three on CPU 0 (default): the loop is CPU-bound, so every microsecond
+                telemetry costs any of them comes out of the step rate - the worst case;
+  --cpus split  the worker on CPU 0, the ps and the sidecar on CPU 1: the loop is bound by
+                wake-up latency between CPUs, and its rate swings with the scheduler.
+Each set-up below runs for one window in turn, rounds interleaved so that a noisy neighbour hits
+every set-up alike; the worker's steps per second are read from the sidecar's /api/v1/tasks, and
+the CPU seconds the three processes used (/proc/PID/stat) per step. Prints per set-up the median
+rate, the median over rounds of each round's rate / the rate with telemetry off, and the median
+CPU per step / telemetry off's: on a shared machine the CPU figure is the steadier one.
 
-  /usr/bin/python3 tests/bench/training_overhead.py --bin build/bin [--rounds 4] [--window_s 10]
+  /usr/bin/python3 tests/bench/training_overhead.py --bin build/bin [--rounds 10] [--window_s 4]
 
 Set-ups:
   off        --disable_telemetry
@@ -48,15 +52,28 @@ def free_port():
 
 
 def worker_steps(http_port):
-    """The worker's step count as the sidecar knows it, or None."""
+    """(the worker's step count as its last heartbeat said, the unix time of that heartbeat), or
+    (None, None): timed by the heartbeat, not by this query, so that the poll interval adds no
+    error to a short window."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/api/v1/tasks", timeout=2) as r:
             for t in json.load(r).get("tasks", []):
-                if t.get("name") == "worker:0":
-                    return float(t.get("steps", 0))
+                if t.get("name") == "worker:0" and t.get("heartbeat_age_seconds", -1) >= 0:
+                    return (float(t.get("steps", 0)),
+                            float(t["observed_at"]) - float(t["heartbeat_age_seconds"]))
     except OSError:
-        return None
-    return None
+        pass
+    return None, None
+
+
+def cpu_seconds(pid):
+    """utime + stime of a process, in seconds (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start(argv, env, log, cpu=None):
@@ -65,8 +82,8 @@ def start(argv, env, log, cpu=None):
     return subprocess.Popen(argv, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
 
 
-def run_window(bin_dir, workdir, setup, warmup_s, window_s):
-    """Steps per second of worker:0 under `setup` over one window."""
+def run_window(bin_dir, workdir, setup, warmup_s, window_s, cpus):
+    """(steps per second, CPU seconds per step) of worker:0 under `setup` over one window."""
     flags, extra_env = SETUPS[setup]
     ps, worker = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     spec = {"cluster": {"ps": [ps], "worker": [worker]}}
@@ -81,26 +98,29 @@ def run_window(bin_dir, workdir, setup, warmup_s, window_s):
                             spec_path, "--cluster_name", "bench", "--local_tasks",
                             "ps:0,worker:0", "--http_address", "127.0.0.1", "--http_port",
                             str(http_port), "--grpc_port", str(grpc_port), "--peer_sidecars",
-                            "none"], {}, log, cpu=1))
+                            "none"], {}, log, cpu=cpus[1]))
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{grpc_port}", **extra_env}
         for role in ("ps", "worker"):
             tf = json.dumps({**spec, "task": {"type": role, "index": 0}})
             procs.append(start([os.path.join(bin_dir, "linear_regression"), "--cluster_name",
                                 "bench", "--steps", "1000000000", "--log_every", "1000000",
                                 "--metrics_port", "0", *flags], {"TF_CONFIG": tf, **env}, log,
-                               cpu=0 if role == "worker" else 1))
+                               cpu=cpus[0] if role == "worker" else cpus[1]))
         deadline = time.monotonic() + 30
-        while (worker_steps(http_port) or 0) <= 0:
+        while (worker_steps(http_port)[0] or 0) <= 0:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{setup}: the worker never stepped (log in {workdir})")
             time.sleep(0.2)
         time.sleep(warmup_s)
-        s0, t0 = worker_steps(http_port), time.monotonic()
+        s0, t0 = worker_steps(http_port)
+        c0, m0 = sum(cpu_seconds(p.pid) for p in procs), time.monotonic()
         time.sleep(window_s)
-        s1, t1 = worker_steps(http_port), time.monotonic()
-        if s0 is None or s1 is None:
-            raise RuntimeError(f"{setup}: the sidecar stopped answering")
-        return (s1 - s0) / (t1 - t0)
+        s1, t1 = worker_steps(http_port)
+        c1, m1 = sum(cpu_seconds(p.pid) for p in procs), time.monotonic()
+        if s0 is None or s1 is None or s1 <= s0:
+            raise RuntimeError(f"{setup}: the sidecar stopped answering or the worker stepping")
+        steps_per_s = (s1 - s0) / (t1 - t0)
+        return steps_per_s, (c1 - c0) / (m1 - m0) / steps_per_s
     finally:
         for p in procs:
             p.send_signal(signal.SIGKILL)
@@ -111,24 +131,33 @@ def run_window(bin_dir, workdir, setup, warmup_s, window_s):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", default="build/bin")
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--window_s", type=float, default=10)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--window_s", type=float, default=4)
+    ap.add_argument("--cpus", choices=("one", "split"), default="one")
     ap.add_argument("--warmup_s", type=float, default=2)
     args = ap.parse_args()
+    cpus = (0, 0) if args.cpus == "one" else (0, 1)
     rates = {s: [] for s in SETUPS}
+    cpu = {s: [] for s in SETUPS}
     with tempfile.TemporaryDirectory(prefix="training_overhead.") as workdir:
         for r in range(args.rounds):
             for setup in SETUPS:
-                rates[setup].append(run_window(args.bin, workdir, setup, args.warmup_s,
-                                               args.window_s))
-                print(f"round {r + 1}: {setup:9s} {rates[setup][-1]:9.0f} steps/s", flush=True)
+                rate, cpu_per_step = run_window(args.bin, workdir, setup, args.warmup_s,
+                                                args.window_s, cpus)
+                rates[setup].append(rate)
+                cpu[setup].append(cpu_per_step)
+                print(f"round {r + 1}: {setup:9s} {rate:9.0f} steps/s "
+                      f"{cpu_per_step * 1e6:7.1f} CPU us/step", flush=True)
     print(f"\nworker steps/s, median of {args.rounds} interleaved {args.window_s:.0f} s windows "
-          "(ps, worker and sidecar on one node):")
+          f"(ps, worker and sidecar on one node, CPUs: {args.cpus}):")
+    print(f"  {'set-up':9s} {'steps/s':>9s} {'rate/off':>9s} {'rounds (min-max)':>17s} "
+          f"{'CPU us/step':>12s} {'CPU/off':>8s}")
     for setup in SETUPS:
         ratios = [a / b for a, b in zip(rates[setup], rates["off"])]
-        print(f"  {setup:9s} {statistics.median(rates[setup]):9.0f}   rate / off: "
-              f"{statistics.median(ratios):.3f} (rounds: "
-              + " ".join(f"{x:.3f}" for x in ratios) + ")")
+        print(f"  {setup:9s} {statistics.median(rates[setup]):9.0f} "
+              f"{statistics.median(ratios):9.3f} {min(ratios):8.3f}-{max(ratios):.3f} "
+              f"{statistics.median(cpu[setup]) * 1e6:12.1f} "
+              f"{statistics.median(cpu[setup]) / statistics.median(cpu['off']):8.3f}")
     return 0
 
 
