@@ -525,22 +525,22 @@ TraceStore::TraceStore(TraceStoreOptions options)
 TraceStore::~TraceStore() = default;
 
 void TraceStore::Add(std::vector<SpanRecord> spans, double now_s) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   impl_->Add(std::move(spans), now_s);
 }
 
 std::vector<RequestSummary> TraceStore::Slow(const RequestFilter& filter, double now_s) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   return impl_->Slow(filter, now_s);
 }
 
 std::vector<RequestSummary> TraceStore::Errors(const RequestFilter& filter, double now_s) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   return impl_->Errors(filter, now_s);
 }
 
 std::optional<TraceDetail> TraceStore::Trace(const std::string& trace_id, double now_s) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   impl_->Expire(now_s);
   impl_->AdvancePending(now_s);
   auto it = impl_->traces.find(trace_id);
@@ -555,7 +555,7 @@ std::optional<TraceDetail> TraceStore::Trace(const std::string& trace_id, double
 }
 
 TraceStoreStats TraceStore::stats() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   TraceStoreStats s = impl_->st;
   s.spans_kept = impl_->spans;
   s.bytes_kept = static_cast<int64_t>(impl_->bytes);

@@ -9,12 +9,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "absl/base/thread_annotations.h"
 
 namespace trainscope::sidecar {
 
@@ -152,7 +153,7 @@ class TraceStore {
  private:
   struct Impl;
   const TraceStoreOptions options_;
-  absl::Mutex mu_;
+  std::mutex mu_;  // std, not absl: ThreadSanitizer sees pthread mutexes (scripts/sanitize)
   std::unique_ptr<Impl> impl_ ABSL_GUARDED_BY(mu_);
 };
 
