@@ -30,6 +30,7 @@
 #include "trainscope/common/clock.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/common/grpc_channel.h"
+#include "trainscope/common/grpc_tls.h"
 #include "trainscope/sidecar/local_hosts.h"
 #include "trainscope/sidecar/names.h"
 #include "trainscope/sidecar/trace_store.h"
@@ -256,6 +257,7 @@ class Sidecar::Impl {
   ~Impl() { Stop(); }
 
   absl::Status Build() {
+    if (absl::Status s = SetUpTls(); !s.ok()) return s;
     WatcherOptions w;
     w.cluster = options_.cluster_name;
     w.tasks = plan_.tasks;
@@ -264,6 +266,7 @@ class Sidecar::Impl {
     w.watcher_name = absl::StrCat("trainscope-sidecar@", plan_.hostname);
     w.hostname = plan_.hostname;
     w.start_unix = UnixSeconds();
+    w.credentials = channel_credentials_;
     watcher_ = std::make_unique<TaskWatcher>(std::move(w), [this] {
       if (exchange_) exchange_->Poke();
       if (notifier_) notifier_->Poke();
@@ -277,7 +280,8 @@ class Sidecar::Impl {
       x.membership.period_s = options_.gossip_interval_ms / 1000.0;
       x.sync_interval_s = options_.sync_interval_s;
       x.max_message_bytes = static_cast<size_t>(options_.otlp_max_request_bytes);
-      exchange_ = std::make_unique<PeerExchange>(std::move(x), [this] { return LocalViews(); });
+      exchange_ = std::make_unique<PeerExchange>(
+          std::move(x), [this] { return LocalViews(); }, channel_credentials_);
     }
     if (!options_.otlp_upstream.empty()) {
       auto f = OtlpForwarder::Create(options_.otlp_upstream, options_.otlp_queue_bytes);
@@ -484,12 +488,32 @@ class Sidecar::Impl {
     routes_.Exact("/index.html", page);
   }
 
+  // Credentials of the gRPC server (exchange, OTLP receive, health) and of the channels (polls,
+  // exchange) from --tls_*; plain text without them.
+  absl::Status SetUpTls() {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server =
+        grpc::InsecureServerCredentials();
+    if (options_.grpc_port >= 0) server = MakeServerCredentials(options_.tls);
+    if (!server.ok()) return server.status();
+    auto channel = MakeChannelCredentials(options_.tls);
+    if (!channel.ok()) return channel.status();
+    server_credentials_ = *server;
+    channel_credentials_ = *channel;
+    if (options_.tls.enabled()) {
+      LogTlsRefusalsAs(absl::StrCat("trainscope-sidecar@", plan_.hostname, " (gRPC port ",
+                                    options_.grpc_port, ")"));
+      spdlog::info("trainscope-sidecar: TLS on its gRPC server, polls and exchange ({})",
+                   options_.tls.mutual() ? "mutual" : "no client certificates");
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status StartGrpc() {
     if (options_.grpc_port < 0) return absl::OkStatus();
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
     builder.AddListeningPort(absl::StrCat(options_.http_address, ":", options_.grpc_port),
-                             grpc::InsecureServerCredentials(), &grpc_port_);
+                             server_credentials_, &grpc_port_);
     builder.SetMaxReceiveMessageSize(options_.otlp_max_request_bytes);
     AcceptKeepalive(&builder);
     builder.RegisterService(trace_receiver_.get());
@@ -536,6 +560,8 @@ class Sidecar::Impl {
   std::unique_ptr<grpc::ServerCompletionQueue> idle_cq_;
   std::thread idle_cq_thread_;
   int grpc_port_ = -1;
+  std::shared_ptr<grpc::ServerCredentials> server_credentials_;
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;
   std::atomic<bool> stopped_{false};
 };
 

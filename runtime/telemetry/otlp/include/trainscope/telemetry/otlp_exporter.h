@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "trainscope/common/tls.h"
 #include "trainscope/telemetry/batch_span_processor.h"
 #include "trainscope/telemetry/tracing.h"
 
@@ -32,6 +33,8 @@ struct OtlpExporterOptions {
   std::vector<Attribute> resource_attributes;
   // Deadline of one Export call.
   int timeout_ms = 2000;
+  // TLS to the collector (the node's sidecar) when set: the process's --tls_* files.
+  TlsFiles tls;
 };
 
 // Turns an OTLP endpoint into a gRPC target "host:port": accepts "http://host:port",
