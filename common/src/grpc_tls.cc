@@ -4,13 +4,17 @@
 #include <grpc/support/log.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
 #include "trainscope/common/rpc_error.h"
@@ -113,11 +117,15 @@ absl::Status CheckCertificateNamesHost(const std::vector<std::string>& names,
 
 namespace {
 
-// Who the refusals are logged as, and when each reason was last logged.
+// Who the refusals are logged as, where they go, and when each was last logged.
 struct RefusalLog {
   std::mutex mu;
-  std::string server;                                                 // Guarded by mu.
+  std::string self;                                                   // Guarded by mu.
+  std::function<void(const std::string&)> write;                      // Guarded by mu.
   std::map<std::string, std::chrono::steady_clock::time_point> last;  // Guarded by mu.
+  // The least severe of gRPC's own lines still written (GRPC_VERBOSITY, ERROR by default):
+  // the hook sees DEBUG lines only to catch the server's "Handshaking failed" line.
+  gpr_log_severity verbosity = GPR_LOG_SEVERITY_ERROR;
 };
 
 RefusalLog& Refusals() {
@@ -125,32 +133,72 @@ RefusalLog& Refusals() {
   return *log;
 }
 
-// True for gRPC's lines about a failed TLS handshake (from either side of it).
-bool IsHandshakeFailureLine(absl::string_view message) {
-  return absl::StartsWith(message, "Handshake failed") ||
-         absl::StartsWith(message, "No match found for server name");
+gpr_log_severity VerbosityFromEnv() {
+  const char* env = std::getenv("GRPC_VERBOSITY");
+  const std::string v = env ? absl::AsciiStrToUpper(env) : "";
+  if (v == "DEBUG") return GPR_LOG_SEVERITY_DEBUG;
+  if (v == "INFO") return GPR_LOG_SEVERITY_INFO;
+  return GPR_LOG_SEVERITY_ERROR;
+}
+
+// The peer's address in gRPC's error text (target_address:"ipv4:10.0.0.3:4711"), or "".
+std::string PeerAddress(absl::string_view message) {
+  constexpr absl::string_view kKey = "target_address:\"";
+  size_t at = message.find(kKey);
+  if (at == absl::string_view::npos) return "";
+  absl::string_view rest = message.substr(at + kKey.size());
+  rest = rest.substr(0, rest.find('"'));
+  absl::ConsumePrefix(&rest, "ipv4:");
+  absl::ConsumePrefix(&rest, "ipv6:");
+  return std::string(rest);
+}
+
+// chttp2_server's "Handshaking failed: <error>" (DEBUG), the one line that is surely the
+// server's side of a handshake, as "refused a TLS client ..." or "" when it is not about TLS.
+std::string ServerRefusal(absl::string_view message, std::string* key) {
+  const std::string peer = PeerAddress(message);
+  std::string words = TlsFailureWords(message);
+  if (words.empty() && absl::StrContains(message, "Handshake read failed")) {
+    // The client hung up mid-handshake: it does not trust our certificate (or is no TLS client).
+    words =
+        "it closed the connection during the handshake (does it not trust this task's "
+        "certificate? its log says)";
+  }
+  if (words.empty()) return "";
+  // One line per reason and client host a minute.
+  *key = absl::StrCat(words, "@", peer.substr(0, peer.rfind(':')));
+  return absl::StrCat("refused a TLS client", peer.empty() ? "" : " at ", peer, ": ", words,
+                      peer.empty() ? " (gRPC does not say which client)" : "");
 }
 
 void LogHook(gpr_log_func_args* args) {
   const absl::string_view message = args->message ? args->message : "";
-  if (!IsHandshakeFailureLine(message)) {
-    gpr_default_log(args);
+  RefusalLog& log = Refusals();
+  if (absl::StartsWith(message, "Handshake failed with fatal error") ||
+      absl::StartsWith(message, "No match found for server name")) {
+    return;  // Either side's, said better below (server) or in the call's status (client).
+  }
+  std::string key;
+  std::string refusal =
+      absl::StartsWith(message, "Handshaking failed") ? ServerRefusal(message, &key) : "";
+  if (refusal.empty()) {
+    if (args->severity >= log.verbosity) gpr_default_log(args);
     return;
   }
-  const std::string words = TlsFailureWords(message);
-  // A client's own failures reach its caller as a status, which says them with the address.
-  if (words.empty() || absl::StartsWith(message, "No match found")) return;
-  RefusalLog& log = Refusals();
+  std::function<void(const std::string&)> write;
   std::string line;
   {
     std::lock_guard lock(log.mu);
     auto now = std::chrono::steady_clock::now();
-    auto [it, fresh] = log.last.try_emplace(words, now);
+    auto [it, fresh] = log.last.try_emplace(key, now);
     if (!fresh && now - it->second < std::chrono::minutes(1)) return;
     it->second = now;
-    // gRPC does not say which peer; this line stands for a minute of the same.
-    line = absl::StrCat(log.server, ": TLS handshake with a peer failed: ", words,
-                        " (not repeated for a minute)");
+    line = absl::StrCat(log.self, " ", refusal, " (not repeated for a minute)");
+    write = log.write;
+  }
+  if (write) {
+    write(line);
+    return;
   }
   gpr_log_func_args out = *args;
   out.severity = GPR_LOG_SEVERITY_ERROR;
@@ -160,12 +208,18 @@ void LogHook(gpr_log_func_args* args) {
 
 }  // namespace
 
-void LogTlsRefusalsAs(const std::string& self) {
+void LogTlsRefusalsAs(const std::string& self, std::function<void(const std::string&)> write) {
+  RefusalLog& log = Refusals();
   {
-    std::lock_guard lock(Refusals().mu);
-    Refusals().server = self;
+    std::lock_guard lock(log.mu);
+    log.self = self;
+    log.write = std::move(write);
+    log.verbosity = VerbosityFromEnv();
   }
   gpr_set_log_function(LogHook);
+  // gRPC logs a server's failed handshake only at DEBUG; the hook drops the other DEBUG and
+  // INFO lines (a few per connection, none per call) unless GRPC_VERBOSITY asked for them.
+  gpr_set_log_verbosity(GPR_LOG_SEVERITY_DEBUG);
 }
 
 }  // namespace trainscope

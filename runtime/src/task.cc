@@ -92,7 +92,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Task::Impl::SetUpTls() 
   if (!channel.ok()) return refuse(channel.status());
   channel_credentials_ = *channel;
   if (options_.tls.enabled()) {
-    LogTlsRefusalsAs(absl::StrCat(name, " at ", listen_address_));
+    LogTlsRefusalsAs(absl::StrCat(name, " at ", listen_address_),
+                     [](const std::string& line) { spdlog::warn("{}", line); });
     spdlog::info("{}: TLS on its server and channels ({}), certificates re-read every {} s", name,
                  options_.tls.mutual() ? "mutual: peers must present a certificate of the CA"
                                        : "no client certificates",

@@ -500,8 +500,6 @@ class Sidecar::Impl {
     server_credentials_ = *server;
     channel_credentials_ = *channel;
     if (options_.tls.enabled()) {
-      LogTlsRefusalsAs(absl::StrCat("trainscope-sidecar@", plan_.hostname, " (gRPC port ",
-                                    options_.grpc_port, ")"));
       spdlog::info("trainscope-sidecar: TLS on its gRPC server, polls and exchange ({})",
                    options_.tls.mutual() ? "mutual" : "no client certificates");
     }
@@ -536,6 +534,11 @@ class Sidecar::Impl {
                                                  " (port in use? pick another --grpc_port)"));
     }
     grpc_server_->GetHealthCheckService()->SetServingStatus(true);
+    if (options_.tls.enabled()) {
+      LogTlsRefusalsAs(
+          absl::StrCat("trainscope-sidecar at ", options_.http_address, ":", grpc_port_),
+          [](const std::string& line) { spdlog::warn("{}", line); });
+    }
     idle_cq_thread_ = std::thread([cq = idle_cq_.get()] {
       void* tag = nullptr;
       bool ok = false;

@@ -8,8 +8,9 @@ is committed): a CA, a second CA, and certificates with SAN IP:127.0.0.1 signed 
             is refused, trainscopectl with the flags is not.
   wrong_ca  a ps whose certificate another CA signed: the worker and the sidecar say "TLS
             handshake failed: certificate signed by an unknown authority" (the worker's blocked
-            reason, the ps's missing reason), the ps logs one line for its refusals; a worker
-            with such a certificate: the ps logs why, the worker says its certificate was refused.
+            reason and log, the ps's missing reason), the ps logs one line naming the client that
+            hung up; a worker with such a certificate: the ps logs one line saying why, however
+            often the worker retries, and the worker says its certificate was refused.
   identity  a worker whose certificate (from the right CA) names another host: the ps refuses
             its CreateVariable with PERMISSION_DENIED naming both, and counts it.
   rotation  a task's certificate and key files replaced while it runs: the new serial is served
@@ -223,6 +224,12 @@ def test_wrong_ca(args, certs, work):
         if want not in line:
             raise DrillError(f"worker:0's waiting line does not say {want!r}: {line}")
         log(f"  worker:0 log: {line.strip()[:240]}")
+        time.sleep(3)  # several more attempts by the worker and the sidecar: still one line
+        line = check_one_line(c.log_of("ps:0"), "refused a TLS client", "ps:0")
+        if f"ps:0 at {c.addr['ps:0']} refused a TLS client at 127.0.0.1:" not in line or \
+                "closed the connection during the handshake" not in line:
+            raise DrillError(f"ps:0's refusal line: {line}")
+        log(f"  ps:0 log: {line.strip()[:240]}")
     finally:
         c.stop()
     # A worker with a certificate from another CA: the ps refuses it and says so.
@@ -233,9 +240,9 @@ def test_wrong_ca(args, certs, work):
         wait_for("worker:0's waiting line",
                  lambda: "refused this task's certificate" in c.log_of("worker:0"), 30)
         time.sleep(3)  # several more attempts: still one line at the ps
-        line = check_one_line(c.log_of("ps:0"), "TLS handshake with a peer failed", "ps:0")
-        if f"ps:0 at {c.addr['ps:0']}" not in line or \
-                "certificate signed by an unknown authority" not in line:
+        line = check_one_line(c.log_of("ps:0"), "refused a TLS client", "ps:0")
+        if f"ps:0 at {c.addr['ps:0']} refused a TLS client: certificate signed by an unknown " \
+                "authority" not in line:
             raise DrillError(f"ps:0's refusal line: {line}")
         log(f"  ps:0 log: {line.strip()[:240]}")
         line = first_line(c.log_of("worker:0"), "refused this task's certificate")

@@ -5,6 +5,7 @@
 // Also: the names a caller's certificate gives (for identity checks), and one log line per
 // refused TLS client instead of gRPC's own lines.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,11 +45,14 @@ std::vector<std::string> PeerCertificateNames(const grpc::ServerContext& context
 absl::Status CheckCertificateNamesHost(const std::vector<std::string>& names,
                                        const std::string& host);
 
-// Replaces gRPC's log lines about a failed TLS handshake (one or two per attempt, in OpenSSL's
-// words) with one line per reason and minute: "<self>: TLS handshake with a peer failed:
-// <why>", `self` being e.g. "ps:0 at 127.0.0.1:2222". gRPC 1.51 does not say which peer; the
-// caller's side names both ends in its own error. Other gRPC log lines go out unchanged. Call
-// before the first server starts; a later call changes `self`. Thread-safe.
-void LogTlsRefusalsAs(const std::string& self);
+// Replaces gRPC's log lines about failed TLS handshakes (several per attempt, in OpenSSL's words,
+// none saying whose) with one line per reason and client host a minute, from the server's side:
+// "<self> refused a TLS client[ at <addr>]: <why>", `self` being e.g. "ps:0 at 10.0.0.3:2222".
+// gRPC 1.51 gives the client's address only when the client hung up; when the server refused
+// the client's certificate it does not. A client's own failures are left to its calls' status.
+// `write` takes each line (gRPC's log format when null). Other gRPC lines go out as before, at
+// GRPC_VERBOSITY. Call before the first server starts; a later call replaces both. Thread-safe.
+void LogTlsRefusalsAs(const std::string& self,
+                      std::function<void(const std::string&)> write = nullptr);
 
 }  // namespace trainscope
