@@ -159,7 +159,8 @@ TEST(OtlpExporterTest, SendsEveryField) {
        .resource_attributes = {{"trainscope.cluster", std::string("run7")},
                                {"trainscope.task", int64_t{3}},
                                {"service.name", std::string("ignored: service_name wins")}},
-       .timeout_ms = 5000});
+       .timeout_ms = 5000,
+       .tls = {}});
   ASSERT_TRUE(exporter.ok()) << exporter.status();
   EXPECT_EQ((*exporter)->target(), absl::StrCat("127.0.0.1:", server.port()));
 
