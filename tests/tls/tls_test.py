@@ -3,9 +3,10 @@
 Real binaries on loopback; certificates made here with `openssl` in a temporary directory (none
 is committed): a CA, a second CA, and certificates with SAN IP:127.0.0.1 signed by each.
 
-  cluster   ps + worker + sidecar all on mTLS: the worker trains to done, the sidecar watches
-            both (up, then done), spans reach the sidecar's OTLP receiver; a plain-text client
-            is refused, trainscopectl with the flags is not.
+  cluster   ps + worker + two sidecars all on mTLS: the worker trains to done, each sidecar
+            watches one task and learns of the other's through the exchange (up, then done),
+            spans reach a sidecar's OTLP receiver; a plain-text client is refused,
+            trainscopectl with the flags is not.
   wrong_ca  a ps whose certificate another CA signed: the worker and the sidecar say "TLS
             handshake failed: certificate signed by an unknown authority" (the worker's blocked
             reason and log, the ps's missing reason), the ps logs one line naming the client that
@@ -118,18 +119,27 @@ class Cluster:
         self.procs[name] = Proc(name, argv, self.logdir, env).start()
         return self.procs[name]
 
-    def start_sidecar(self, tls):
-        self.http = f"127.0.0.1:{free_port()}"
+    def start_sidecar(self, tls, name="sidecar", local="ps:0,worker:0", grpc_port=None,
+                      peers="none"):
+        """A sidecar watching `local`, its gRPC port (OTLP receive, exchange) at grpc_port
+        (the tasks' OTLP endpoint by default); returns its HTTP host:port. The first one
+        started is the one views() asks."""
+        http = f"127.0.0.1:{free_port()}"
+        grpc_port = grpc_port or self.grpc_port
         argv = [os.path.join(self.bin, "trainscope-sidecar"), "--cluster_spec", self.spec_path,
-                "--cluster_name", CLUSTER, "--local_tasks", "ps:0,worker:0", "--http_address",
-                "127.0.0.1", "--http_port", self.http.split(":")[1], "--grpc_port",
-                str(self.grpc_port), "--peer_sidecars", "none", *tls]
-        self.procs["sidecar"] = Proc("sidecar", argv, self.logdir).start()
-        wait_for("the sidecar's /healthz",
-                 lambda: http_get(f"http://{self.http}/healthz")[0] == 200, 20)
+                "--cluster_name", CLUSTER, "--local_tasks", local, "--http_address",
+                "127.0.0.1", "--http_port", http.split(":")[1], "--grpc_port", str(grpc_port),
+                "--advertise_address", f"127.0.0.1:{grpc_port}", "--peer_sidecars", peers,
+                "--gossip_interval_ms", "200", *tls]
+        self.procs[name] = Proc(name, argv, self.logdir).start()
+        wait_for(f"{name}'s /healthz", lambda: http_get(f"http://{http}/healthz")[0] == 200, 20)
+        if not hasattr(self, "http"):
+            self.http = http
+        return http
 
-    def views(self):
-        with urllib.request.urlopen(f"http://{self.http}/api/v1/tasks", timeout=2) as r:
+    def views(self, http=None):
+        url = f"http://{http or self.http}/api/v1/tasks"
+        with urllib.request.urlopen(url, timeout=2) as r:
             body = json.loads(r.read())
         tasks = body["tasks"] if isinstance(body, dict) else body
         return {f"{t['role']}:{t['task']}": t for t in tasks}
@@ -163,11 +173,19 @@ def metric(text, name):
 def test_cluster(args, certs, work):
     c = Cluster(args.bin, work, certs)
     try:
-        c.start_sidecar(certs.flags("node"))
+        # Two sidecars, each watching one task, exchanging what they see: each learns of the
+        # other's task only through the exchange.
+        other_grpc = free_port()
+        c.start_sidecar(certs.flags("node"), local="ps:0",
+                        peers=f"127.0.0.1:{other_grpc}")
+        other = c.start_sidecar(certs.flags("node"), name="sidecar-2", local="worker:0",
+                                grpc_port=other_grpc, peers=f"127.0.0.1:{c.grpc_port}")
         c.start_task("ps:0", certs.flags("node"), ["--enable_fault_injection"])
         c.start_task("worker:0", certs.flags("node"), ["--steps", "400", "--step_delay_ms", "10"])
-        c.wait_view("worker:0", lambda v: v.get("state") == "up", "up over mTLS")
+        c.wait_view("worker:0", lambda v: v.get("state") == "up", "up over mTLS (by exchange)")
         c.wait_view("ps:0", lambda v: v.get("state") == "up", "up over mTLS")
+        wait_for("ps:0 up at the other sidecar (by exchange)",
+                 lambda: c.views(other).get("ps:0", {}).get("state") == "up", 20, 0.2)
 
         def spans():
             return metric(http_get(f"http://{c.http}/metrics")[1].decode(),
