@@ -65,6 +65,8 @@ absl::Status Validate(const SidecarOptions& o) {
         "--gossip_interval_ms must be within 20..10000 and --sync_interval_s at least 0.1");
   }
   if (o.cluster_name.empty()) return absl::InvalidArgumentError("--cluster_name is empty");
+  // The files themselves are read again when the credentials are made; here for --check_config.
+  if (absl::Status st = CheckTlsFiles(o.tls, /*server=*/o.grpc_port >= 0); !st.ok()) return st;
   if (o.trace_memory_bytes < (64 << 10)) {
     return absl::InvalidArgumentError("--trace_memory_bytes must be at least 65536");
   }
