@@ -502,6 +502,9 @@ class Sidecar::Impl {
     server_credentials_ = *server;
     channel_credentials_ = *channel;
     if (options_.tls.enabled()) {
+      // Also without a server: the hook keeps gRPC's per-attempt lines of failed polls quiet.
+      LogTlsRefusalsAs("trainscope-sidecar",
+                       [](const std::string& line) { spdlog::warn("{}", line); });
       spdlog::info("trainscope-sidecar: TLS on its gRPC server, polls and exchange ({})",
                    options_.tls.mutual() ? "mutual" : "no client certificates");
     }
