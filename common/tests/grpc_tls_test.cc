@@ -2,10 +2,13 @@
 // check of a caller's certificate. Handshakes themselves: tests/tls/tls_test.py.
 #include "trainscope/common/grpc_tls.h"
 
+#include <grpc/support/log.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <fstream>
+#include <string>
+#include <vector>
 
 namespace trainscope {
 namespace {
@@ -51,6 +54,32 @@ TEST(GrpcTlsTest, CertificateMustNameTheSpecsHost) {
             "it)");
   EXPECT_EQ(CheckCertificateNamesHost({}, "h").message(),
             "its certificate names nothing, not h (the host the cluster spec gives it)");
+}
+
+// gRPC 1.51's own lines, as its server and OpenSSL write them, in and out of the hook.
+TEST(GrpcTlsTest, RefusalsAreOneLinePerReasonAndClientHost) {
+  std::vector<std::string> lines;
+  LogTlsRefusalsAs("ps:0 at 10.0.0.5:2222", [&](const std::string& l) { lines.push_back(l); });
+  const char* refused =
+      "Handshaking failed: UNKNOWN:Tls handshake failed: SSL_ERROR_SSL: error:0A000086:SSL "
+      "routines::certificate verify failed {file:\"security_handshaker.cc\", tsi_code:10}";
+  const char* hung_up =
+      "Handshaking failed: UNKNOWN:Handshake read failed {children:[INTERNAL:Socket closed "
+      "{fd:11, grpc_status:14, target_address:\"ipv4:10.0.0.9:50312\"}]}";
+  for (int i = 0; i < 3; ++i) {
+    gpr_log(GPR_DEBUG, "%s", refused);
+    gpr_log(GPR_ERROR, "Handshake failed with fatal error SSL_ERROR_SSL: certificate verify x");
+    gpr_log(GPR_DEBUG, "%s", hung_up);
+    gpr_log(GPR_DEBUG, "Handshaking failed: OK");  // A server shutting down: not a refusal.
+  }
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0],
+            "ps:0 at 10.0.0.5:2222 refused a TLS client: certificate signed by an unknown "
+            "authority (or expired) (gRPC does not say which client) (not repeated for a minute)");
+  EXPECT_EQ(lines[1],
+            "ps:0 at 10.0.0.5:2222 refused a TLS client at 10.0.0.9:50312: it closed the "
+            "connection during the handshake (does it not trust this task's certificate? its log "
+            "says) (not repeated for a minute)");
 }
 
 }  // namespace
