@@ -140,7 +140,9 @@ absl::StatusOr<std::string> ParseOtlpEndpoint(absl::string_view endpoint) {
   if (scheme_end != absl::string_view::npos) {
     const std::string scheme = absl::AsciiStrToLower(text.substr(0, scheme_end));
     if (scheme == "https") {
-      return bad("TLS not supported; use http://host:port (e.g. the node's sidecar)");
+      return bad(
+          "https:// is not how TLS is asked for here: use http://host:port (e.g. the node's "
+          "sidecar) and the --tls_* flags, which cover the export (docs/security.md)");
     }
     if (scheme != "http")
       return bad(absl::StrCat("scheme ", Quoted(scheme),

@@ -39,8 +39,8 @@ struct OtlpExporterOptions {
 
 // Turns an OTLP endpoint into a gRPC target "host:port": accepts "http://host:port",
 // "http://host" (port 4317), "host:port", "[v6addr]:port", with an optional trailing '/'.
-// InvalidArgument for "https://" ("TLS not supported"), another scheme, a path (that is
-// OTLP/HTTP's form) or a malformed host or port; the message quotes the text. Thread-safe.
+// InvalidArgument for "https://" (TLS comes from the --tls_* flags), another scheme, a path (that
+// is OTLP/HTTP's form) or a malformed host or port; the message quotes the text. Thread-safe.
 absl::StatusOr<std::string> ParseOtlpEndpoint(absl::string_view endpoint);
 
 // The options the standard variables ask for: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else
