@@ -12,6 +12,8 @@ is committed): a CA, a second CA, and certificates with SAN IP:127.0.0.1 signed 
             reason and log, the ps's missing reason), the ps logs one line naming the client that
             hung up; a worker with such a certificate: the ps logs one line saying why, however
             often the worker retries, and the worker says its certificate was refused.
+  wrong_name  a ps whose certificate names another host: the worker says "certificate does
+            not name 127.0.0.1".
   identity  a worker whose certificate (from the right CA) names another host: the ps refuses
             its CreateVariable with PERMISSION_DENIED naming both, and counts it.
   rotation  a task's certificate and key files replaced while it runs: the new serial is served
@@ -269,6 +271,23 @@ def test_wrong_ca(args, certs, work):
         c.stop()
 
 
+def test_wrong_name(args, certs, work):
+    # A ps whose certificate (from the right CA) names another host than the spec's.
+    c = Cluster(args.bin, work, certs)
+    try:
+        c.start_task("ps:0", certs.flags("impostor"))
+        c.start_task("worker:0", certs.flags("node"))
+        want = "TLS handshake failed: certificate does not name 127.0.0.1"
+        waiting = f"CreateSession still waiting for /job:ps/replica:0/task:0 at {c.addr['ps:0']}"
+        wait_for("worker:0's waiting line", lambda: waiting in c.log_of("worker:0"), 20)
+        line = first_line(c.log_of("worker:0"), waiting)
+        if want not in line:
+            raise DrillError(f"worker:0's waiting line does not say {want!r}: {line}")
+        log(f"  worker:0 log: {line.strip()[:240]}")
+    finally:
+        c.stop()
+
+
 def test_identity(args, certs, work):
     c = Cluster(args.bin, work, certs)
     try:
@@ -323,8 +342,8 @@ def test_rotation(args, certs, work):
         c.stop()
 
 
-TESTS = {"cluster": test_cluster, "wrong_ca": test_wrong_ca, "identity": test_identity,
-         "rotation": test_rotation}
+TESTS = {"cluster": test_cluster, "wrong_ca": test_wrong_ca, "wrong_name": test_wrong_name,
+         "identity": test_identity, "rotation": test_rotation}
 
 
 def main():
