@@ -11,6 +11,8 @@
 
 #include "CLI/CLI.hpp"
 #include "grpcpp/grpcpp.h"
+#include "trainscope/common/grpc_tls.h"
+#include "trainscope/common/tls_flags.h"
 #include "trainscope/sidecar/api.h"
 #include "trainscope/sidecar/http_client.h"
 #include "trainscope/sidecar/names.h"
@@ -133,8 +135,14 @@ int Status(const std::string& sidecar, bool json) {
   return problems ? 1 : 0;
 }
 
-int Fault(const std::string& task, int64_t parameter_delay_ms, int64_t heartbeat_delay_ms) {
-  auto channel = grpc::CreateChannel(task, grpc::InsecureChannelCredentials());
+int Fault(const std::string& task, int64_t parameter_delay_ms, int64_t heartbeat_delay_ms,
+          const trainscope::TlsFiles& tls) {
+  auto credentials = trainscope::MakeChannelCredentials(tls);
+  if (!credentials.ok()) {
+    std::cerr << "trainscopectl: " << credentials.status().message() << "\n";
+    return 2;
+  }
+  auto channel = grpc::CreateChannel(task, *credentials);
   auto stub = trainscope::v1::TaskService::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -185,7 +193,12 @@ int main(int argc, char** argv) {
       ->add_option("--heartbeat_delay_ms", heartbeat_delay_ms,
                    "Delay added to every Heartbeat answer")
       ->capture_default_str();
+  trainscope::TlsFiles tls;
+  trainscope::AddTlsFlags(app, tls);
+  // The --tls_* flags may also follow the subcommand.
+  status->fallthrough();
+  fault->fallthrough();
   CLI11_PARSE(app, argc, argv);
   if (status->parsed()) return Status(sidecar, json);
-  return Fault(task, parameter_delay_ms, heartbeat_delay_ms);
+  return Fault(task, parameter_delay_ms, heartbeat_delay_ms, tls);
 }

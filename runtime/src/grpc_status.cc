@@ -17,14 +17,15 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-std::shared_ptr<grpc::Channel> MakePeerChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakePeerChannel(
+    const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials) {
   ChannelOptions options;
   options.max_receive_bytes = -1;
   grpc::ChannelArguments args = MakeChannelArguments(options);
   args.SetMaxSendMessageSize(-1);
   // Keep one connection per peer even when several channels point at it.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(address, std::move(credentials), args);
 }
 
 TensorSpec SpecFromProto(const v1::Tensor& tensor) {

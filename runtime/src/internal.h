@@ -22,8 +22,10 @@ class Telemetry;
 }
 
 // A channel to `address` with keepalive (a connection that stops carrying packets fails within
-// about 2 s), quick reconnection (100 ms to 1 s backoff) and messages of any size.
-std::shared_ptr<grpc::Channel> MakePeerChannel(const std::string& address);
+// about 2 s), quick reconnection (100 ms to 1 s backoff), messages of any size, and
+// `credentials` (plain text or TLS, see MakeChannelCredentials).
+std::shared_ptr<grpc::Channel> MakePeerChannel(
+    const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials);
 
 // The ps tasks a worker reached in CreateSession. Immutable after creation; thread-safe.
 class Session {

@@ -71,6 +71,11 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
         task_->telemetry_.get(), *context, telemetry::methods::kCreateVariable,
         task_->CallerIndex(request->from()), GetTrace(*request, &remote), MessageBytes(*request));
     Inflight inflight(task_->metrics_.get());
+    if (absl::Status st =
+            task_->CheckCallerCertificate(*context, request->from(), "CreateVariable");
+        !st.ok()) {
+      return call.Finish(ToGrpcStatus(st), 0);
+    }
     task_->InjectedParameterDelay();
     const std::string from = TaskIdFromProto(request->from()).ShortName();
     auto existed = task_->store_->Create(request->name(), SpecFromProto(request->initial()),
@@ -129,6 +134,10 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
                                MessageBytes(*request));
     Inflight inflight(task_->metrics_.get());
     const double start = MonotonicSeconds();
+    if (absl::Status st = task_->CheckCallerCertificate(*context, request->from(), "Push");
+        !st.ok()) {
+      return call.Finish(ToGrpcStatus(st), 0);
+    }
     task_->InjectedParameterDelay();
     const std::string from = TaskIdFromProto(request->from()).ShortName();
     task_->FillPsState(response->mutable_ps_state());

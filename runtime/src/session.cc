@@ -23,8 +23,8 @@ absl::StatusOr<ParameterClient*> Task::Impl::CreateSession() {
   for (int i = 0; i < cluster_.NumTasks("ps"); ++i) {
     TaskRef ref{"ps", i};
     std::string address = *cluster_.AddressOf(ref);
-    ps.push_back({ref, address, MakePeerChannel(address), status_.Peer(ref, address),
-                  telemetry_ ? telemetry_->rpc().PeerIndex(ref) : -1});
+    ps.push_back({ref, address, MakePeerChannel(address, channel_credentials_),
+                  status_.Peer(ref, address), telemetry_ ? telemetry_->rpc().PeerIndex(ref) : -1});
   }
   if (ps.empty()) {
     return absl::FailedPreconditionError(

@@ -19,6 +19,7 @@
 #include "task_impl.h"
 #include "trainscope/common/clock.h"
 #include "trainscope/common/grpc_channel.h"
+#include "trainscope/common/grpc_tls.h"
 #include "trainscope/common/rpc_error.h"
 #include "trainscope/runtime/status_macros.h"
 #include "trainscope/runtime/version.h"
@@ -60,6 +61,45 @@ constexpr telemetry::SamplerOptions kDefaultSampler = {.ratio = 0.01, .parent_ba
 
 void SleepFor(int64_t ms) {
   if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+absl::Status Task::Impl::CheckCallerCertificate(const grpc::ServerContext& context,
+                                                const v1::TaskId& from, absl::string_view method) {
+  if (!options_.tls.mutual()) return absl::OkStatus();
+  const TaskRef caller = TaskIdFromProto(from);
+  const std::string* address = cluster_.FindAddress(caller);
+  if (address == nullptr) return absl::OkStatus();  // The call's own checks refuse it.
+  auto host = ParseHostPort(*address);
+  if (!host.ok()) return absl::OkStatus();
+  absl::Status st = CheckCertificateNamesHost(PeerCertificateNames(context), host->host);
+  if (st.ok()) return st;
+  metrics_->RecordIdentityRefused();
+  std::string message =
+      absl::StrCat(self_.ShortName(), " refused ", method, " from ", caller.ShortName(), " at ",
+                   context.peer(), ": ", st.message());
+  spdlog::warn("{}", message);
+  return absl::PermissionDeniedError(message);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Task::Impl::SetUpTls() {
+  const std::string name = self_.ShortName();
+  auto refuse = [&](const absl::Status& st) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " cannot use TLS: ", st.message()));
+  };
+  auto server = MakeServerCredentials(options_.tls);
+  if (!server.ok()) return refuse(server.status());
+  auto channel = MakeChannelCredentials(options_.tls);
+  if (!channel.ok()) return refuse(channel.status());
+  channel_credentials_ = *channel;
+  if (options_.tls.enabled()) {
+    LogTlsRefusalsAs(absl::StrCat(name, " at ", listen_address_),
+                     [](const std::string& line) { spdlog::warn("{}", line); });
+    spdlog::info("{}: TLS on its server and channels ({}), certificates re-read every {} s", name,
+                 options_.tls.mutual() ? "mutual: peers must present a certificate of the CA"
+                                       : "no client certificates",
+                 kTlsRefreshSeconds);
+  }
+  return server;
 }
 
 int Task::Impl::CallerIndex(const v1::TaskId& from) const {
@@ -147,6 +187,7 @@ absl::Status Task::Impl::StartTelemetry(const std::string& host) {
     telemetry::OtlpExporterOptions exporter_options =
         telemetry::OtlpOptionsFromEnv(options_.cluster_name, self_.role, self_.index, &warning);
     if (!warning.empty()) spdlog::warn("{}", warning);
+    exporter_options.tls = options_.tls;
     auto otlp = telemetry::OtlpGrpcExporter::Create(exporter_options);
     if (!otlp.ok()) {
       return absl::InvalidArgumentError(
@@ -195,6 +236,7 @@ absl::Status Task::Impl::Start() {
     Stop();
   });
 
+  TS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, SetUpTls());
   TS_RETURN_IF_ERROR(StartTelemetry(host));
   if (self_.role == "ps") {
     store_ = std::make_unique<ParameterStore>(
@@ -212,7 +254,7 @@ absl::Status Task::Impl::Start() {
   builder.SetMaxReceiveMessageSize(MaxReceiveBytes(self_, options_));
   builder.SetMaxSendMessageSize(-1);
   int bound_port = 0;
-  builder.AddListeningPort(listen_address_, grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(listen_address_, credentials, &bound_port);
   AcceptKeepalive(&builder);
   builder.RegisterService(task_service_.get());
   if (parameter_service_) builder.RegisterService(parameter_service_.get());

@@ -69,6 +69,14 @@ class Task::Impl {
   absl::StatusOr<int> MarkDone(const TaskRef& from, uint64_t incarnation);
   // A task's handshake, remembered for MarkDone.
   void RecordHandshake(const TaskRef& from, uint64_t incarnation);
+  // Under mutual TLS: OK when the caller's certificate names the host the cluster spec gives
+  // `from`, the task it claims to be; else PERMISSION_DENIED naming both, logged and counted.
+  // OK without mutual TLS (nothing to check against). For calls that change state.
+  absl::Status CheckCallerCertificate(const grpc::ServerContext& context, const v1::TaskId& from,
+                                      absl::string_view method);
+  // Credentials from options_.tls: sets channel_credentials_ and returns the server's. TLS
+  // handshake failures are then logged as this task's (LogTlsRefusalsAs).
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> SetUpTls();
   // The calling task's telemetry peer index, or -1.
   int CallerIndex(const v1::TaskId& from) const;
   // Sleeps as InjectFault asked before a ParameterService call: parameter_delay_ms_ always, and
@@ -93,6 +101,8 @@ class Task::Impl {
   const uint64_t incarnation_;
   int trainers_ = 0;
   std::string listen_address_;
+  // Of every channel to a peer: plain text, or TLS from options_.tls.
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;
   v1::TaskIdentity identity_;
   std::atomic<bool> stopping_{false};          // A stop signal: leaving, not done.
   std::atomic<bool> finish_requested_{false};  // SIGUSR1: finish training now, done.

@@ -55,6 +55,10 @@ void TaskMetrics::Collect(std::vector<MetricFamily>* out) const {
   CollectPs(out);
   CollectSession(out);
   CollectCheckpoints(out);
+  AddCounter(out, names::kIdentityRefused,
+             "Calls refused under mutual TLS: the caller's certificate does not name the host the "
+             "cluster spec gives the task it claims to be.",
+             static_cast<double>(identity_refused_.load()));
 }
 
 void TaskMetrics::RecordCheckpoint(bool ok, double seconds, int64_t bytes) {

@@ -40,6 +40,8 @@ class TaskMetrics {
   void RecordCheckpoint(bool ok, double seconds, int64_t bytes);
   // A ps restored its variables, or a worker went on after a ps restored them.
   void RecordRestore() { checkpoint_restores_.fetch_add(1, std::memory_order_relaxed); }
+  // A call refused under mutual TLS: the certificate does not name the task the caller claims.
+  void RecordIdentityRefused() { identity_refused_.fetch_add(1, std::memory_order_relaxed); }
 
   // Appends the task's families to `out` (a telemetry::MetricsCollector).
   void Collect(std::vector<prometheus::MetricFamily>* out) const;
@@ -69,6 +71,7 @@ class TaskMetrics {
   std::atomic<int64_t> checkpoint_saves_{0};
   std::atomic<int64_t> checkpoint_failures_{0};
   std::atomic<int64_t> checkpoint_restores_{0};
+  std::atomic<int64_t> identity_refused_{0};
 };
 
 }  // namespace trainscope

@@ -46,6 +46,10 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     telemetry::ServerCall call(task_->telemetry_.get(), *context, telemetry::methods::kDone,
                                task_->CallerIndex(request->from()), nullptr,
                                MessageBytes(*request));
+    if (absl::Status st = task_->CheckCallerCertificate(*context, request->from(), "Done");
+        !st.ok()) {
+      return call.Finish(ToGrpcStatus(st), 0);
+    }
     absl::StatusOr<int> remaining =
         task_->MarkDone(TaskIdFromProto(request->from()), request->incarnation());
     if (!remaining.ok()) return call.Finish(ToGrpcStatus(remaining.status()), 0);

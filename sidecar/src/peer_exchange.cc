@@ -44,8 +44,12 @@ std::string Words(const grpc::Status& s, int deadline_ms) {
 
 class PeerExchange::Impl {
  public:
-  Impl(ExchangeOptions options, LocalViews local)
-      : local_(std::move(local)), core_(std::move(options), NowNanos(), Clock()), service_(this) {
+  Impl(ExchangeOptions options, LocalViews local,
+       std::shared_ptr<grpc::ChannelCredentials> credentials)
+      : local_(std::move(local)),
+        credentials_(std::move(credentials)),
+        core_(std::move(options), NowNanos(), Clock()),
+        service_(this) {
     snapshot_ = core_.Snapshot(Clock());
   }
 
@@ -228,7 +232,7 @@ class PeerExchange::Impl {
     ChannelOptions channel;
     channel.max_receive_bytes = static_cast<int>(core_.options().max_message_bytes);
     channel.keepalive_without_calls = false;
-    auto stub = v1::Exchange::NewStub(MakeChannel(target, channel));
+    auto stub = v1::Exchange::NewStub(MakeChannel(target, channel, credentials_));
     return stubs_.emplace(target, std::move(stub)).first->second.get();
   }
 
@@ -379,6 +383,7 @@ class PeerExchange::Impl {
   }
 
   const LocalViews local_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;  // Null: plain text.
 
   mutable std::mutex mu_;  // Guards the core and the call bookkeeping below.
   ExchangeCore core_;
@@ -400,8 +405,9 @@ class PeerExchange::Impl {
   Service service_;
 };
 
-PeerExchange::PeerExchange(ExchangeOptions options, LocalViews local)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(local))) {}
+PeerExchange::PeerExchange(ExchangeOptions options, LocalViews local,
+                           std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(local), std::move(credentials))) {}
 PeerExchange::~PeerExchange() { Stop(); }
 grpc::Service* PeerExchange::service() { return impl_->service(); }
 void PeerExchange::Start() { impl_->Start(); }

@@ -22,8 +22,9 @@
 #include "trainscope/sidecar/task_view.h"
 
 namespace grpc {
+class ChannelCredentials;
 class Service;
-}
+}  // namespace grpc
 
 namespace trainscope::sidecar {
 
@@ -31,7 +32,9 @@ class PeerExchange {
  public:
   // `local` gives this node's latest first-hand views; called from the exchange's thread.
   using LocalViews = std::function<std::vector<TaskView>()>;
-  PeerExchange(ExchangeOptions options, LocalViews local);
+  // `credentials`: of the channels to the other members (plain text when null).
+  PeerExchange(ExchangeOptions options, LocalViews local,
+               std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
   ~PeerExchange();
 
   // The gRPC service to register on the sidecar's server (owned by this object).

@@ -197,8 +197,10 @@ struct HeartbeatPoller::Impl {
   }
 };
 
-HeartbeatPoller::HeartbeatPoller(std::vector<Target> targets, int deadline_ms, std::string watcher)
+HeartbeatPoller::HeartbeatPoller(std::vector<Target> targets, int deadline_ms, std::string watcher,
+                                 std::shared_ptr<grpc::ChannelCredentials> credentials)
     : impl_(std::make_unique<Impl>()) {
+  if (!credentials) credentials = grpc::InsecureChannelCredentials();
   impl_->deadline_ms = deadline_ms;
   impl_->request.set_watcher(watcher);
   for (Target& t : targets) {
@@ -212,7 +214,7 @@ HeartbeatPoller::HeartbeatPoller(std::vector<Target> targets, int deadline_ms, s
     args.SetMaxReceiveMessageSize(1 << 20);
     Impl::Slot slot;
     slot.target = t;
-    slot.channel = grpc::CreateCustomChannel(t.address, grpc::InsecureChannelCredentials(), args);
+    slot.channel = grpc::CreateCustomChannel(t.address, credentials, args);
     slot.stub = pb::TaskService::NewStub(slot.channel);
     impl_->slots.push_back(std::move(slot));
   }

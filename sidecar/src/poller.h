@@ -11,6 +11,10 @@
 #include "trainscope/common/clock.h"
 #include "trainscope/sidecar/task_tracker.h"
 
+namespace grpc {
+class ChannelCredentials;
+}  // namespace grpc
+
 namespace trainscope::sidecar {
 
 // Converts a heartbeat answer (serialized HeartbeatResponse) into HeartbeatInfo, bounding the
@@ -24,7 +28,9 @@ class HeartbeatPoller {
     std::string address;
     bool local = false;  // Probe the port with connect() to tell "refused" apart.
   };
-  HeartbeatPoller(std::vector<Target> targets, int deadline_ms, std::string watcher);
+  // `credentials`: of every channel (plain text when null).
+  HeartbeatPoller(std::vector<Target> targets, int deadline_ms, std::string watcher,
+                  std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
   ~HeartbeatPoller();
 
   // Starts a call to target `i` unless one is in flight. `now_s` is monotonic seconds.

@@ -30,6 +30,7 @@
 #include "trainscope/common/clock.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/common/grpc_channel.h"
+#include "trainscope/common/grpc_tls.h"
 #include "trainscope/sidecar/local_hosts.h"
 #include "trainscope/sidecar/names.h"
 #include "trainscope/sidecar/trace_store.h"
@@ -64,6 +65,8 @@ absl::Status Validate(const SidecarOptions& o) {
         "--gossip_interval_ms must be within 20..10000 and --sync_interval_s at least 0.1");
   }
   if (o.cluster_name.empty()) return absl::InvalidArgumentError("--cluster_name is empty");
+  // The files themselves are read again when the credentials are made; here for --check_config.
+  if (absl::Status st = CheckTlsFiles(o.tls, /*server=*/o.grpc_port >= 0); !st.ok()) return st;
   if (o.trace_memory_bytes < (64 << 10)) {
     return absl::InvalidArgumentError("--trace_memory_bytes must be at least 65536");
   }
@@ -256,6 +259,7 @@ class Sidecar::Impl {
   ~Impl() { Stop(); }
 
   absl::Status Build() {
+    if (absl::Status s = SetUpTls(); !s.ok()) return s;
     WatcherOptions w;
     w.cluster = options_.cluster_name;
     w.tasks = plan_.tasks;
@@ -264,6 +268,7 @@ class Sidecar::Impl {
     w.watcher_name = absl::StrCat("trainscope-sidecar@", plan_.hostname);
     w.hostname = plan_.hostname;
     w.start_unix = UnixSeconds();
+    w.credentials = channel_credentials_;
     watcher_ = std::make_unique<TaskWatcher>(std::move(w), [this] {
       if (exchange_) exchange_->Poke();
       if (notifier_) notifier_->Poke();
@@ -277,7 +282,8 @@ class Sidecar::Impl {
       x.membership.period_s = options_.gossip_interval_ms / 1000.0;
       x.sync_interval_s = options_.sync_interval_s;
       x.max_message_bytes = static_cast<size_t>(options_.otlp_max_request_bytes);
-      exchange_ = std::make_unique<PeerExchange>(std::move(x), [this] { return LocalViews(); });
+      exchange_ = std::make_unique<PeerExchange>(
+          std::move(x), [this] { return LocalViews(); }, channel_credentials_);
     }
     if (!options_.otlp_upstream.empty()) {
       auto f = OtlpForwarder::Create(options_.otlp_upstream, options_.otlp_queue_bytes);
@@ -484,12 +490,33 @@ class Sidecar::Impl {
     routes_.Exact("/index.html", page);
   }
 
+  // Credentials of the gRPC server (exchange, OTLP receive, health) and of the channels (polls,
+  // exchange) from --tls_*; plain text without them.
+  absl::Status SetUpTls() {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server =
+        grpc::InsecureServerCredentials();
+    if (options_.grpc_port >= 0) server = MakeServerCredentials(options_.tls);
+    if (!server.ok()) return server.status();
+    auto channel = MakeChannelCredentials(options_.tls);
+    if (!channel.ok()) return channel.status();
+    server_credentials_ = *server;
+    channel_credentials_ = *channel;
+    if (options_.tls.enabled()) {
+      // Also without a server: the hook keeps gRPC's per-attempt lines of failed polls quiet.
+      LogTlsRefusalsAs("trainscope-sidecar",
+                       [](const std::string& line) { spdlog::warn("{}", line); });
+      spdlog::info("trainscope-sidecar: TLS on its gRPC server, polls and exchange ({})",
+                   options_.tls.mutual() ? "mutual" : "no client certificates");
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status StartGrpc() {
     if (options_.grpc_port < 0) return absl::OkStatus();
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
     builder.AddListeningPort(absl::StrCat(options_.http_address, ":", options_.grpc_port),
-                             grpc::InsecureServerCredentials(), &grpc_port_);
+                             server_credentials_, &grpc_port_);
     builder.SetMaxReceiveMessageSize(options_.otlp_max_request_bytes);
     AcceptKeepalive(&builder);
     builder.RegisterService(trace_receiver_.get());
@@ -512,6 +539,11 @@ class Sidecar::Impl {
                                                  " (port in use? pick another --grpc_port)"));
     }
     grpc_server_->GetHealthCheckService()->SetServingStatus(true);
+    if (options_.tls.enabled()) {
+      LogTlsRefusalsAs(
+          absl::StrCat("trainscope-sidecar at ", options_.http_address, ":", grpc_port_),
+          [](const std::string& line) { spdlog::warn("{}", line); });
+    }
     idle_cq_thread_ = std::thread([cq = idle_cq_.get()] {
       void* tag = nullptr;
       bool ok = false;
@@ -536,6 +568,8 @@ class Sidecar::Impl {
   std::unique_ptr<grpc::ServerCompletionQueue> idle_cq_;
   std::thread idle_cq_thread_;
   int grpc_port_ = -1;
+  std::shared_ptr<grpc::ServerCredentials> server_credentials_;
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;
   std::atomic<bool> stopped_{false};
 };
 

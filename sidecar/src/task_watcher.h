@@ -14,6 +14,10 @@
 #include "trainscope/sidecar/task_tracker.h"
 #include "trainscope/sidecar/task_view.h"
 
+namespace grpc {
+class ChannelCredentials;
+}  // namespace grpc
+
 namespace trainscope::sidecar {
 
 struct WatchedTask {
@@ -30,6 +34,8 @@ struct WatcherOptions {
   std::string watcher_name;  // Sent in every HeartbeatRequest.
   std::string hostname;      // This machine's.
   double start_unix = 0;
+  // Of the channels to the tasks: plain text when null, else TLS (--tls_*).
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 // What the watcher decided at its last tick.

@@ -21,6 +21,10 @@ Set-ups:
   metrics    --disable_tracing (metrics only)
   default    telemetry on as shipped: 1% of traces head-sampled, every slow or failed call kept
   always_on  OTEL_TRACES_SAMPLER=always_on: every call exported as a span
+  mtls       default, with every gRPC listener and client on mutual TLS (docs/security.md;
+             certificates made with openssl in the temporary directory)
+
+  --setups default,mtls runs only those (the first is the one the ratios divide by).
 
 Standard library only.
 """
@@ -42,7 +46,19 @@ SETUPS = {
     "metrics": (["--disable_tracing"], {}),
     "default": ([], {}),
     "always_on": ([], {"OTEL_TRACES_SAMPLER": "always_on"}),
+    "mtls": ([], {}),  # + the --tls_* flags (tls_flags)
 }
+
+
+def tls_flags(workdir):
+    """--tls_* flags of one certificate for 127.0.0.1 and its CA, made once in workdir."""
+    sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tls"))
+    from tls_test import Certs  # noqa: E402 (tests/tls, standard library only)
+    if not os.path.exists(os.path.join(workdir, "node.crt")):
+        Certs(workdir).leaf("node")
+    return ["--tls_cert_file", os.path.join(workdir, "node.crt"), "--tls_key_file",
+            os.path.join(workdir, "node.key"), "--tls_ca_file", os.path.join(workdir, "ca.crt")]
 
 
 def free_port():
@@ -85,6 +101,8 @@ def start(argv, env, log, cpu=None):
 def run_window(bin_dir, workdir, setup, warmup_s, window_s, cpus):
     """(steps per second, CPU seconds per step) of worker:0 under `setup` over one window."""
     flags, extra_env = SETUPS[setup]
+    tls = tls_flags(workdir) if setup == "mtls" else []
+    flags = flags + tls
     ps, worker = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     spec = {"cluster": {"ps": [ps], "worker": [worker]}}
     http_port, grpc_port = free_port(), free_port()
@@ -98,7 +116,7 @@ def run_window(bin_dir, workdir, setup, warmup_s, window_s, cpus):
                             spec_path, "--cluster_name", "bench", "--local_tasks",
                             "ps:0,worker:0", "--http_address", "127.0.0.1", "--http_port",
                             str(http_port), "--grpc_port", str(grpc_port), "--peer_sidecars",
-                            "none"], {}, log, cpu=cpus[1]))
+                            "none", *tls], {}, log, cpu=cpus[1]))
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{grpc_port}", **extra_env}
         for role in ("ps", "worker"):
             tf = json.dumps({**spec, "task": {"type": role, "index": 0}})
@@ -135,13 +153,17 @@ def main():
     ap.add_argument("--window_s", type=float, default=4)
     ap.add_argument("--cpus", choices=("one", "split"), default="one")
     ap.add_argument("--warmup_s", type=float, default=2)
+    ap.add_argument("--setups", default=",".join(SETUPS),
+                    help="comma-separated; ratios are to the first")
     args = ap.parse_args()
     cpus = (0, 0) if args.cpus == "one" else (0, 1)
-    rates = {s: [] for s in SETUPS}
-    cpu = {s: [] for s in SETUPS}
+    setups = args.setups.split(",")
+    base = setups[0]
+    rates = {s: [] for s in setups}
+    cpu = {s: [] for s in setups}
     with tempfile.TemporaryDirectory(prefix="training_overhead.") as workdir:
         for r in range(args.rounds):
-            for setup in SETUPS:
+            for setup in setups:
                 rate, cpu_per_step = run_window(args.bin, workdir, setup, args.warmup_s,
                                                 args.window_s, cpus)
                 rates[setup].append(rate)
@@ -150,14 +172,14 @@ def main():
                       f"{cpu_per_step * 1e6:7.1f} CPU us/step", flush=True)
     print(f"\nworker steps/s, median of {args.rounds} interleaved {args.window_s:.0f} s windows "
           f"(ps, worker and sidecar on one node, CPUs: {args.cpus}):")
-    print(f"  {'set-up':9s} {'steps/s':>9s} {'rate/off':>9s} {'rounds (min-max)':>17s} "
-          f"{'CPU us/step':>12s} {'CPU/off':>8s}")
-    for setup in SETUPS:
-        ratios = [a / b for a, b in zip(rates[setup], rates["off"])]
+    print(f"  {'set-up':9s} {'steps/s':>9s} {'rate/' + base:>12s} {'rounds (min-max)':>17s} "
+          f"{'CPU us/step':>12s} {'CPU/' + base:>12s}")
+    for setup in setups:
+        ratios = [a / b for a, b in zip(rates[setup], rates[base])]
         print(f"  {setup:9s} {statistics.median(rates[setup]):9.0f} "
-              f"{statistics.median(ratios):9.3f} {min(ratios):8.3f}-{max(ratios):.3f} "
+              f"{statistics.median(ratios):12.3f} {min(ratios):8.3f}-{max(ratios):.3f} "
               f"{statistics.median(cpu[setup]) * 1e6:12.1f} "
-              f"{statistics.median(cpu[setup]) / statistics.median(cpu['off']):8.3f}")
+              f"{statistics.median(cpu[setup]) / statistics.median(cpu[base]):12.3f}")
     return 0
 
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "opentelemetry/proto/collector/trace/v1/trace_service.grpc.pb.h"
 #include "trainscope/common/cluster_spec.h"
+#include "trainscope/common/grpc_tls.h"
 
 namespace trainscope::telemetry {
 namespace {
@@ -139,7 +140,9 @@ absl::StatusOr<std::string> ParseOtlpEndpoint(absl::string_view endpoint) {
   if (scheme_end != absl::string_view::npos) {
     const std::string scheme = absl::AsciiStrToLower(text.substr(0, scheme_end));
     if (scheme == "https") {
-      return bad("TLS not supported; use http://host:port (e.g. the node's sidecar)");
+      return bad(
+          "https:// is not how TLS is asked for here: use http://host:port (e.g. the node's "
+          "sidecar) and the --tls_* flags, which cover the export (docs/security.md)");
     }
     if (scheme != "http")
       return bad(absl::StrCat("scheme ", Quoted(scheme),
@@ -250,7 +253,9 @@ absl::StatusOr<std::unique_ptr<OtlpGrpcExporter>> OtlpGrpcExporter::Create(
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 500);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 500);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
-  impl->channel = grpc::CreateCustomChannel(impl->target, grpc::InsecureChannelCredentials(), args);
+  auto credentials = ::trainscope::MakeChannelCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
+  impl->channel = grpc::CreateCustomChannel(impl->target, *credentials, args);
   impl->stub = otlp_collector::TraceService::NewStub(impl->channel);
 
   auto* resource = impl->prototype.mutable_resource();

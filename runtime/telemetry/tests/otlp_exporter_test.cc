@@ -159,7 +159,8 @@ TEST(OtlpExporterTest, SendsEveryField) {
        .resource_attributes = {{"trainscope.cluster", std::string("run7")},
                                {"trainscope.task", int64_t{3}},
                                {"service.name", std::string("ignored: service_name wins")}},
-       .timeout_ms = 5000});
+       .timeout_ms = 5000,
+       .tls = {}});
   ASSERT_TRUE(exporter.ok()) << exporter.status();
   EXPECT_EQ((*exporter)->target(), absl::StrCat("127.0.0.1:", server.port()));
 
@@ -342,7 +343,7 @@ TEST(OtlpExporterTest, SilentCollectorHitsTheDeadline) {
 TEST(OtlpExporterTest, CreateRejectsBadOptions) {
   auto tls = OtlpGrpcExporter::Create(At("https://collector:4317"));
   EXPECT_EQ(tls.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(tls.status().message().find("TLS not supported"), absl::string_view::npos);
+  EXPECT_NE(tls.status().message().find("--tls_* flags"), absl::string_view::npos);
   auto timeout = OtlpGrpcExporter::Create(At("127.0.0.1:4317", 0));
   EXPECT_EQ(timeout.status().code(), absl::StatusCode::kInvalidArgument);
 }
@@ -363,7 +364,7 @@ TEST(OtlpEndpointTest, Table) {
       {" http://10.0.0.3:55680 ", "10.0.0.3:55680", ""},
       {"http://[::1]:4317", "[::1]:4317", ""},
       {"http://[::1]", "[::1]:4317", ""},
-      {"https://collector:4317", "", "TLS not supported"},
+      {"https://collector:4317", "", "--tls_* flags"},
       {"grpc://collector:4317", "", "scheme \"grpc\" not supported"},
       {"http://collector:4318/v1/traces", "", "OTLP/HTTP"},
       {"", "", "empty"},

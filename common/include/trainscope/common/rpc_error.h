@@ -31,6 +31,17 @@ struct RpcErrorSummary {
 RpcErrorSummary ClassifyRpcError(int code, absl::string_view message, int64_t deadline_ms);
 // Just the words.
 std::string SummarizeRpcError(int code, absl::string_view message, int64_t deadline_ms);
+// gRPC's and OpenSSL's words for a failed TLS handshake ("CERTIFICATE_VERIFY_FAILED", "peer did
+// not return a certificate", ...) as a person would say them ("certificate signed by an unknown
+// authority"); empty when `text` is not about TLS.
+std::string TlsFailureWords(absl::string_view text);
+// What this process's channels are: plain text (the default), TLS without or with a client
+// certificate. Under TLS a connection the peer closes while it is being set up is its refusal
+// of this process's certificate, or of its lack of one (a TLS 1.3 client hears of it no other
+// way), and the summary says so. Process-wide: every channel of a trainscope process uses the
+// same --tls_* files. Thread-safe.
+enum class TlsClient { kNone, kWithoutCertificate, kWithCertificate };
+void SetTlsClient(TlsClient mode);
 // True for failures that say the network path, not the peer, is the problem.
 bool IsNetworkFailure(RpcFailure kind);
 

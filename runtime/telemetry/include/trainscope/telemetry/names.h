@@ -69,6 +69,8 @@ inline constexpr char kCheckpointSize[] = "trainscope_checkpoint_size_bytes";
 inline constexpr char kCheckpointSaves[] = "trainscope_checkpoint_saves_total";
 inline constexpr char kCheckpointFailures[] = "trainscope_checkpoint_failures_total";
 inline constexpr char kCheckpointRestores[] = "trainscope_checkpoint_restores_total";
+// Calls refused because the caller's certificate does not name the task it claims to be.
+inline constexpr char kIdentityRefused[] = "trainscope_tls_identity_refused_total";
 
 // CreateSession.
 inline constexpr char kSessionPhase[] = "trainscope_session_phase";  // 1 for the current phase

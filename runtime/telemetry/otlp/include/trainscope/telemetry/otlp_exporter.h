@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "trainscope/common/tls.h"
 #include "trainscope/telemetry/batch_span_processor.h"
 #include "trainscope/telemetry/tracing.h"
 
@@ -32,12 +33,14 @@ struct OtlpExporterOptions {
   std::vector<Attribute> resource_attributes;
   // Deadline of one Export call.
   int timeout_ms = 2000;
+  // TLS to the collector (the node's sidecar) when set: the process's --tls_* files.
+  TlsFiles tls;
 };
 
 // Turns an OTLP endpoint into a gRPC target "host:port": accepts "http://host:port",
 // "http://host" (port 4317), "host:port", "[v6addr]:port", with an optional trailing '/'.
-// InvalidArgument for "https://" ("TLS not supported"), another scheme, a path (that is
-// OTLP/HTTP's form) or a malformed host or port; the message quotes the text. Thread-safe.
+// InvalidArgument for "https://" (TLS comes from the --tls_* flags), another scheme, a path (that
+// is OTLP/HTTP's form) or a malformed host or port; the message quotes the text. Thread-safe.
 absl::StatusOr<std::string> ParseOtlpEndpoint(absl::string_view endpoint);
 
 // The options the standard variables ask for: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else
