@@ -83,9 +83,9 @@ int main(int argc, char** argv) {
                  "Progress frozen this long while training counts as stalled")
       ->capture_default_str();
   app.add_option("--http_address", o.http_address,
-                 "Address to serve HTTP and gRPC on; a specific address also says which node "
-                 "this is (the tasks whose host is that address)")
-      ->capture_default_str();
+                 "Address to serve HTTP and gRPC on (default: the address of this node's tasks "
+                 "in the spec, and 127.0.0.1; 0.0.0.0: every interface); a specific address "
+                 "also says which node this is (the tasks whose host is that address)");
   app.add_option("--advertise_address", o.advertise_address,
                  "host:port the other sidecars reach this one's gRPC port at (default: "
                  "--http_address when specific, else the host of this node's tasks)");

@@ -211,6 +211,14 @@ absl::Status Task::Impl::Start() {
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(MaxReceiveBytes(self_, options_));
   builder.SetMaxSendMessageSize(-1);
+  // Bounds on what clients can make this server hold: 64 calls at once on one connection (more
+  // wait in the client, they do not fail) and 1024 threads serving calls (more are refused
+  // with RESOURCE_EXHAUSTED). No memory quota: a ps must take max_message_bytes gradients from
+  // many workers at once, and under a quota a burst would fail instead of queueing.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 64);
+  grpc::ResourceQuota quota(absl::StrCat("trainscope-", name));
+  quota.SetMaxThreads(1024);
+  builder.SetResourceQuota(quota);
   int bound_port = 0;
   builder.AddListeningPort(listen_address_, grpc::InsecureServerCredentials(), &bound_port);
   AcceptKeepalive(&builder);
