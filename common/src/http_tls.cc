@@ -116,16 +116,21 @@ int64_t NowMs() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<HttpTls>> HttpTls::Create(const TlsFiles& files, Log log) {
+absl::Status InitCivetwebTls() {
   // civetweb loads libssl at run time, once, when asked for TLS (before its first mg_start
   // with TLS ports); without it, it refuses them with only "Error initializing SSL context".
-  // civetweb_openssl3_shim.c is what lets it load OpenSSL 3.
+  // civetweb_openssl3_shim.cc is what lets it load OpenSSL 3.
   static const unsigned features =
       trainscope_civetweb_openssl3_shim() ? mg_init_library(MG_FEATURES_TLS) : 0;
   if ((features & MG_FEATURES_TLS) == 0) {
     return absl::FailedPreconditionError(
         "civetweb cannot load OpenSSL (libssl.so, libcrypto.so): HTTPS is not available");
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<HttpTls>> HttpTls::Create(const TlsFiles& files, Log log) {
+  if (absl::Status s = InitCivetwebTls(); !s.ok()) return s;
   auto loaded = Load(files);
   if (!loaded.ok()) return loaded.status();
   std::unique_ptr<HttpTls> tls(new HttpTls(files, std::move(log)));

@@ -73,6 +73,10 @@ class ScopedHttpTls {
   HttpTls* previous_;
 };
 
+// Has civetweb load OpenSSL (once per process): before any civetweb server or client with TLS.
+// FailedPrecondition when it cannot.
+absl::Status InitCivetwebTls();
+
 // civetweb's init_ssl callback: configures the SSL_CTX with the HttpTls in scope; -1 (civetweb
 // fails to start) when there is none.
 int HttpTlsInitSsl(void* ssl_ctx, void* user_data);
