@@ -1,5 +1,6 @@
 // trainscopectl: the cluster view in a terminal (`status`) and fault injection into a task
 // started with --enable_fault_injection (`fault`). Thin: flags -> one function -> exit code.
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -175,6 +176,9 @@ int Fault(const std::string& task, int64_t parameter_delay_ms, int64_t heartbeat
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A server that refuses our TLS handshake (no client certificate) closes before we write:
+  // that is an error to report, not a reason to die of SIGPIPE.
+  signal(SIGPIPE, SIG_IGN);
   CLI::App app{"trainscopectl: ask a trainscope sidecar about the cluster, or inject faults."};
   app.require_subcommand(1);
   std::string sidecar = "127.0.0.1:9400";
