@@ -99,6 +99,26 @@ def https_get(ctx, port, path, host="127.0.0.1", timeout=5):
     return int(head.split()[1]), body.decode(errors="replace"), serial_of(der)
 
 
+def raw_status(ctx, port, request):
+    """The status line's code of `request` (bytes) sent as is over TLS."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+            s.sendall(request)
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+    return int(data.split()[1])
+
+
+def check_bounds(ctx, port):
+    many = "".join(f"X-H{i}: v\r\n" for i in range(200))
+    check(raw_status(ctx, port, f"GET /healthz HTTP/1.0\r\n{many}\r\n".encode()) == 200,
+          "200 short header lines: served (civetweb keeps 64, ignores the rest)")
+    big = "X-Big: " + "a" * 17000 + "\r\n"
+    check(raw_status(ctx, port, f"GET /healthz HTTP/1.0\r\n{big}\r\n".encode()) == 400,
+          "17 KiB of headers: 400 (max_request_size 16 KiB)")
+
+
 def serial_of(der):
     out = subprocess.run(["openssl", "x509", "-inform", "DER", "-noout", "-serial"], input=der,
                          capture_output=True, check=True).stdout.decode()
@@ -250,6 +270,7 @@ def run(bin_dir, d):
                   f"{name} answers no plain HTTP")
             check(refused(lambda: socket.create_connection(("127.0.0.2", port), 2).close()),
                   f"{name} not listening on 127.0.0.2 (the spec's host is localhost)")
+        check_bounds(ctx, http)
         ctl = [f"{bin_dir}/trainscopectl", "status", "--sidecar", f"https://127.0.0.1:{http}",
                "--tls_ca_file", f"{d}/ca.pem"]
         with_cert = subprocess.run(ctl + ["--tls_cert_file", f"{d}/client.pem", "--tls_key_file",
