@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--alertmanager_url", o.alertmanager_urls,
                  "Alertmanager to post first-hand alerts to (dead, hung, partitioned, a node cut "
-                 "off), within a second of knowing: host:port or http://host:port[/prefix]; "
+                 "off), within a second of knowing: host:port or http(s)://host:port[/prefix]; "
                  "repeatable or comma-separated (default: $TRAINSCOPE_ALERTMANAGER_URL; none: only "
                  "Prometheus's rules page)");
   app.add_option("--alert_resend_interval_s", o.alert_resend_interval_s,

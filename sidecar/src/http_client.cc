@@ -120,8 +120,8 @@ absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::st
 
 absl::StatusOr<HttpResponse> HttpPost(const std::string& host_port, const std::string& path,
                                       const std::string& content_type, const std::string& body,
-                                      int timeout_ms, size_t max_bytes) {
-  auto conn = Connect(host_port, TlsFiles{});
+                                      int timeout_ms, size_t max_bytes, const TlsFiles& tls) {
+  auto conn = Connect(host_port, tls);
   if (!conn.ok()) return conn.status();
   mg_printf(*conn,
             "POST %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\nContent-Type: %s\r\n"

@@ -368,6 +368,7 @@ class Sidecar::Impl {
   void BuildNotifier() {
     NotifierOptions n;
     n.urls = *AlertNotifier::ParseUrls(options_.alertmanager_urls);  // Validated by MakePlan.
+    n.tls = options_.tls;
     if (n.urls.empty()) return;
     const std::string host = IsWildcard(plan_.bind.front()) ? plan_.hostname : plan_.bind.front();
     n.generator_url = absl::StrCat(http_tls_ ? "https://" : "http://",

@@ -237,6 +237,39 @@ def prometheus_scrapes(d, metrics_port):
         procs.stop()
 
 
+def start_alertmanager(d, procs):
+    """A real Alertmanager serving HTTPS that requires a client certificate of the CA; its
+    port, or None when there is no Alertmanager here."""
+    am = shutil.which("prometheus-alertmanager") or "/usr/bin/prometheus-alertmanager"
+    if not os.path.exists(am):
+        log("skip Alertmanager check: no prometheus-alertmanager binary")
+        return None
+    port = free_port()
+    with open(os.path.join(d, "am.yml"), "w") as f:
+        json.dump({"route": {"receiver": "none"}, "receivers": [{"name": "none"}]}, f)
+    with open(os.path.join(d, "am-web.yml"), "w") as f:
+        json.dump({"tls_server_config": {"cert_file": f"{d}/server.pem",
+                                         "key_file": f"{d}/server.key",
+                                         "client_auth_type": "RequireAndVerifyClientCert",
+                                         "client_ca_file": f"{d}/ca.pem"}}, f)
+    procs.start("alertmanager", [am, f"--config.file={d}/am.yml", f"--storage.path={d}/am",
+                                 f"--web.listen-address=127.0.0.1:{port}",
+                                 f"--web.config.file={d}/am-web.yml", "--cluster.listen-address="])
+    return port
+
+
+def alert_reaches_alertmanager(d, am_port, ps_proc):
+    """The ps killed: the sidecar's TrainscopeTaskDead reaches Alertmanager over mutual TLS."""
+    ps_proc.kill()
+    ctx = context(d)
+
+    def dead():
+        status, body, _ = https_get(ctx, am_port, "/api/v2/alerts")
+        return status == 200 and "TrainscopeTaskDead" in body
+    if wait_for(dead, 30, "the sidecar's TrainscopeTaskDead posted to Alertmanager over HTTPS"):
+        check(True, "the sidecar's TrainscopeTaskDead posted to Alertmanager over mutual TLS")
+
+
 def run(bin_dir, d):
     make_certs(d)
     ps, worker, metrics, http, grpc = (free_port() for _ in range(5))
@@ -247,12 +280,14 @@ def run(bin_dir, d):
            "--tls_ca_file", f"{d}/ca.pem"]
     procs = Procs(d)
     try:
-        procs.start("ps", [f"{bin_dir}/linear_regression", "--metrics_port", str(metrics),
+        am_port = start_alertmanager(d, procs)
+        am_flags = ["--alertmanager_url", f"https://localhost:{am_port}"] if am_port else []
+        ps_proc = procs.start("ps", [f"{bin_dir}/linear_regression", "--metrics_port", str(metrics),
                            "--disable_tracing", *tls],
                     env={"TF_CONFIG": json.dumps({**spec, "task": {"type": "ps", "index": 0}})})
         procs.start("sidecar", [f"{bin_dir}/trainscope-sidecar", "--cluster_spec",
                                 f"{d}/spec.json", "--http_port", str(http), "--grpc_port",
-                                str(grpc), "--peer_sidecars", "none", *tls])
+                                str(grpc), "--peer_sidecars", "none", *am_flags, *tls])
         ctx = context(d)
         wait_for(lambda: https_get(ctx, metrics, "/metrics")[0] == 200, 15, "task /metrics up")
         wait_for(lambda: https_get(ctx, http, "/healthz")[0] == 200, 15, "sidecar up")
@@ -285,6 +320,8 @@ def run(bin_dir, d):
         check(took is not None, "the rotated certificate is served by the sidecar and the task")
         if took is not None:
             log(f"rotation picked up by both listeners {took:.2f} s after the rename")
+        if am_port:
+            alert_reaches_alertmanager(d, am_port, ps_proc)
     finally:
         procs.stop()
 

@@ -24,10 +24,12 @@ absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::st
                                      int timeout_ms = 3000, size_t max_bytes = 8 << 20,
                                      const TlsFiles& tls = {});
 
-// POSTs `body` to http://`host_port``path`; fails as HttpGet does. Any HTTP status is a
-// response (the caller judges it). civetweb bounds the connect itself (its own timeout).
+// POSTs `body` to http://`host_port``path` (https:// when `tls` is enabled, as HttpGet); fails
+// as HttpGet does. Any HTTP status is a response (the caller judges it). civetweb bounds the
+// connect itself (its own timeout).
 absl::StatusOr<HttpResponse> HttpPost(const std::string& host_port, const std::string& path,
                                       const std::string& content_type, const std::string& body,
-                                      int timeout_ms = 3000, size_t max_bytes = 1 << 20);
+                                      int timeout_ms = 3000, size_t max_bytes = 1 << 20,
+                                      const TlsFiles& tls = {});
 
 }  // namespace trainscope::sidecar
