@@ -204,6 +204,24 @@ def rotate(d, ports):
     return took
 
 
+def half_rotation(d, port):
+    """A certificate that does not match the key (a rotation half written) keeps the last good
+    pair served; the matching one then loads."""
+    ctx = context(d)
+    before = https_get(ctx, port, "/healthz")[2]
+    shutil.copy(os.path.join(d, "client.pem"), os.path.join(d, "server.pem"))  # Not server.key's.
+    time.sleep(1.5)
+    status, _, serial = https_get(ctx, port, "/healthz")
+    check(status == 200 and serial == before,
+          "a certificate not matching the key: the last good one still served")
+    with open(os.path.join(d, "sidecar.log")) as f:
+        check("do not load yet" in f.read(), "the sidecar logs why the new files do not load")
+    issue(d, "server", "ca", serial=0x1003, ext="server.ext")
+    if wait_for(lambda: https_get(ctx, port, "/healthz")[2] == 0x1003, 5,
+                "the matching certificate loads afterwards"):
+        check(True, "the matching certificate loads afterwards")
+
+
 def prometheus_scrapes(d, metrics_port):
     prom = shutil.which("prometheus") or "/usr/bin/prometheus"
     if not os.path.exists(prom):
@@ -320,6 +338,7 @@ def run(bin_dir, d):
         check(took is not None, "the rotated certificate is served by the sidecar and the task")
         if took is not None:
             log(f"rotation picked up by both listeners {took:.2f} s after the rename")
+        half_rotation(d, http)
         if am_port:
             alert_reaches_alertmanager(d, am_port, ps_proc)
     finally:
