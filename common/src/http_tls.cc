@@ -2,18 +2,20 @@
 #include "trainscope/common/http_tls.h"
 
 #include <civetweb.h>
+#include <dlfcn.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
-
-extern "C" int trainscope_civetweb_openssl3_shim(void);
 
 namespace trainscope {
 
@@ -108,6 +110,24 @@ absl::StatusOr<std::shared_ptr<const HttpTls::Loaded>> Load(const TlsFiles& file
   return std::shared_ptr<const HttpTls::Loaded>(std::move(loaded));
 }
 
+// Loads civetweb_openssl3_shim.cc's library so that civetweb can use OpenSSL 3: from
+// $TRAINSCOPE_OPENSSL3_SHIM, beside the program, or where the build put it. Its path, or empty.
+std::string LoadOpenSsl3Shim() {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("TRAINSCOPE_OPENSSL3_SHIM")) candidates.push_back(env);
+  char exe[4096] = {};
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) {
+    std::string dir(exe, static_cast<size_t>(n));
+    candidates.push_back(dir.substr(0, dir.rfind('/') + 1) + "libtrainscope_openssl3_shim.so");
+  }
+  candidates.push_back(TRAINSCOPE_OPENSSL3_SHIM_BUILT);
+  for (const std::string& path : candidates) {
+    if (!path.empty() && dlopen(path.c_str(), RTLD_NOW) != nullptr) return path;
+  }
+  return "";
+}
+
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -119,13 +139,15 @@ int64_t NowMs() {
 absl::Status InitCivetwebTls() {
   // civetweb loads libssl at run time, once, when asked for TLS (before its first mg_start
   // with TLS ports); without it, it refuses them with only "Error initializing SSL context".
-  // civetweb_openssl3_shim.cc is what lets it load OpenSSL 3.
-  static const unsigned features =
-      trainscope_civetweb_openssl3_shim() ? mg_init_library(MG_FEATURES_TLS) : 0;
-  if ((features & MG_FEATURES_TLS) == 0) {
-    return absl::FailedPreconditionError(
-        "civetweb cannot load OpenSSL (libssl.so, libcrypto.so): HTTPS is not available");
-  }
+  static const std::string error = [] {
+    const std::string shim = LoadOpenSsl3Shim();
+    if ((mg_init_library(MG_FEATURES_TLS) & MG_FEATURES_TLS) != 0) return std::string();
+    return absl::StrCat("civetweb cannot load OpenSSL 3 for HTTPS: ",
+                        shim.empty() ? "libtrainscope_openssl3_shim.so not found beside the "
+                                       "program (or at $TRAINSCOPE_OPENSSL3_SHIM)"
+                                     : "libssl.so and libcrypto.so did not load");
+  }();
+  if (!error.empty()) return absl::FailedPreconditionError(error);
   return absl::OkStatus();
 }
 
