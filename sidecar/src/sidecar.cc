@@ -222,7 +222,8 @@ std::string Summary(const Plan& plan, const SidecarOptions& o) {
       " tasks; cluster ", o.cluster_name, "; this node ", plan.exchange ? plan.self : plan.hostname,
       " watches ", watched.empty() ? "none" : absl::StrJoin(watched, ", "),
       "; peers: ", plan.peers.empty() ? "none" : absl::StrJoin(plan.peers, ", "),
-      "; alerts to: ", alertmanagers.empty() ? "none" : absl::StrJoin(alertmanagers, ", "));
+      "; alerts to: ", alertmanagers.empty() ? "none" : absl::StrJoin(alertmanagers, ", "),
+      "; listens on ", absl::StrJoin(plan.bind, ", "));
 }
 
 bool IsTraceId(std::string_view id) {
