@@ -1,10 +1,12 @@
 // trainscopectl: the cluster view in a terminal (`status`) and fault injection into a task
 // started with --enable_fault_injection (`fault`). Thin: flags -> one function -> exit code.
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -75,9 +77,21 @@ void PrintNodesAndPartitions(const trainscope::sidecar::pb::TaskList& list) {
 
 // Exit codes: 0 every task up or done, 1 some task in another state, 2 the sidecar cannot be
 // asked.
-int Status(const std::string& sidecar, bool json) {
+int Status(std::string sidecar, bool json, const trainscope::TlsFiles& tls) {
   namespace ts = trainscope::sidecar;
-  auto resp = ts::HttpGet(sidecar, std::string(ts::names::kPathTasks), 3000);
+  // "https://host:port" or "http://host:port" as well as "host:port"; https or a --tls_* flag:
+  // TLS.
+  bool https = tls.enabled();
+  for (const char* scheme : {"https://", "http://"}) {
+    if (sidecar.rfind(scheme, 0) == 0) {
+      https = https || scheme[4] == 's';
+      sidecar = sidecar.substr(std::strlen(scheme));
+    }
+  }
+  if (!sidecar.empty() && sidecar.back() == '/') sidecar.pop_back();
+  trainscope::TlsFiles use = tls;
+  if (https && !use.enabled()) use.ca_file = "/etc/ssl/certs/ca-certificates.crt";
+  auto resp = ts::HttpGet(sidecar, std::string(ts::names::kPathTasks), 3000, 8 << 20, use);
   if (!resp.ok()) {
     std::cerr << "trainscopectl: cannot ask the sidecar at " << sidecar << ": "
               << resp.status().message() << "\n";
@@ -169,6 +183,9 @@ int Fault(const std::string& task, int64_t parameter_delay_ms, int64_t heartbeat
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A server that refuses our TLS handshake (no client certificate) closes before we write:
+  // that is an error to report, not a reason to die of SIGPIPE.
+  signal(SIGPIPE, SIG_IGN);
   CLI::App app{"trainscopectl: ask a trainscope sidecar about the cluster, or inject faults."};
   app.require_subcommand(1);
   std::string sidecar = "127.0.0.1:9400";
@@ -176,7 +193,10 @@ int main(int argc, char** argv) {
   auto* status = app.add_subcommand(
       "status",
       "The cluster view as a table, problems first; exit 1 when a task is neither up nor done");
-  status->add_option("--sidecar", sidecar, "HOST:PORT of a sidecar's HTTP port")
+  status
+      ->add_option("--sidecar", sidecar,
+                   "HOST:PORT of a sidecar's HTTP port, or https://HOST:PORT (a sidecar started "
+                   "with --tls_cert_file; verified against --tls_ca_file, else the system's CAs)")
       ->capture_default_str();
   status->add_flag("--json", json, "Print the sidecar's JSON instead of a table");
   std::string task;
@@ -199,6 +219,6 @@ int main(int argc, char** argv) {
   status->fallthrough();
   fault->fallthrough();
   CLI11_PARSE(app, argc, argv);
-  if (status->parsed()) return Status(sidecar, json);
+  if (status->parsed()) return Status(sidecar, json, tls);
   return Fault(task, parameter_delay_ms, heartbeat_delay_ms, tls);
 }

@@ -83,9 +83,9 @@ int main(int argc, char** argv) {
                  "Progress frozen this long while training counts as stalled")
       ->capture_default_str();
   app.add_option("--http_address", o.http_address,
-                 "Address to serve HTTP and gRPC on; a specific address also says which node "
-                 "this is (the tasks whose host is that address)")
-      ->capture_default_str();
+                 "Address to serve HTTP and gRPC on (default: the address of this node's tasks "
+                 "in the spec, and 127.0.0.1; 0.0.0.0: every interface); a specific address "
+                 "also says which node this is (the tasks whose host is that address)");
   app.add_option("--advertise_address", o.advertise_address,
                  "host:port the other sidecars reach this one's gRPC port at (default: "
                  "--http_address when specific, else the host of this node's tasks)");
@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--alertmanager_url", o.alertmanager_urls,
                  "Alertmanager to post first-hand alerts to (dead, hung, partitioned, a node cut "
-                 "off), within a second of knowing: host:port or http://host:port[/prefix]; "
+                 "off), within a second of knowing: host:port or http(s)://host:port[/prefix]; "
                  "repeatable or comma-separated (default: $TRAINSCOPE_ALERTMANAGER_URL; none: only "
                  "Prometheus's rules page)");
   app.add_option("--alert_resend_interval_s", o.alert_resend_interval_s,

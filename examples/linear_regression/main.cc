@@ -57,6 +57,9 @@ int main(int argc, char** argv) {
                  "Port of this task's /metrics (0 = any free port, reported in the heartbeat; "
                  "-1 = none)")
       ->capture_default_str();
+  app.add_option("--metrics_address", r.metrics_address,
+                 "Address /metrics binds (default: this task's host in the spec; 0.0.0.0: every "
+                 "interface)");
   bool no_telemetry = false;
   bool no_tracing = false;
   app.add_flag("--disable_telemetry", no_telemetry, "Record no metrics and no spans");

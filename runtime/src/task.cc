@@ -164,12 +164,21 @@ absl::Status Task::Impl::StartTelemetry(const std::string& host) {
   o.trace_buffer_records = options_.trace_buffer_records;
   o.tail.slow_seconds = options_.trace_slow_ms / 1000.0;
   o.metrics_port = options_.metrics_port;
-  in6_addr ip{};
-  if (inet_pton(AF_INET, host.c_str(), &ip) == 1 || inet_pton(AF_INET6, host.c_str(), &ip) == 1) {
-    o.metrics_host = host;
+  // /metrics listens where the task server does (its host in the spec), not on every
+  // interface, unless --metrics_address says otherwise. civetweb binds addresses, not names.
+  o.metrics_host = options_.metrics_address.empty() ? NumericAddress(host)
+                                                    : NumericAddress(options_.metrics_address);
+  if (o.metrics_host.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(o.name, " cannot serve /metrics: cannot resolve ",
+                     options_.metrics_address.empty() ? host : options_.metrics_address));
   }
-  // Others reach this task at its host in the cluster spec.
-  if (const std::string* address = cluster_.FindAddress(self_)) {
+  o.tls = options_.tls;
+  o.log = [name = o.name](const std::string& m) { spdlog::info("{} /metrics: {}", name, m); };
+  // Others reach this task at its host in the cluster spec (unless /metrics is elsewhere).
+  const std::string& m = options_.metrics_address;
+  const std::string* address = cluster_.FindAddress(self_);
+  if (address != nullptr && (m.empty() || m == "0.0.0.0" || m == "::")) {
     if (auto spec = ParseHostPort(*address); spec.ok()) o.advertised_host = spec->host;
   }
   std::unique_ptr<telemetry::SpanExporter> exporter;
@@ -253,6 +262,14 @@ absl::Status Task::Impl::Start() {
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(MaxReceiveBytes(self_, options_));
   builder.SetMaxSendMessageSize(-1);
+  // Bounds on what clients can make this server hold: 64 calls at once on one connection (more
+  // wait in the client, they do not fail) and 1024 threads serving calls (more are refused
+  // with RESOURCE_EXHAUSTED). No memory quota: a ps must take max_message_bytes gradients from
+  // many workers at once, and under a quota a burst would fail instead of queueing.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 64);
+  grpc::ResourceQuota quota(absl::StrCat("trainscope-", name));
+  quota.SetMaxThreads(1024);
+  builder.SetResourceQuota(quota);
   int bound_port = 0;
   builder.AddListeningPort(listen_address_, credentials, &bound_port);
   AcceptKeepalive(&builder);
@@ -269,7 +286,8 @@ absl::Status Task::Impl::Start() {
       incarnation_, kRuntimeVersion, Identity().protocol_version(), listen_address_,
       telemetry_->metrics_address().empty()
           ? ""
-          : absl::StrCat(", metrics on http://", telemetry_->metrics_address(), "/metrics"));
+          : absl::StrCat(", metrics on ", options_.tls.cert_file.empty() ? "http" : "https", "://",
+                         telemetry_->metrics_address(), "/metrics"));
   return absl::OkStatus();
 }
 

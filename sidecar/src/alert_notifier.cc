@@ -21,7 +21,13 @@ namespace trainscope::sidecar {
 class AlertNotifier::Endpoint : public std::enable_shared_from_this<Endpoint> {
  public:
   Endpoint(const std::string& url, const NotifierOptions& o) : url_(url), options_(o) {
-    std::string rest = url.substr(std::string("http://").size());
+    const bool https = absl::StartsWith(url, "https://");
+    if (https) {
+      tls_ = o.tls;
+      // No --tls_* flags: the system's CAs verify the Alertmanager.
+      if (!tls_.enabled()) tls_.ca_file = "/etc/ssl/certs/ca-certificates.crt";
+    }
+    std::string rest = url.substr(url.find("://") + 3);
     const size_t slash = rest.find('/');
     host_port_ = rest.substr(0, slash);
     path_ = absl::StrCat(slash == std::string::npos ? "" : rest.substr(slash), "/api/v2/alerts");
@@ -99,7 +105,8 @@ class AlertNotifier::Endpoint : public std::enable_shared_from_this<Endpoint> {
     for (const auto& [key, a] : batch) alerts.push_back(a);
     const std::string body = AlertsToJson(alerts, options_.generator_url, UnixSeconds(),
                                           options_.ttl_intervals * options_.resend_interval_s);
-    auto r = HttpPost(host_port_, path_, "application/json", body, options_.timeout_ms);
+    auto r =
+        HttpPost(host_port_, path_, "application/json", body, options_.timeout_ms, 1 << 20, tls_);
     const int64_t n = static_cast<int64_t>(alerts.size());
     if (r.ok() && r->status >= 200 && r->status < 300) {
       sent += n;
@@ -123,6 +130,7 @@ class AlertNotifier::Endpoint : public std::enable_shared_from_this<Endpoint> {
   const std::string url_;
   const NotifierOptions options_;
   std::string host_port_, path_;
+  TlsFiles tls_;  // Enabled for an https:// Alertmanager.
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, PostedAlert> pending_;
@@ -138,13 +146,12 @@ absl::StatusOr<std::vector<std::string>> AlertNotifier::ParseUrls(
   for (const std::string& flag : flags) {
     for (absl::string_view part : absl::StrSplit(flag, ',', absl::SkipWhitespace())) {
       std::string url(absl::StripAsciiWhitespace(part));
-      if (absl::StartsWith(url, "https://")) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--alertmanager_url ", url, ": https is not supported; give http://host:port"));
+      if (!absl::StartsWith(url, "http://") && !absl::StartsWith(url, "https://")) {
+        url = "http://" + url;
       }
-      if (!absl::StartsWith(url, "http://")) url = "http://" + url;
       while (absl::EndsWith(url, "/")) url.pop_back();
-      std::string host_port = url.substr(7, url.find('/', 7) - 7);
+      const size_t start = url.find("://") + 3;
+      std::string host_port = url.substr(start, url.find('/', start) - start);
       if (auto hp = ParseHostPort(host_port); !hp.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("--alertmanager_url ", url, ": ", hp.status().message()));

@@ -22,12 +22,16 @@
 
 #include "absl/status/statusor.h"
 #include "alerts.h"
+#include "trainscope/common/tls.h"
 
 namespace trainscope::sidecar {
 
 struct NotifierOptions {
-  // Alertmanagers as host:port or http://host:port[/path prefix].
+  // Alertmanagers as host:port or http(s)://host:port[/path prefix].
   std::vector<std::string> urls;
+  // For https:// ones: the CA that verifies them (else the system's CAs) and the certificate
+  // presented when they ask for one.
+  TlsFiles tls;
   std::string generator_url;  // This sidecar's page.
   double resend_interval_s = 10;
   double ttl_intervals = 4;  // endsAt of a firing alert = now + ttl_intervals * resend.
@@ -46,7 +50,7 @@ struct NotifierStats {
 class AlertNotifier {
  public:
   // The Alertmanagers of repeated and comma-separated --alertmanager_url values, checked:
-  // "host:port" and "http://host:port[/prefix]" (normalized to the latter); https is refused.
+  // "host:port", "http://host:port[/prefix]" (normalized to it) and "https://host:port[/prefix]".
   static absl::StatusOr<std::vector<std::string>> ParseUrls(const std::vector<std::string>& flags);
 
   // `evaluate` says what is failing now; it runs on the notifier's thread.

@@ -2,22 +2,78 @@
 #include "trainscope/sidecar/http_client.h"
 
 #include <civetweb.h>
+#include <unistd.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "trainscope/common/cluster_spec.h"
+#include "trainscope/common/http_tls.h"
 
 namespace trainscope::sidecar {
 namespace {
 
-absl::StatusOr<mg_connection*> Connect(const std::string& host_port) {
+constexpr char kSystemCas[] = "/etc/ssl/certs/ca-certificates.crt";
+
+// civetweb wants the client's certificate and key in one PEM file: a private copy (0600) that
+// is gone again once the connection is made.
+class CombinedPem {
+ public:
+  explicit CombinedPem(const TlsFiles& tls) {
+    if (tls.cert_file.empty()) return;
+    std::ifstream cert(tls.cert_file), key(tls.key_file.empty() ? tls.cert_file : tls.key_file);
+    if (!cert || !key) return;
+    const char* dir = std::getenv("TMPDIR");
+    std::string path = absl::StrCat(dir != nullptr && *dir ? dir : "/tmp", "/trainscope-XXXXXX");
+    int fd = mkstemp(path.data());  // 0600.
+    if (fd < 0) return;
+    std::stringstream pem;
+    pem << cert.rdbuf() << "\n" << key.rdbuf();
+    const std::string text = pem.str();
+    const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    close(fd);
+    if (written) {
+      path_ = path;
+    } else {
+      unlink(path.c_str());
+    }
+  }
+  ~CombinedPem() {
+    if (!path_.empty()) unlink(path_.c_str());
+  }
+  const char* path() const { return path_.empty() ? nullptr : path_.c_str(); }
+
+ private:
+  std::string path_;
+};
+
+absl::StatusOr<mg_connection*> Connect(const std::string& host_port, const TlsFiles& tls) {
   auto hp = ParseHostPort(host_port);
   if (!hp.ok()) return hp.status();
   static std::once_flag init;
   std::call_once(init, [] { mg_init_library(0); });
   char error[256] = {};
-  mg_connection* conn = mg_connect_client(hp->host.c_str(), hp->port, 0, error, sizeof(error));
+  mg_connection* conn = nullptr;
+  if (tls.enabled()) {
+    if (absl::Status s = InitCivetwebTls(); !s.ok()) return s;
+    CombinedPem client(tls);
+    if (!tls.cert_file.empty() && client.path() == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot read ", tls.cert_file, " and its key ", tls.key_file));
+    }
+    mg_client_options o{};
+    o.host = hp->host.c_str();
+    o.port = hp->port;
+    o.client_cert = client.path();
+    o.server_cert = tls.ca_file.empty() ? kSystemCas : tls.ca_file.c_str();
+    o.host_name = hp->host.c_str();
+    conn = mg_connect_client_secure(&o, error, sizeof(error));
+  } else {
+    conn = mg_connect_client(hp->host.c_str(), hp->port, 0, error, sizeof(error));
+  }
   if (conn == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot connect to ", host_port, ": ", error));
   }
@@ -54,8 +110,8 @@ absl::StatusOr<HttpResponse> ReadResponse(mg_connection* conn, const std::string
 }  // namespace
 
 absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::string& path,
-                                     int timeout_ms, size_t max_bytes) {
-  auto conn = Connect(host_port);
+                                     int timeout_ms, size_t max_bytes, const TlsFiles& tls) {
+  auto conn = Connect(host_port, tls);
   if (!conn.ok()) return conn.status();
   mg_printf(*conn, "GET %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\n\r\n", path.c_str(),
             host_port.c_str());
@@ -64,8 +120,8 @@ absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::st
 
 absl::StatusOr<HttpResponse> HttpPost(const std::string& host_port, const std::string& path,
                                       const std::string& content_type, const std::string& body,
-                                      int timeout_ms, size_t max_bytes) {
-  auto conn = Connect(host_port);
+                                      int timeout_ms, size_t max_bytes, const TlsFiles& tls) {
+  auto conn = Connect(host_port, tls);
   if (!conn.ok()) return conn.status();
   mg_printf(*conn,
             "POST %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\nContent-Type: %s\r\n"

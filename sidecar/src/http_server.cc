@@ -14,6 +14,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "trainscope/common/http_tls.h"
 
 namespace trainscope::sidecar {
 namespace {
@@ -60,22 +62,30 @@ int HttpServer::Dispatch(::mg_connection* conn, void* self_ptr) {
   return resp.status;
 }
 
-absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& address, int port,
-                                                              Handler handler) {
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
+    const std::vector<std::string>& addresses, int port, Handler handler, HttpTls* tls) {
   static std::once_flag init;
   std::call_once(init, [] { mg_init_library(0); });
   std::unique_ptr<HttpServer> server(new HttpServer);
   server->handler_ = std::move(handler);
-  server->address_ = address;
-  std::string ports = absl::StrCat(address, ":", port);
+  server->address_ = addresses.empty() ? "0.0.0.0" : addresses.front();
+  std::vector<std::string> listen;
+  for (const std::string& a : addresses) listen.push_back(CivetwebPort(a, port, tls != nullptr));
+  std::string ports = absl::StrJoin(listen, ",");
   // Bounded: a request line and headers of 16 KiB at most (civetweb also caps the header count
   // at 64), 3 s for each read or write. civetweb gives each connection a thread while it reads
   // the request, so clients that trickle theirs a byte at a time hold one each: 16 threads keep
-  // the page and the API answering through a handful of them (the test holds 8).
+  // the page and the API answering through a handful of them (the test holds 8). Beyond the
+  // threads, 64 accepted connections wait in civetweb's queue and 64 in the kernel's backlog;
+  // more are refused by the kernel, not held in memory.
   const char* options[] = {"listening_ports",
                            ports.c_str(),
                            "num_threads",
                            "16",
+                           "connection_queue",
+                           "64",
+                           "listen_backlog",
+                           "64",
                            "request_timeout_ms",
                            "3000",
                            "max_request_size",
@@ -85,6 +95,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
                            nullptr};
   mg_callbacks callbacks{};
   callbacks.log_message = LogMessage;
+  callbacks.init_ssl = HttpTlsInitSsl;
+  ScopedHttpTls scoped_tls(tls);
   std::string last_log;
   {
     std::lock_guard<std::mutex> lock(g_log_mu);

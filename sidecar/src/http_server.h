@@ -5,10 +5,14 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
 struct mg_context;
+namespace trainscope {
+class HttpTls;
+}
 struct mg_connection;
 
 namespace trainscope::sidecar {
@@ -26,9 +30,10 @@ class HttpServer {
   };
   using Handler = std::function<Response(const Request&)>;
 
-  // Listens on address:port (port 0: any free port) with a few worker threads.
-  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& address, int port,
-                                                           Handler handler);
+  // Listens on port of each of `addresses` (port 0: any free port, one address only) with a
+  // few worker threads; HTTPS when `tls` is given (it must outlive the server).
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
+      const std::vector<std::string>& addresses, int port, Handler handler, HttpTls* tls = nullptr);
   ~HttpServer();
   int port() const { return port_; }
 

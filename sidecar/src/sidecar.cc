@@ -31,6 +31,7 @@
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/common/grpc_channel.h"
 #include "trainscope/common/grpc_tls.h"
+#include "trainscope/common/http_tls.h"
 #include "trainscope/sidecar/local_hosts.h"
 #include "trainscope/sidecar/names.h"
 #include "trainscope/sidecar/trace_store.h"
@@ -97,7 +98,26 @@ struct Plan {
   std::vector<std::string> peers;
   bool exchange = false;
   std::map<std::string, std::string> node_of_host;  // Spec host -> the node id expected there.
+  std::vector<std::string> bind;                    // Addresses HTTP and gRPC listen on.
 };
+
+// Where HTTP and gRPC listen: --http_address when given, else the addresses of this node's
+// tasks and loopback (DefaultBindAddresses), not every interface.
+std::vector<std::string> BindAddresses(const SidecarOptions& o,
+                                       const std::vector<WatchedTask>& tasks) {
+  if (!o.http_address.empty()) return {o.http_address};
+  std::vector<std::string> hosts;
+  for (const WatchedTask& t : tasks) {
+    auto hp = ParseHostPort(t.address);
+    if (t.local && hp.ok()) hosts.push_back(hp->host);
+  }
+  return DefaultBindAddresses(hosts);
+}
+
+// Port 0 (any free port) on several addresses would be several ports: only the first then.
+std::vector<std::string> ForPort(const std::vector<std::string>& bind, int port) {
+  return port == 0 ? std::vector<std::string>{bind.front()} : bind;
+}
 
 absl::Status PlanPeers(const SidecarOptions& o, const std::set<std::string>& remote_hosts,
                        Plan& plan) {
@@ -176,6 +196,7 @@ absl::StatusOr<Plan> MakePlan(const SidecarOptions& o) {
     auto hp = ParseHostPort(address);
     plan.tasks.push_back({t, address, hp.ok() && hosts.IsLocal(hp->host)});
   }
+  plan.bind = BindAddresses(o, plan.tasks);
   if (!o.advertise_address.empty()) {
     if (auto hp = ParseHostPort(o.advertise_address); !hp.ok()) {
       return absl::InvalidArgumentError(
@@ -204,7 +225,8 @@ std::string Summary(const Plan& plan, const SidecarOptions& o) {
       " tasks; cluster ", o.cluster_name, "; this node ", plan.exchange ? plan.self : plan.hostname,
       " watches ", watched.empty() ? "none" : absl::StrJoin(watched, ", "),
       "; peers: ", plan.peers.empty() ? "none" : absl::StrJoin(plan.peers, ", "),
-      "; alerts to: ", alertmanagers.empty() ? "none" : absl::StrJoin(alertmanagers, ", "));
+      "; alerts to: ", alertmanagers.empty() ? "none" : absl::StrJoin(alertmanagers, ", "),
+      "; listens on ", absl::StrJoin(plan.bind, ", "));
 }
 
 bool IsTraceId(std::string_view id) {
@@ -294,9 +316,16 @@ class Sidecar::Impl {
     }
     trace_receiver_ = std::make_unique<TraceReceiver>(&trace_store_, forwarder_.get());
     AddRoutes();
-    auto http =
-        HttpServer::Start(options_.http_address, options_.http_port,
-                          [this](const HttpServer::Request& r) { return routes_.Serve(r); });
+    if (!options_.tls.cert_file.empty()) {
+      auto tls = HttpTls::Create(options_.tls, [](const std::string& m) {
+        spdlog::info("trainscope-sidecar: HTTP listener: {}", m);
+      });
+      if (!tls.ok()) return absl::InvalidArgumentError(tls.status().message());
+      http_tls_ = std::move(*tls);
+    }
+    auto http = HttpServer::Start(
+        ForPort(plan_.bind, options_.http_port), options_.http_port,
+        [this](const HttpServer::Request& r) { return routes_.Serve(r); }, http_tls_.get());
     if (!http.ok()) return http.status();
     http_ = std::move(*http);
     if (absl::Status s = StartGrpc(); !s.ok()) return s;
@@ -306,9 +335,9 @@ class Sidecar::Impl {
 
   void Start() {
     spdlog::info("trainscope-sidecar: {}", summary_);
-    spdlog::info("trainscope-sidecar: http on {}:{}, grpc on {}", options_.http_address,
-                 http_->port(),
-                 grpc_port_ >= 0 ? absl::StrCat(options_.http_address, ":", grpc_port_) : "off");
+    spdlog::info("trainscope-sidecar: {} on {} port {}, grpc on port {}",
+                 http_tls_ ? "https" : "http", absl::StrJoin(plan_.bind, ", "), http_->port(),
+                 grpc_port_ >= 0 ? std::to_string(grpc_port_) : "off");
     watcher_->Start();
     if (exchange_) exchange_->Start();
     if (notifier_) notifier_->Start();
@@ -346,12 +375,12 @@ class Sidecar::Impl {
   void BuildNotifier() {
     NotifierOptions n;
     n.urls = *AlertNotifier::ParseUrls(options_.alertmanager_urls);  // Validated by MakePlan.
+    n.tls = options_.tls;
     if (n.urls.empty()) return;
-    const std::string host =
-        IsWildcard(options_.http_address) ? plan_.hostname : options_.http_address;
-    n.generator_url =
-        absl::StrCat("http://", host.find(':') != std::string::npos ? "[" + host + "]" : host, ":",
-                     http_->port(), "/");
+    const std::string host = IsWildcard(plan_.bind.front()) ? plan_.hostname : plan_.bind.front();
+    n.generator_url = absl::StrCat(http_tls_ ? "https://" : "http://",
+                                   host.find(':') != std::string::npos ? "[" + host + "]" : host,
+                                   ":", http_->port(), "/");
     n.resend_interval_s = options_.alert_resend_interval_s;
     AlertContext context{options_.cluster_name, n.generator_url};
     notifier_ = std::make_unique<AlertNotifier>(
@@ -515,9 +544,20 @@ class Sidecar::Impl {
     if (options_.grpc_port < 0) return absl::OkStatus();
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(absl::StrCat(options_.http_address, ":", options_.grpc_port),
-                             server_credentials_, &grpc_port_);
+    for (const std::string& host : ForPort(plan_.bind, options_.grpc_port)) {
+      builder.AddListeningPort(
+          absl::StrCat(host.find(':') != std::string::npos ? "[" + host + "]" : host, ":",
+                       options_.grpc_port),
+          server_credentials_, &grpc_port_);
+    }
     builder.SetMaxReceiveMessageSize(options_.otlp_max_request_bytes);
+    // Bounds on what peers and tasks can make this server hold: 32 calls at once on one
+    // connection (more wait in the client), 64 threads serving calls (more are refused with
+    // RESOURCE_EXHAUSTED), 256 MiB of buffers (64 OTLP requests of the largest size).
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 32);
+    grpc::ResourceQuota quota("trainscope-sidecar");
+    quota.SetMaxThreads(64).Resize(256 << 20);
+    builder.SetResourceQuota(quota);
     AcceptKeepalive(&builder);
     builder.RegisterService(trace_receiver_.get());
     if (exchange_) builder.RegisterService(exchange_->service());
@@ -534,14 +574,15 @@ class Sidecar::Impl {
       while (idle_cq_->Next(&tag, &ok)) {
       }
       grpc_server_.reset();
-      return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", options_.http_address,
-                                                 ":", options_.grpc_port,
-                                                 " (port in use? pick another --grpc_port)"));
+      return absl::UnavailableError(
+          absl::StrCat("cannot serve gRPC on ", absl::StrJoin(plan_.bind, ", "), " port ",
+                       options_.grpc_port, " (port in use? pick another --grpc_port)"));
     }
     grpc_server_->GetHealthCheckService()->SetServingStatus(true);
     if (options_.tls.enabled()) {
       LogTlsRefusalsAs(
-          absl::StrCat("trainscope-sidecar at ", options_.http_address, ":", grpc_port_),
+          absl::StrCat("trainscope-sidecar at ", absl::StrJoin(plan_.bind, ","), " port ",
+                       grpc_port_),
           [](const std::string& line) { spdlog::warn("{}", line); });
     }
     idle_cq_thread_ = std::thread([cq = idle_cq_.get()] {
@@ -563,6 +604,7 @@ class Sidecar::Impl {
   std::unique_ptr<TraceReceiver> trace_receiver_;
   std::unique_ptr<AlertNotifier> notifier_;
   HttpRoutes routes_;
+  std::unique_ptr<HttpTls> http_tls_;  // Outlives http_, which uses it.
   std::unique_ptr<HttpServer> http_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<grpc::ServerCompletionQueue> idle_cq_;

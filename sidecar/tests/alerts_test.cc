@@ -120,7 +120,8 @@ TEST(AlertNotifier, ParsesUrls) {
   ASSERT_TRUE(urls.ok()) << urls.status();
   EXPECT_EQ(*urls,
             (std::vector<std::string>{"http://a:9093", "http://b:9093/am", "http://[::1]:9093"}));
-  EXPECT_FALSE(AlertNotifier::ParseUrls({"https://a:9093"}).ok());
+  EXPECT_EQ(*AlertNotifier::ParseUrls({"https://a:9093/"}),
+            std::vector<std::string>{"https://a:9093"});
   EXPECT_FALSE(AlertNotifier::ParseUrls({"a"}).ok());
 }
 

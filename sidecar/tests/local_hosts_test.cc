@@ -27,5 +27,14 @@ TEST(LocalHosts, BoundToOneAddressOnlyThatCounts) {
   EXPECT_FALSE(hosts.IsLocal(hosts.hostname()));
 }
 
+TEST(DefaultBindAddresses, TheTasksAddressesThenLoopbackElseEveryInterface) {
+  EXPECT_EQ(DefaultBindAddresses({"127.0.0.2", "127.0.0.2", "localhost"}),
+            (std::vector<std::string>{"127.0.0.2", "127.0.0.1"}));
+  EXPECT_EQ(DefaultBindAddresses({"127.0.0.1"}), (std::vector<std::string>{"127.0.0.1"}));
+  EXPECT_EQ(DefaultBindAddresses({"::1"}), (std::vector<std::string>{"::1", "127.0.0.1"}));
+  EXPECT_EQ(DefaultBindAddresses({}), (std::vector<std::string>{"0.0.0.0"}));
+  EXPECT_EQ(DefaultBindAddresses({"no-such-host.invalid"}), (std::vector<std::string>{"0.0.0.0"}));
+}
+
 }  // namespace
 }  // namespace trainscope::sidecar

@@ -4,10 +4,12 @@
 
 #include <chrono>
 
+#include "CivetServer.h"
 #include "absl/strings/str_cat.h"
 #include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
 #include "system_metrics.h"
+#include "trainscope/common/http_tls.h"
 #include "trainscope/common/proc.h"
 #include "trainscope/telemetry/names.h"
 
@@ -170,13 +172,30 @@ void Telemetry::AddCollector(MetricsCollector collector) {
 
 absl::Status Telemetry::Serve() {
   const std::string host = options_.metrics_host.empty() ? "0.0.0.0" : options_.metrics_host;
-  const std::string bind = absl::StrCat(host, ":", options_.metrics_port);
+  const std::string bind = CivetwebPort(host, options_.metrics_port, false);
+  if (!options_.tls.cert_file.empty()) {
+    auto tls = HttpTls::Create(options_.tls, options_.log);
+    if (!tls.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(options_.name,
+                                                     " cannot serve /metrics over "
+                                                     "HTTPS: ",
+                                                     tls.status().message()));
+    }
+    http_tls_ = *std::move(tls);
+  }
+  CivetCallbacks callbacks;
+  callbacks.init_ssl = HttpTlsInitSsl;
+  ScopedHttpTls scoped_tls(http_tls_.get());
   try {
-    // Bounded as the sidecar's server is: 16 KiB of request, 3 s per read or write, and a few
-    // threads, so that one slow client does not stop Prometheus' scrapes.
+    // Bounded as the sidecar's server is: 16 KiB of request (civetweb caps headers at 64),
+    // 3 s per read or write, a few threads, 16 connections queued for them and 16 in the
+    // kernel's backlog, so that one slow client does not stop Prometheus' scrapes.
     exposer_ = std::make_unique<prometheus::Exposer>(
-        std::vector<std::string>{"listening_ports", bind, "num_threads", "4", "request_timeout_ms",
-                                 "3000", "max_request_size", "16384"});
+        std::vector<std::string>{
+            "listening_ports", CivetwebPort(host, options_.metrics_port, http_tls_ != nullptr),
+            "num_threads", "4", "request_timeout_ms", "3000", "max_request_size", "16384",
+            "connection_queue", "16", "listen_backlog", "16"},
+        &callbacks);
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(options_.name, " cannot serve /metrics on ", bind,
                                                ": ", e.what(), " (is --metrics_port in use?)"));
@@ -185,9 +204,9 @@ absl::Status Telemetry::Serve() {
   exposer_->RegisterCollectable(collectable_);
   std::vector<int> ports = exposer_->GetListeningPorts();
   const int port = ports.empty() ? options_.metrics_port : ports.front();
-  const bool any = host == "0.0.0.0" || host == "::";
-  metrics_address_ = absl::StrCat(
-      any && !options_.advertised_host.empty() ? options_.advertised_host : host, ":", port);
+  const std::string& shown = options_.advertised_host.empty() ? host : options_.advertised_host;
+  metrics_address_ =
+      absl::StrCat(shown.find(':') != std::string::npos ? "[" + shown + "]" : shown, ":", port);
   return absl::OkStatus();
 }
 

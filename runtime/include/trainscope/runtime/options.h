@@ -29,6 +29,9 @@ struct RuntimeOptions {
   std::string listen_address;
   // Port of the task's /metrics: 0 = any free port (the heartbeat reports it), -1 = none.
   int metrics_port = 0;
+  // Address /metrics binds; empty = the host of listen_address (the task's host in the spec),
+  // resolved; "0.0.0.0" = every interface.
+  std::string metrics_address;
   // Record metrics and spans; off, calls pass no interceptor (for overhead comparisons).
   bool telemetry = true;
   // Export spans over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_SAMPLER, ...): every ps

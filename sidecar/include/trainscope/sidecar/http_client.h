@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "trainscope/common/tls.h"
 
 namespace trainscope::sidecar {
 
@@ -14,16 +15,21 @@ struct HttpResponse {
   std::string body;
 };
 
-// GETs http://`host_port``path`. Fails (Unavailable / DeadlineExceeded / InvalidArgument) when
-// the server cannot be reached, does not answer within `timeout_ms`, or sends more than
-// `max_bytes` or no HTTP at all. Thread-safe (no shared state).
+// GETs http://`host_port``path`, or https:// when `tls` is enabled: the server's certificate
+// chain is verified against tls.ca_file (else the system's CAs; its name is not checked), and
+// tls.cert_file/key_file are presented when set. Fails (Unavailable / DeadlineExceeded /
+// InvalidArgument) when the server cannot be reached, does not answer within `timeout_ms`, or
+// sends more than `max_bytes` or no HTTP at all. Thread-safe (no shared state).
 absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::string& path,
-                                     int timeout_ms = 3000, size_t max_bytes = 8 << 20);
+                                     int timeout_ms = 3000, size_t max_bytes = 8 << 20,
+                                     const TlsFiles& tls = {});
 
-// POSTs `body` to http://`host_port``path`; fails as HttpGet does. Any HTTP status is a
-// response (the caller judges it). civetweb bounds the connect itself (its own timeout).
+// POSTs `body` to http://`host_port``path` (https:// when `tls` is enabled, as HttpGet); fails
+// as HttpGet does. Any HTTP status is a response (the caller judges it). civetweb bounds the
+// connect itself (its own timeout).
 absl::StatusOr<HttpResponse> HttpPost(const std::string& host_port, const std::string& path,
                                       const std::string& content_type, const std::string& body,
-                                      int timeout_ms = 3000, size_t max_bytes = 1 << 20);
+                                      int timeout_ms = 3000, size_t max_bytes = 1 << 20,
+                                      const TlsFiles& tls = {});
 
 }  // namespace trainscope::sidecar

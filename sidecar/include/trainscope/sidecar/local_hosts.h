@@ -32,4 +32,10 @@ class LocalHosts {
   bool strict_ = false;  // Only addresses_ count: no loopback, no hostname.
 };
 
+// Where a sidecar listens when --http_address is not given: the address each host of this
+// node's tasks resolves to (IPv4 first), in order and once each, plus 127.0.0.1 (tasks send
+// spans to 127.0.0.1:4317 by default, and trainscopectl asks 127.0.0.1:9400); "0.0.0.0" (every
+// interface) when no host resolves. Resolves names: call at start-up.
+std::vector<std::string> DefaultBindAddresses(const std::vector<std::string>& task_hosts);
+
 }  // namespace trainscope::sidecar

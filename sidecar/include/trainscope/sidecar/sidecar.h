@@ -36,9 +36,11 @@ struct SidecarOptions {
   int blocked_after_ms = 1000;
   double stall_after_s = 10;
   // Where to serve HTTP and gRPC. A specific address also says which node this is: the tasks
-  // whose host is that address. "0.0.0.0": every local interface, and this node's tasks are
-  // those whose host is any address of this machine.
-  std::string http_address = "0.0.0.0";
+  // whose host is that address. "0.0.0.0": every local interface. Empty (the default): the
+  // address of this node's tasks in the spec, plus 127.0.0.1 (every interface when the spec
+  // has none here). Empty or a wildcard: this node's tasks are those whose host is any address
+  // of this machine.
+  std::string http_address;
   int http_port = 9400;  // 0: any free port (printed at start).
   int grpc_port = 4317;  // -1: no gRPC server (and so no exchange and no trace agent).
   // TLS on HTTP and gRPC, the polls of tasks and the exchange (docs/security.md).

@@ -16,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "trainscope/common/cluster_spec.h"
+#include "trainscope/common/tls.h"
 #include "trainscope/telemetry/batch_span_processor.h"
 #include "trainscope/telemetry/flight_recorder.h"
 #include "trainscope/telemetry/metrics.h"
@@ -26,6 +27,10 @@ namespace prometheus {
 class Exposer;
 struct MetricFamily;
 }  // namespace prometheus
+
+namespace trainscope {
+class HttpTls;
+}  // namespace trainscope
 
 namespace trainscope::telemetry {
 
@@ -42,7 +47,13 @@ struct TelemetryOptions {
   int metrics_port = 0;
   // Host to bind /metrics on; empty = all interfaces.
   std::string metrics_host;
-  // Host to advertise in metrics_address() when /metrics binds all interfaces.
+  // With a certificate, /metrics is served over HTTPS; with a CA too, scrapers must present a
+  // certificate it signed. Re-read when the files change (trainscope/common/http_tls.h).
+  TlsFiles tls;
+  // Hears of certificate reloads and failed reloads (may be null).
+  std::function<void(const std::string&)> log;
+  // Host to advertise in metrics_address(); empty = metrics_host (or, when that is a wildcard,
+  // nothing better than it).
   std::string advertised_host;
   // Which new traces are exported whatever happens to them (the head sampler), and how
   // finished spans are queued for the exporter.
@@ -98,6 +109,7 @@ class Telemetry {
   mutable std::mutex collectors_mu_;
   std::vector<MetricsCollector> collectors_ ABSL_GUARDED_BY(collectors_mu_);
   std::shared_ptr<Collectable> collectable_;
+  std::unique_ptr<HttpTls> http_tls_;  // Outlives exposer_, which uses it.
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::string metrics_address_;
 };

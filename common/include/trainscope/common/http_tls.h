@@ -1,0 +1,88 @@
+#pragma once
+// TLS for the civetweb HTTP servers (the sidecar's page and API, a task's /metrics): one
+// OpenSSL setup shared by both, from the --tls_* files. civetweb creates its SSL_CTX and hands
+// it to HttpTlsInitSsl; the certificate is then chosen per handshake from what HttpTls last
+// read, so a rotated certificate, key or CA is served from the next handshake on, with no
+// restart and no refused connection (docs/security.md, "HTTP listeners").
+//
+//   auto tls = HttpTls::Create(files, log);              // reads and checks the files
+//   ScopedHttpTls scope(tls->get());                     // for the mg_start on this thread
+//   mg_start(&callbacks /* .init_ssl = HttpTlsInitSsl */, ..., {"listening_ports", "h:p" "s"});
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "trainscope/common/tls.h"
+
+struct ssl_st;
+
+namespace trainscope {
+
+// Thread-safe. Must outlive every server configured with it.
+class HttpTls {
+ public:
+  using Log = std::function<void(const std::string&)>;
+  // Reads the certificate chain and key (they must match) and the CA. InvalidArgument naming
+  // the file when one cannot be read. `log` hears of reloads and failed reloads (may be null).
+  static absl::StatusOr<std::unique_ptr<HttpTls>> Create(const TlsFiles& files, Log log = nullptr);
+  ~HttpTls();
+
+  // Re-reads the files when one of them changed (inode, size or mtime), at most once per
+  // `min_interval_ms`. A pair that does not read whole (a rotation half written) keeps the
+  // last good one and is tried again later. Called at each handshake.
+  void MaybeReload(int64_t min_interval_ms = 1000);
+  // How many times a changed set of files was loaded since Create.
+  uint64_t reloads() const { return reloads_.load(); }
+  bool requires_client_certificate() const { return files_.mutual(); }
+
+  // For civetweb's init_ssl: sets up `ssl_ctx` (TLS 1.2 at least, our certificate per
+  // handshake, client certificates required with a CA). Returns civetweb's 1 (done).
+  int ConfigureServer(void* ssl_ctx);
+
+  struct Loaded;
+
+ private:
+  explicit HttpTls(TlsFiles files, Log log) : files_(std::move(files)), log_(std::move(log)) {}
+  static int SelectCertificate(::ssl_st* ssl, void* self);
+  std::shared_ptr<const Loaded> current() const;
+
+  const TlsFiles files_;
+  const Log log_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const Loaded> loaded_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> last_check_ms_{0};
+  std::atomic<uint64_t> reloads_{0};
+};
+
+// Names the HttpTls that HttpTlsInitSsl uses for mg_start calls on this thread while in scope
+// (civetweb calls init_ssl from mg_start; prometheus::Exposer gives no other way to pass it).
+class ScopedHttpTls {
+ public:
+  explicit ScopedHttpTls(HttpTls* tls);
+  ~ScopedHttpTls();
+  ScopedHttpTls(const ScopedHttpTls&) = delete;
+  ScopedHttpTls& operator=(const ScopedHttpTls&) = delete;
+
+ private:
+  HttpTls* previous_;
+};
+
+// Has civetweb load OpenSSL (once per process): before any civetweb server or client with TLS.
+// FailedPrecondition when it cannot.
+absl::Status InitCivetwebTls();
+
+// civetweb's init_ssl callback: configures the SSL_CTX with the HttpTls in scope; -1 (civetweb
+// fails to start) when there is none.
+int HttpTlsInitSsl(void* ssl_ctx, void* user_data);
+
+// "host:port" as civetweb's listening_ports wants it: IPv6 hosts in brackets, and an "s"
+// suffix for TLS.
+std::string CivetwebPort(const std::string& host, int port, bool tls);
+
+}  // namespace trainscope
