@@ -22,6 +22,7 @@ import re
 import signal
 import time
 
+LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\.(\d{3}) ")
 RESTORED = re.compile(r"restored its variables from the checkpoint of step (\d+)")
 GOING_ON = re.compile(r"going on from step (\d+) \(was at step (\d+)\)")
 FINAL_LOSS = re.compile(r"final loss ([0-9.e+-]+) \(initial ([0-9.e+-]+)")
@@ -51,6 +52,30 @@ def log_size(proc):
         return os.path.getsize(proc.log_path)
     except OSError:
         return 0
+
+
+def logged_at(text, pattern):
+    """Unix time of the first log line (local time, to the ms) that matches pattern, or None."""
+    for line in text.splitlines():
+        m = LOG_TIME.match(line)
+        if m and re.search(pattern, line):
+            return time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + \
+                int(m.group(2)) / 1000
+    return None
+
+
+def log_timings(drill, res, offsets, ps_offset):
+    """From the processes' own log lines: kill -> ps:1 restored -> each worker going on."""
+    t0 = res["fault_at"]
+    out = {"restart_s": round(res["restart_at"] - t0, 3)}
+    t = logged_at(log_since(drill.tasks["ps:1"], ps_offset), r"restored \d+ variables")
+    if t:
+        out["ps_restored_s"] = round(t - t0, 3)
+    for w in WORKERS:
+        t = logged_at(log_since(drill.tasks[w], offsets[w]), r"going on from step")
+        if t:
+            out[f"{w}_going_on_s"] = round(t - t0, 3)
+    return out
 
 
 def reference_loss(drill, cluster):
@@ -150,6 +175,7 @@ def scenario(drill, cluster, every, h):
         res["fault_at"] = t0
         drill.tasks["ps:1"].kill9()
         time.sleep(RESTART_DELAY_S)
+        res["restart_at"] = time.time()
         drill.start_task("ps:1")
         seen = watch_restore(drill, t0, offsets, 90)
         res.update({k: v for k, v in seen.items() if k != "going_on"}, going_on=seen["going_on"])
@@ -160,6 +186,7 @@ def scenario(drill, cluster, every, h):
                       log_since(drill.tasks["ps:1"], ps_offset))
         if m:
             res["ps_log_restored_step"], res["restore_ms"] = int(m.group(1)), float(m.group(2))
+        res["by_logs"] = log_timings(drill, res, offsets, ps_offset)
         check_workers_went_on(drill, seen, offsets, failures)
         res["steps_lost"] = steps_lost(seen, every, failures)
         if "training_again_s" not in seen:
@@ -178,7 +205,8 @@ def summary(res):
         return res.get("error") or "no restore seen"
     return (f"restored step {res['restored_step']} (sidecar after {res.get('ps_restored_s')} s), "
             f"both workers training again after {res.get('training_again_s')} s, steps lost "
-            f"{res.get('steps_lost')} (interval {res['checkpoint_every_steps']})"
+            f"{res.get('steps_lost')} (interval {res['checkpoint_every_steps']}); by the logs, "
+            f"after the kill: {res.get('by_logs')}"
             + ("" if res["ok"] else f"; FAILED: {res['error']}"))
 
 
