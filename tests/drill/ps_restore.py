@@ -101,8 +101,9 @@ def watch_restore(drill, t0, offsets, timeout):
     deadline = t0 + timeout
     while time.time() < deadline:
         now = time.time()
-        w0 = view_of(drill, "worker:0")
-        if seen["restored_step"] is None:
+        # Its count before the kill: it stands still until worker:0 goes on (a heartbeat late).
+        if seen["restored_step"] is None and "worker:0" not in seen["going_on"]:
+            w0 = view_of(drill, "worker:0")
             seen["steps_before"] = max(seen["steps_before"], int(w0.get("steps", 0)))
         ps = view_of(drill, "ps:1")
         m = RESTORED.search(ps.get("reason", ""))
@@ -181,7 +182,7 @@ def scenario(drill, cluster, every, h):
         res.update({k: v for k, v in seen.items() if k != "going_on"}, going_on=seen["going_on"])
         if seen["restored_step"] is None:
             raise h.DrillError("the sidecar never said ps:1 restored its variables from a "
-                             f"checkpoint (its reason: {view_of(drill, 'ps:1').get('reason')})")
+                               f"checkpoint (its reason: {view_of(drill, 'ps:1').get('reason')})")
         m = re.search(r"restored \d+ variables .* of step (\d+) from .* in ([0-9.]+) ms",
                       log_since(drill.tasks["ps:1"], ps_offset))
         if m:
