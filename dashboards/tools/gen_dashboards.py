@@ -653,7 +653,47 @@ def training():
     d.panel("timeseries", "Waiting for peers in CreateSession", [
         (f"max by (role, task, peer_role, peer_task) (trainscope_session_waiting_seconds{{{T()}}})",
          "{{role}}:{{task}} -> {{peer_role}}:{{peer_task}}")], w=12, h=8, unit="s")
+    checkpoints(d)
     return d
+
+
+def checkpoints(d):
+    """Checkpoint age, restores and saves (docs/runtime.md, Checkpoints): how far back a ps
+    that restarts now would go, and whether the ps that did restart came back with one."""
+    d.row("Checkpoints")
+    d.panel("timeseries", "Checkpoint age", [
+        (f"max by (role, task) (trainscope_checkpoint_age_seconds{{{T()}}})",
+         "{{role}}:{{task}}")], w=8, h=8, unit="s",
+        defaults={"thresholds": {"mode": "absolute", "steps": [
+            {"color": "green", "value": None}, {"color": "red", "value": 1800}]},
+            "custom": {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10,
+                       "showPoints": "never", "spanNulls": False,
+                       "thresholdsStyle": {"mode": "line"}}},
+        description="Seconds since the saving task (the chief, or worker:0) wrote the newest "
+                    "checkpoint: the steps a ps restarted now loses. The line is "
+                    "TrainscopeCheckpointStale's threshold (30 min, for 5 min). A sawtooth is "
+                    "healthy; a ramp means saves fail or stopped.")
+    d.panel("timeseries", "Restarts and checkpoint restores", [
+        (f"max by (role, task) (trainscope_task_restarts_total{{{S()}}})",
+         "{{role}}:{{task}} restarts (sidecar)"),
+        (f"max by (role, task) (trainscope_checkpoint_restores_total{{{T()}}})",
+         "{{role}}:{{task}} restores (this process)")], w=8, h=8, unit="short",
+        description="Restarts the sidecar saw (new incarnations) beside restores from a "
+                    "checkpoint: a ps counts 1 when its process loaded its variables from one, a "
+                    "worker 1 each time it went back to a restored step. A ps restart without a "
+                    "restore lost its variables (the workers fail with that cause); the "
+                    "sidecar's reason for a restored ps says from which step.")
+    d.panel("timeseries", "Checkpoint writes", [
+        (f"max by (role, task) (trainscope_checkpoint_duration_seconds{{{T()}}})",
+         "{{role}}:{{task}} write time"),
+        (f"sum by (role, task) (increase(trainscope_checkpoint_failures_total{{{T()}}}[{RI}]))",
+         "{{role}}:{{task}} failed writes")], w=8, h=8, unit="s",
+        overrides=[{"matcher": {"id": "byRegexp", "options": ".*failed writes"},
+                    "properties": [{"id": "unit", "value": "short"},
+                                   {"id": "custom.axisPlacement", "value": "right"}]}],
+        description="How long the newest checkpoint took to write (on the saver's writer "
+                    "thread, not the step), and failed writes (look for \"could not save the "
+                    "checkpoint\" in the saver's log).")
 
 
 DASHBOARDS = {

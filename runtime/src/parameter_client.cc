@@ -242,18 +242,29 @@ std::optional<int64_t> ParameterClient::TakeResume() {
 }
 
 template <typename State>
-void ParameterClient::CheckRestart(PsStub* ps, const State& state) {
-  const bool restarted = state.incarnation() != 0 && state.incarnation() != ps->incarnation;
+void ParameterClient::CheckRestart(PsStub* ps, const State& answer) {
+  const bool restarted = answer.incarnation() != 0 && answer.incarnation() != ps->incarnation;
   const bool first = ps->variables.empty();  // Creating: a restored ps is no surprise.
-  if (!restarted && !(first && state.restored())) return;
+  if (!restarted && !(first && answer.restored())) return;
   const std::string name = ps->peer->task.ShortName();
+  absl::StatusOr<v1::HandshakeResponse> handshake;
+  if (restarted) {
+    // So that the new ps knows our session and accepts our Done at the end. Its answer also says
+    // what the ps restored: Pull and Push answers carry only the incarnation (the hot path).
+    handshake = HandshakeWith(*ps->peer, session_->identity(), rpc_deadline_ms_);
+    if (!handshake.ok()) {
+      // Tried again on its next answer: the incarnation stays the old one until then.
+      spdlog::warn("{} restarted (incarnation {:016x} -> {:016x}); handshaking again failed: {}",
+                   name, ps->incarnation, answer.incarnation(),
+                   std::string(handshake.status().message()));
+      return;
+    }
+  }
+  const State& state = restarted ? handshake->ps_state() : answer;
   if (restarted) {
     spdlog::warn("{} restarted (incarnation {:016x} -> {:016x}){}", name, ps->incarnation,
                  state.incarnation(), state.restored() ? "" : " without restoring a checkpoint");
     ps->incarnation = state.incarnation();
-    // So that the new ps knows our session and accepts our Done at the end.
-    auto handshake = HandshakeWith(*ps->peer, session_->identity(), rpc_deadline_ms_);
-    if (!handshake.ok()) spdlog::warn("{}", std::string(handshake.status().message()));
   }
   if (!state.restored()) return;
   const int64_t step = state.restored_step();

@@ -122,7 +122,7 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
     const double end = MonotonicSeconds();
     task_->status_.RecordServed(end - start, queued - start, end - queued);
     response->set_version(task_->store_->updates_applied());
-    task_->FillPsState(response->mutable_ps_state());
+    task_->FillIncarnation(response->mutable_ps_state());
     return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
 
@@ -140,7 +140,7 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
     }
     task_->InjectedParameterDelay();
     const std::string from = TaskIdFromProto(request->from()).ShortName();
-    task_->FillPsState(response->mutable_ps_state());
+    task_->FillIncarnation(response->mutable_ps_state());
     // At most once: a retry of a Push this ps applied (its answer lost) is answered, not applied.
     const uint64_t sequence = request->sequence();
     if (sequence != 0 &&

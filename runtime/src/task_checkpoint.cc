@@ -64,6 +64,8 @@ absl::Status Task::Impl::RestoreFromCheckpoint() {
   return absl::OkStatus();
 }
 
+void Task::Impl::FillIncarnation(v1::PsState* state) const { state->set_incarnation(incarnation_); }
+
 void Task::Impl::FillPsState(v1::PsState* state) const {
   state->set_incarnation(incarnation_);
   if (!restored_) return;

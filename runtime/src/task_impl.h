@@ -87,8 +87,12 @@ class Task::Impl {
   // ps: loads this task's variables from the newest checkpoint in --checkpoint_dir that reads
   // whole (before it serves, so no worker sees it empty when there is one to restore).
   absl::Status RestoreFromCheckpoint();
-  // What a ps tells its callers about its memory (incarnation, restored checkpoint).
+  // What a ps tells its callers about its memory (incarnation, restored checkpoint): in
+  // Handshake, CreateVariable and heartbeat answers.
   void FillPsState(v1::PsState* state) const;
+  // The incarnation alone, in Pull and Push answers (the hot path): a worker that sees a new one
+  // handshakes again and learns the rest there.
+  void FillIncarnation(v1::PsState* state) const;
   // The checkpointing task: saves the values a PullAll just brought when a checkpoint is due.
   void MaybeCheckpoint(const std::vector<std::string>& values);
   // Called by CreateSession: makes this task the checkpointing one when it is (chief, or worker:0

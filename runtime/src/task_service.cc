@@ -165,6 +165,8 @@ void Task::Impl::FillHeartbeat(v1::HeartbeatResponse* response) const {
     serving->set_queue_seconds(s.served_queue_seconds);
     serving->set_work_seconds(s.served_work_seconds);
   }
+  // So that the sidecar can say a restarted ps came back with its checkpoint.
+  if (store_) FillPsState(response->mutable_ps_state());
 }
 
 std::unique_ptr<grpc::Service> NewTaskService(Task::Impl* task) {

@@ -86,6 +86,8 @@ HeartbeatInfo Convert(const pb::HeartbeatResponse& r) {
     hb.served_queue_seconds = r.serving().queue_seconds();
     hb.served_work_seconds = r.serving().work_seconds();
   }
+  if (r.ps_state().restored())
+    hb.restored_step = std::max<int64_t>(0, r.ps_state().restored_step());
   return hb;
 }
 

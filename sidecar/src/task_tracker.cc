@@ -308,6 +308,11 @@ TaskTracker::Decision TaskTracker::DecideAnswering(double now_s, double now_unix
                                     " (latency ", HumanDuration(view_.latency_seconds), ")");
   if (hb.steps > 0) absl::StrAppend(&reason, ", step ", hb.steps);
   if (view_.restarts > 0) absl::StrAppend(&reason, "; restarted ", view_.restarts, "x");
+  // Says why a restarted ps is up with variables at all, and how far back its shard went.
+  if (hb.restored_step >= 0) {
+    absl::StrAppend(&reason, view_.restarts > 0 ? ", " : "; ",
+                    "restored its variables from the checkpoint of step ", hb.restored_step);
+  }
   return {TaskState::kUp, reason};
 }
 

@@ -29,6 +29,7 @@ class TrackerTest : public ::testing::Test {
     hb.steps = steps_;
     hb.expects_progress = true;
     hb.unix_seconds = kUnix0 + now_;
+    hb.restored_step = restored_step_;
     return hb;
   }
   void Answer(double latency = 0.001) {
@@ -64,6 +65,7 @@ class TrackerTest : public ::testing::Test {
   double now_ = 0;
   int64_t steps_ = 0;
   uint64_t incarnation_ = 7;
+  int64_t restored_step_ = -1;
   std::string phase_ = "training";
   std::optional<ProcStat> proc_state_ = ProcStat{'S', 1.0};
   ProcReader proc_ = [this](int64_t) { return proc_state_; };
@@ -229,6 +231,21 @@ TEST_F(TrackerTest, RestartIsAnEventAndACounter) {
   bool logged = false;
   for (const auto& e : tracker_.TakeEvents()) logged |= e.find("restarted") != std::string::npos;
   EXPECT_TRUE(logged);
+}
+
+// A ps restarted with its checkpoint: up, and the reason says from which step (the fire drill's
+// ps-kill-restore reads it).
+TEST_F(TrackerTest, RestartedPsSaysWhichCheckpointItRestored) {
+  Run(1, true);
+  EXPECT_EQ(Evaluate().reason.find("restored"), std::string::npos) << Evaluate().reason;
+  incarnation_ = 8;
+  restored_step_ = 300;
+  Run(0.2, true);
+  EXPECT_EQ(Evaluate().state, TaskState::kUp);
+  EXPECT_NE(Evaluate().reason.find(
+                "restarted 1x, restored its variables from the checkpoint of step 300"),
+            std::string::npos)
+      << Evaluate().reason;
 }
 
 TEST_F(TrackerTest, WrongIdentityIsNotAnAnswer) {

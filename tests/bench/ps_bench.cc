@@ -3,7 +3,10 @@
 // Prints, per payload size, the median time per round trip of each and the ratio of their rates
 // (runtime rate / bare rate; 1.0 = no overhead).
 //
-//   build/bin/ps_bench [--rounds 15] [--seconds_per_round 0.3]
+//   build/bin/ps_bench [--rounds 15] [--seconds_per_round 0.3] [--checkpoint_dir DIR]
+//
+// --checkpoint_dir: the ps starts with it and restores the checkpoint there (one written by a
+// one-ps cluster, e.g. linear_regression's), so that it serves as a restored ps does.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -47,7 +50,7 @@ using Clock = std::chrono::steady_clock;
 
 // Runs `op` repeatedly for `seconds`; returns the mean seconds per op.
 
-int Run(int rounds, double seconds_per_round) {
+int Run(int rounds, double seconds_per_round, const std::string& checkpoint_dir) {
   spdlog::set_level(spdlog::level::warn);
   const std::string ps_addr = "127.0.0.1:" + std::to_string(testing::FreePort());
   const std::string worker_addr = "127.0.0.1:" + std::to_string(testing::FreePort());
@@ -58,7 +61,9 @@ int Run(int rounds, double seconds_per_round) {
   // The data path alone; telemetry_bench measures what telemetry adds.
   options.telemetry = false;
   options.metrics_port = -1;
-  auto ps = Task::Start(options, TfConfig{*spec, TaskRef{"ps", 0}});
+  RuntimeOptions ps_options = options;
+  ps_options.checkpoint_dir = checkpoint_dir;
+  auto ps = Task::Start(ps_options, TfConfig{*spec, TaskRef{"ps", 0}});
   if (!ps.ok()) {
     fprintf(stderr, "cannot start the ps: %s\n", ps.status().ToString().c_str());
     return 1;
@@ -160,5 +165,9 @@ int Run(int rounds, double seconds_per_round) {
 
 int main(int argc, char** argv) {
   const trainscope::bench::RoundOptions o = trainscope::bench::ParseRoundOptions(argc, argv);
-  return trainscope::Run(o.rounds, o.seconds_per_round);
+  std::string checkpoint_dir;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--checkpoint_dir") == 0) checkpoint_dir = argv[i + 1];
+  }
+  return trainscope::Run(o.rounds, o.seconds_per_round, checkpoint_dir);
 }

@@ -37,6 +37,7 @@ import urllib.request
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import monitoring  # noqa: E402 (beside this file)
+import ps_restore  # noqa: E402 (beside this file)
 from monitoring import RULE_OVERRIDES  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -44,6 +45,10 @@ CLUSTER = "drill"
 STEP_DELAY_MS = 20
 FEATURES = 90  # 3 equal shards of 30 floats (120 bytes), so the ps:0 budget below is exact.
 PS0_BUDGET = 124  # bytes: 120 held = 97% (alerts above 90%), room for the 4-byte bias as well.
+# worker:0 saves a checkpoint every this many of its steps (about 2-3 s at the drill's pace), so
+# that a ps killed in ps-kill-restore comes back with its variables, and the checkpoint panels
+# have data. By steps, not seconds: the scenario's bound on the steps lost is one interval.
+CHECKPOINT_EVERY_STEPS = 100
 
 INTERVALS = {"scrape": "1s", "evaluation": "1s", "http_sd_refresh": "1s",
              "am_group_wait": "1s", "am_group_interval": "1s"}
@@ -167,7 +172,7 @@ class Drill:
         self.dir = os.path.abspath(args.out) if args.out else tempfile.mkdtemp(prefix="drill-")
         os.makedirs(self.dir, exist_ok=True)
         # A folder reused from an earlier run: start from empty data (only what we write).
-        for old in ("prom-data", "am-data", "logs"):
+        for old in ("prom-data", "am-data", "logs", "checkpoints"):
             shutil.rmtree(os.path.join(self.dir, old), ignore_errors=True)
         self.logdir = os.path.join(self.dir, "logs")
         os.makedirs(self.logdir, exist_ok=True)
@@ -219,7 +224,10 @@ class Drill:
         role, index = name.split(":")
         argv = [self.lr, "--cluster_name", CLUSTER, "--enable_fault_injection",
                 "--features", str(FEATURES), "--steps", "100000000",
-                "--step_delay_ms", str(STEP_DELAY_MS), "--log_every", "2000"]
+                "--step_delay_ms", str(STEP_DELAY_MS), "--log_every", "2000",
+                "--checkpoint_dir", os.path.join(self.dir, "checkpoints"),
+                "--checkpoint_every_steps", str(CHECKPOINT_EVERY_STEPS),
+                "--checkpoint_every_s", "0"]
         if self.has_metrics_port:
             argv += ["--metrics_port", "0"]
         if name == "ps:0":
@@ -544,6 +552,11 @@ class Drill:
         self.run_scenario("sidecar-down", "TrainscopeSidecarDown",
                           {"job": "trainscope-sidecars", "instance": instance}, fault, undo)
 
+    def scenario_ps_kill_restore(self):
+        log("scenario ps-kill-restore: kill -9 ps:1 mid-training, restart it; expecting its "
+            "checkpoint restored, the workers going on, at most one interval lost")
+        ps_restore.scenario(self, CLUSTER, CHECKPOINT_EVERY_STEPS, HELPERS)
+
     # ---------------------------------------------------------------- dashboards
 
     def run_panel_queries(self):
@@ -638,6 +651,7 @@ class Drill:
             ("slow-ps", self.scenario_slow_ps),
             ("ps-past-deadline", self.scenario_deadline),
             ("crash-loop", self.scenario_restarts),
+            ("ps-kill-restore", self.scenario_ps_kill_restore),
             ("sidecar-down", self.scenario_sidecar_down),
         ]
         if wanted is None or "ps-never-starts" in wanted:
@@ -660,7 +674,7 @@ class Drill:
                 break
             fn()
         if wanted is None:
-            self.finish_worker()
+            ps_restore.finish_job(self, HELPERS)
             self.check_no_false_alarms()
         if not self.args.skip_queries:
             if not json_checked:
@@ -688,24 +702,10 @@ class Drill:
         ("TrainscopeDeadlineExceededRateHigh", "ps", "1"):
             "sigstop-ps: calls to the stopped ps:1 exceeded their deadline",
         ("TrainscopePsLatencyHigh", "ps", "1"): "sigstop-ps: calls to the stopped ps:1 were slow",
+        # Killed and restarted 1 s later: the sidecar may see the process gone and page first-hand
+        # before the new one answers (resolved when it does).
+        ("TrainscopeTaskDead", "ps", "1"): "ps-kill-restore: ps:1 was dead until restarted",
     }
-
-    def finish_worker(self, quiet_s=15):
-        """The end of a job pages nothing: worker:0 is asked to finish (SIGUSR1: it finishes
-        cleanly, its last heartbeat says done; SIGTERM would be leaving, an eviction, not the
-        end of the job); the sidecar must say `done`, and for quiet_s
-        (past TrainscopeTaskDead's `for:`, a scrape, an evaluation and group_wait) nothing may
-        reach the webhook about it (check_no_false_alarms)."""
-        log("worker:0 finishes its job (SIGUSR1): it must be done, and page nothing")
-        self.should_run.discard("worker:0")
-        self.tasks["worker:0"].signal(signal.SIGUSR1)
-        try:
-            wait_for("worker:0 done", lambda: self.state_of("worker:0") == "done", 30, 0.2)
-        except DrillError as e:
-            self.failures.append(f"a finished worker: {e} (state {self.state_of('worker:0')})")
-            return
-        time.sleep(quiet_s)
-        self.notes.append(f"worker:0 finished (state done); waited {quiet_s} s for any page")
 
     def check_no_false_alarms(self):
         """Every alert that reached the webhook is one a scenario caused."""
@@ -761,12 +761,19 @@ class Drill:
                          f"({r.get('sent_by', '-')}) | "
                          f"{fmt('webhook_resolved_s') if r.get('ok') else 'FAILED'} |")
         md = "\n".join(lines) + "\n"
+        for r in self.results:
+            if r["scenario"] == "ps-kill-restore":
+                md += f"\nps-kill-restore: {ps_restore.summary(r)}\n"
         with open(os.path.join(self.dir, "report.md"), "w") as f:
             f.write(md)
         print(md)
         for n in self.notes:
             log(f"note: {n}")
         return rep
+
+
+# What ps_restore.py needs of this module (passed, not imported: this file runs as __main__).
+HELPERS = argparse.Namespace(wait_for=wait_for, DrillError=DrillError, log=log)
 
 
 def main():

@@ -61,7 +61,10 @@ class LocalCluster:
         role, index = name.split(":")
         argv = [os.path.join(self.bin, "linear_regression"), "--cluster_name", CLUSTER,
                 "--enable_fault_injection", "--steps", "100000000", "--step_delay_ms", "20",
-                "--log_every", "2000", "--metrics_port", "0"]
+                "--log_every", "2000", "--metrics_port", "0",
+                # Checkpoints (worker:0 saves every second), for the checkpoint panels.
+                "--checkpoint_dir", os.path.join(self.dir, "checkpoints"),
+                "--checkpoint_every_s", "1"]
         if name == "ps:0":
             argv += ["--ps_memory_limit_bytes", str(1 << 20)]  # a budget, for its panels
         if name == "worker:0":

@@ -519,6 +519,44 @@ TEST(RuntimeIntegration, WholeClusterRestartedResumesFromTheNewestCheckpoint) {
   EXPECT_NE(w2->Output().find("after 600 steps"), std::string::npos) << w2->Output();
 }
 
+// A restored ps says what it restored where it is cheap (Handshake, heartbeat), and only its
+// incarnation in Pull answers: the hot path carries no checkpoint path.
+TEST(RuntimeIntegration, RestoredPsSaysWhatItRestoredOffTheHotPath) {
+  const TempDir temp;
+  const std::string& dir = temp;
+  Cluster c(1, 1);
+  auto ps = c.Start("ps", 0, {"--checkpoint_dir", dir});
+  auto w = c.Start("worker", 0, CheckpointArgs(dir, {"--steps", "100000", "--step_delay_ms", "5"}));
+  ASSERT_TRUE(w->WaitForOutput("checkpoint of step 100 saved", 30s)) << w->Output();
+  w->Signal(SIGKILL);
+  ps->Signal(SIGKILL);
+  ASSERT_TRUE(w->Wait(5s).has_value());
+  ASSERT_TRUE(ps->Wait(5s).has_value());
+  auto ps2 = c.Start("ps", 0, {"--checkpoint_dir", dir});
+  ASSERT_TRUE(ps2->WaitForOutput("listening on", 10s)) << ps2->Output();
+  auto channel = grpc::CreateChannel(c.jobs["ps"][0], grpc::InsecureChannelCredentials());
+  grpc::ClientContext hs_context;
+  v1::HandshakeResponse hs;
+  ASSERT_TRUE(
+      v1::TaskService::NewStub(channel)->Handshake(&hs_context, v1::HandshakeRequest(), &hs).ok());
+  EXPECT_TRUE(hs.ps_state().restored());
+  EXPECT_GE(hs.ps_state().restored_step(), 100);
+  EXPECT_NE(hs.ps_state().restored_from().find(".tsckpt"), std::string::npos);
+  grpc::ClientContext hb_context;
+  v1::HeartbeatResponse hb;
+  ASSERT_TRUE(
+      v1::TaskService::NewStub(channel)->Heartbeat(&hb_context, v1::HeartbeatRequest(), &hb).ok());
+  EXPECT_EQ(hb.ps_state().restored_step(), hs.ps_state().restored_step());
+  grpc::ClientContext pull_context;
+  v1::PullRequest pull;
+  pull.add_names("linear/b");
+  v1::PullResponse answer;
+  ASSERT_TRUE(v1::ParameterService::NewStub(channel)->Pull(&pull_context, pull, &answer).ok());
+  EXPECT_EQ(answer.ps_state().incarnation(), hs.ps_state().incarnation());
+  EXPECT_FALSE(answer.ps_state().restored());
+  EXPECT_TRUE(answer.ps_state().restored_from().empty());
+}
+
 // A Push whose answer is lost after the ps applied it is retried with the same request id and
 // answered without being applied twice.
 TEST(RuntimeIntegration, RetriedPushIsAppliedOnce) {

@@ -73,8 +73,9 @@ class ParameterClient {
   absl::Status RunAll(std::vector<Call>& calls);
   // Says in the heartbeat whom the task waits on while calls fail; nobody once they succeed.
   void ReportWaiting(const char* method, std::vector<TaskRef> failing);
-  // A ps answered with `state`: when its incarnation is new, it restarted; learn what it
-  // restored, handshake with it again, and note the step to go on from.
+  // A ps answered with `state`: when its incarnation is new, it restarted; handshake with it
+  // again, learn there what it restored, and note the step to go on from. (Pull and Push answers
+  // carry only the incarnation; CreateVariable answers say what was restored too.)
   template <typename State>
   void CheckRestart(PsStub* ps, const State& state);
   // A call was refused (NOT_FOUND, INVALID_ARGUMENT: variables the ps does not hold): when the

@@ -66,6 +66,9 @@ struct HeartbeatInfo {
   double served_seconds = 0;
   double served_queue_seconds = 0;
   double served_work_seconds = 0;
+  // ps tasks: the step of the checkpoint it restored its variables from at startup; -1 when it
+  // restored none.
+  int64_t restored_step = -1;
 };
 
 enum class FailureKind {
