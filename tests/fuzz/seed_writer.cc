@@ -3,6 +3,7 @@
 // heartbeats and Export requests are filled field by field as the runtime fills them
 // (task_service.cc FillHeartbeat, otlp_exporter.cc). Run by hand when the messages change:
 //   build-fuzz/bin/fuzz_seed_writer tests/fuzz/corpus
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -172,6 +173,13 @@ std::unique_ptr<ExchangeCore> Node(const std::string& self, Now now) {
   return core;
 }
 
+// A seed the fuzzed node would refuse is no seed: stop at once.
+void Must(const std::string& refused) {
+  if (refused.empty()) return;
+  std::cerr << "a seed message was refused: " << refused << "\n";
+  std::exit(1);
+}
+
 // Real messages between a:1 (the fuzzed node), b:1 and c:1, framed as the fuzzer reads them.
 void WriteExchange(const fs::path& dir) {
   Now now{100, 1.7e9};
@@ -181,7 +189,7 @@ void WriteExchange(const fs::path& dir) {
   sv1::PingRequest cb;
   sv1::PingResponse bc;
   c.FillPing("b:1", &cb);
-  b.OnPing(cb, &bc, now);
+  Must(b.OnPing(cb, &bc, now));
   c.OnPingDone("b:1", true, "", bc, now);
   auto tag = [](int t, const google::protobuf::Message& m) {
     return EncodeRecord(static_cast<uint8_t>(t), m.SerializeAsString());
@@ -195,16 +203,26 @@ void WriteExchange(const fs::path& dir) {
   sv1::PingRequest a_ping;  // a -> b, and b's answer
   sv1::PingResponse pong;
   a.FillPing("b:1", &a_ping);
-  b.OnPing(a_ping, &pong, now);
+  Must(b.OnPing(a_ping, &pong, now));
   sv1::PingReqRequest a_pingreq;  // a asks b to probe c, and b's answer
   sv1::PingReqResponse pingreq_answer;
   a.FillPingReq("c:1", &a_pingreq);
-  b.OnPingReq(a_pingreq, now);
+  Must(b.OnPingReq(a_pingreq, now));
   b.FillPingReqAnswer(true, "", &pingreq_answer);
   sv1::SyncRequest a_sync;  // a -> b, and b's answer
   sv1::SyncResponse sync_answer;
   a.FillSync(&a_sync);
-  b.OnSync(a_sync, &sync_answer, now);
+  Must(b.OnSync(a_sync, &sync_answer, now));
+  // The fuzzed node takes every one of them (a fresh a:1, as in the fuzzer).
+  auto fresh = Node("a:1", now);
+  sv1::PingResponse ignored_pong;
+  sv1::SyncResponse ignored_sync;
+  Must(fresh->OnPing(ping, &ignored_pong, now));
+  Must(fresh->OnPingReq(pingreq, now));
+  Must(fresh->OnSync(sync, &ignored_sync, now));
+  Must(fresh->CheckHeader(pong.header()));
+  Must(fresh->CheckHeader(pingreq_answer.header()));
+  Must(fresh->CheckHeader(sync_answer.header()));
   Write(dir, "ping", tag(0, ping));
   Write(dir, "pingreq", tag(1, pingreq));
   Write(dir, "sync", tag(2, sync));
