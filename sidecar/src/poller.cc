@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -142,7 +143,9 @@ PollResult DecodeAnswer(const pb::HeartbeatResponse& response, double sent_s, do
 
 PollResult DecodeHeartbeatAnswer(absl::string_view serialized, double sent_s, double received_s) {
   pb::HeartbeatResponse response;
-  if (!response.ParseFromArray(serialized.data(), static_cast<int>(serialized.size()))) {
+  // Protobuf takes an int size; gRPC's 1 MiB receive limit keeps real answers far below it.
+  const bool fits = serialized.size() <= static_cast<size_t>(std::numeric_limits<int>::max());
+  if (!fits || !response.ParseFromArray(serialized.data(), static_cast<int>(serialized.size()))) {
     PollResult r;
     r.sent_s = sent_s;
     r.received_s = received_s;
