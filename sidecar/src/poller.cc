@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -125,12 +126,36 @@ bool ConnectRefused(const std::string& address) {
   return refused;
 }
 
+// A parsed answer (gRPC parsed it, or DecodeHeartbeatAnswer did) into a PollResult.
+PollResult DecodeAnswer(const pb::HeartbeatResponse& response, double sent_s, double received_s) {
+  PollResult r;
+  r.sent_s = sent_s;
+  r.received_s = received_s;
+  if (!response.has_identity()) {
+    r.failure = FailureKind::kBadAnswer;
+    r.error = "heartbeat answer without identity";
+    return r;
+  }
+  r.ok = true;
+  r.heartbeat = Convert(response);
+  return r;
+}
+
 }  // namespace
 
-HeartbeatInfo ConvertHeartbeatForTest(const std::string& serialized) {
-  pb::HeartbeatResponse r;
-  r.ParseFromString(serialized);
-  return Convert(r);
+PollResult DecodeHeartbeatAnswer(absl::string_view serialized, double sent_s, double received_s) {
+  pb::HeartbeatResponse response;
+  // Protobuf takes an int size; gRPC's 1 MiB receive limit keeps real answers far below it.
+  const bool fits = serialized.size() <= static_cast<size_t>(std::numeric_limits<int>::max());
+  if (!fits || !response.ParseFromArray(serialized.data(), static_cast<int>(serialized.size()))) {
+    PollResult r;
+    r.sent_s = sent_s;
+    r.received_s = received_s;
+    r.failure = FailureKind::kBadAnswer;
+    r.error = "not a valid heartbeat: the answer does not parse";
+    return r;
+  }
+  return DecodeAnswer(response, sent_s, received_s);
 }
 
 struct HeartbeatPoller::Impl {
@@ -156,20 +181,11 @@ struct HeartbeatPoller::Impl {
   bool shut_down = false;
 
   PollResult ToResult(Call* call, double now_s) {
+    const grpc::Status& s = call->status;
+    if (s.ok()) return DecodeAnswer(call->response, call->sent_s, now_s);
     PollResult r;
     r.sent_s = call->sent_s;
     r.received_s = now_s;
-    const grpc::Status& s = call->status;
-    if (s.ok()) {
-      if (!call->response.has_identity()) {
-        r.failure = FailureKind::kBadAnswer;
-        r.error = "heartbeat answer without identity";
-        return r;
-      }
-      r.ok = true;
-      r.heartbeat = Convert(call->response);
-      return r;
-    }
     RpcErrorSummary summary =
         ClassifyRpcError(static_cast<int>(s.error_code()), s.error_message(), deadline_ms);
     switch (summary.kind) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "trainscope/common/clock.h"
 #include "trainscope/sidecar/task_tracker.h"
 
@@ -17,9 +18,11 @@ class ChannelCredentials;
 
 namespace trainscope::sidecar {
 
-// Converts a heartbeat answer (serialized HeartbeatResponse) into HeartbeatInfo, bounding the
-// sizes of everything that comes from the wire. Exposed for tests.
-HeartbeatInfo ConvertHeartbeatForTest(const std::string& serialized_response);
+// Decodes a heartbeat answer as it comes off the wire (a serialized HeartbeatResponse) the way
+// the poller takes it: bytes that do not parse, or an answer without identity, are kBadAnswer;
+// otherwise a HeartbeatInfo with the sizes of everything from the wire bounded. Exposed for the
+// tests and the fuzzer. Thread-safe.
+PollResult DecodeHeartbeatAnswer(absl::string_view serialized, double sent_s, double received_s);
 
 // Not thread-safe: driven by one thread (the poll loop).
 class HeartbeatPoller {
