@@ -69,9 +69,9 @@ def cluster_over_mtls(c, t):
     s = d.wait("every sidecar shows every task up, the others' through the exchange",
                lambda: every(t, lambda n, v: all_up_and_exchanged(t, n, v)), 40)
     log(f"ok: every view shows all {len(t.task_node)} tasks up after {s:.1f} s")
-    v = t.view(2)
-    log("    n2's view: " + "; ".join(f"{x['name']} {x['state']} via {x.get('source') or 'first-hand'}"
-                                      for x in v["tasks"]))
+    log("    n2's view: " + "; ".join(
+        f"{x['name']} {x['state']} via {x.get('source') or 'first-hand'}"
+        for x in t.view(2)["tasks"]))
     plain = t.sidecar_url(1, "/api/v1/tasks").replace("https://", "http://")
     assert refused(c, plain, None), f"plain HTTP {plain} was answered"
     no_cert = ssl.create_default_context(cafile=t.tls.path("ca", "crt"))
@@ -120,9 +120,10 @@ def wrong_ca(c, t):
     log(f"ok: n3's sidecar after {s:.1f} s: worker:1 {x['state']}: {x['reason'][:240]}")
     x = d.task(t.view(1), "worker:1")
     log(f"    n1's sidecar: worker:1 {x['state']}: {x['reason'][:240]}")
+    refusal = "refused this task's certificate"
     d.wait("worker:1's log: the ps refused its certificate",
-           lambda: log_line(worker, "refused this task's certificate"), 30)
-    log(f"    worker:1 log: {log_line(worker, 'refused this task' + chr(39) + 's certificate')[:240]}")
+           lambda: log_line(worker, refusal), 30)
+    log(f"    worker:1 log: {log_line(worker, refusal)[:240]}")
     d.wait("ps:0's log: it refused a TLS client",
            lambda: log_line(t.tasks["ps:0"], "refused a TLS client"), 20)
     log(f"    ps:0 log: {log_line(t.tasks['ps:0'], 'refused a TLS client')[:240]}")
