@@ -156,7 +156,7 @@ class Keeper:
             self.c = c
             self.t = training.TrainingCluster(
                 c, a.bin, layout, a.name, a.step_delay_ms, a.sidecar_arg or [],
-                a.task_arg or [])
+                a.task_arg or [], tls=a.tls)
             self.t.start()
             self.save()
             if not a.no_wait:
@@ -369,7 +369,12 @@ def cmd_info(run, a):
     print(f"trainscope cluster {t.name!r}: {len(c.nodes)} nodes on {c.subnet}.0/24 (only inside "
           f"its namespaces), keeper pid {st['keeper_pid']}"
           + ("" if run.keeper_alive(st) else " (GONE: `destroy` cleans up)"))
-    print(f"run folder {run.dir}: state.json, keeper.log; task and sidecar logs in {c.log_dir}\n")
+    print(f"run folder {run.dir}: state.json, keeper.log; task and sidecar logs in {c.log_dir}")
+    if t.tls:
+        print(f"mutual TLS: CA, node and client certificates in {t.tls.dir} (ca.crt; "
+              f"harness.crt/.key for a client, e.g. curl --cacert ca.crt --cert harness.crt "
+              f"--key harness.key)")
+    print()
     rows = [("node", "address", "namespace", "tasks", "sidecar")]
     for n in c.nodes:
         tasks = ", ".join(f"{name} {c.address(n)}:{t.task_address[name].split(':')[1]} "
@@ -447,7 +452,7 @@ def cmd_get(run, a):
     path = a.path if a.path.startswith("/") else "/" + a.path
     url = t.sidecar_url(node, path)
     try:
-        status, body = c.http_get(a.from_node or node, url, timeout=a.timeout)
+        status, body = t.http_get(a.from_node or node, url, timeout=a.timeout)
     except OSError as e:
         raise UserError(f"GET {url} from inside {c.node(a.from_node or node)}: {e}") from None
     text = body.decode(errors="replace")
@@ -555,7 +560,10 @@ def cmd_page(run, a):
     node = c.node(a.node)
     url = t.sidecar_url(node)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium and not a.text:
+    if t.tls and chromium and not a.text:  # headless Chromium cannot present a client cert
+        print("(mutual TLS: headless chromium has no client certificate; the page as text)\n")
+        chromium = None
+    elif chromium and not a.text:
         out = os.path.abspath(a.out or os.path.join(
             run.dir, f"page-{node}-{time.strftime('%H%M%S')}.png"))
         shot, dom = run_chromium(c, node, chromium, [[f"--screenshot={out}", url],
@@ -575,7 +583,7 @@ def cmd_page(run, a):
         lines, rows = page_from_api(c, t, node, a.timeout)
     except OSError as e:
         raise UserError(f"the sidecar of {node} does not answer at {url}: {e}") from None
-    if not chromium:
+    if not chromium and not t.tls:
         print("(chromium is not installed, so no screenshot: the page's data from "
               f"{t.sidecar_url(node, '/api/v1/tasks')}, as text)\n")
     print("\n".join(lines))
@@ -758,6 +766,9 @@ def add_up(add):
                         "(repeatable)")
     p.add_argument("--task-arg", action="append", metavar="ARG",
                    help="one more linear_regression flag, e.g. --task-arg=--rpc_deadline_ms=2000")
+    p.add_argument("--tls", action="store_true",
+                   help="mutual TLS everywhere: a CA and a certificate per node made with openssl "
+                        "in the run folder, the three --tls_* flags on every process, HTTPS reads")
     p.add_argument("--no-wait", action="store_true", help="do not wait for steps")
     p.add_argument("--wait-s", type=float, default=60, help="how long to wait for steps")
 

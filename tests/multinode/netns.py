@@ -589,11 +589,13 @@ class Cluster:
             raise out["error"]
         return out["value"]
 
-    def http_get(self, node, url, timeout=2.0):
+    def http_get(self, node, url, timeout=2.0, context=None):
         """GET url from inside the node (no proxy); returns (status, body bytes). HTTP errors
-        return their status; network errors raise OSError (urllib.error.URLError)."""
+        return their status; network errors raise OSError (urllib.error.URLError). context:
+        an ssl.SSLContext for https:// URLs (CA, client certificate)."""
         def get():
-            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
+                                                 urllib.request.HTTPSHandler(context=context))
             try:
                 with opener.open(url, timeout=timeout) as r:
                     return r.status, r.read()
@@ -601,9 +603,9 @@ class Cluster:
                 return e.code, e.read()
         return self.in_node(node, get, timeout + 5)
 
-    def http_json(self, node, url, timeout=2.0):
+    def http_json(self, node, url, timeout=2.0, context=None):
         """GET url from inside the node and parse JSON; OSError/ValueError when that fails."""
-        status, body = self.http_get(node, url, timeout)
+        status, body = self.http_get(node, url, timeout, context)
         if status != 200:
             raise OSError(f"GET {url} from {self.node(node)}: HTTP {status}")
         return json.loads(body)

@@ -22,6 +22,7 @@ import signal
 import subprocess
 import time
 
+import certs as tls_certs
 import netns
 
 TASK_PORT = 2222  # first task port on each node (then 2223, ...)
@@ -119,7 +120,7 @@ class TrainingCluster:
 
     def __init__(self, cluster, bin_dir, layout, cluster_name=CLUSTER_NAME,
                  step_delay_ms=DEFAULT_STEP_DELAY_MS, sidecar_args=(), task_args=(),
-                 sidecar_nodes=None, _state=None):
+                 sidecar_nodes=None, tls=False, _state=None):
         self.c = cluster
         self.bin = os.path.abspath(bin_dir)
         self.name = cluster_name
@@ -146,6 +147,10 @@ class TrainingCluster:
             roles.setdefault(role, {})[int(index)] = self.task_address[t]
         self.spec = {"cluster": {r: [by[i] for i in sorted(by)] for r, by in roles.items()}}
         self.spec_path = os.path.join(cluster.log_dir, "cluster_spec.json")
+        # Mutual TLS everywhere: certificates made in the run folder (tls/), each node's
+        # naming its address; every process gets the three flags, every read is HTTPS.
+        self.tls = tls_certs.Certs(os.path.join(cluster.log_dir, "tls")) if tls else None
+        self.ssl_context = self.tls.context() if tls else None
         if _state:
             self._load(_state)
 
@@ -164,22 +169,34 @@ class TrainingCluster:
             self.need(b)
         with open(self.spec_path, "w") as f:
             json.dump(self.spec, f, indent=1)
+        if self.tls:
+            for node in self.c.nodes:
+                self.tls.node(node, self.c.address(node))
         for node in self.sidecar_nodes:
             self.start_sidecar(node)
         for t in sorted(self.task_node, key=lambda t: not t.startswith("ps:")):
             self.start_task(t)
 
-    def sidecar_argv(self):
-        return sidecar_argv(self.bin, self.spec_path, self.name, self.sidecar_args)
+    def tls_flags(self, node):
+        """The TLS flags of every process on node ([] without tls)."""
+        return self.tls.flags(self.c.node(node)) if self.tls else []
 
-    def start_sidecar(self, node):
+    def sidecar_argv(self, node, tls_flags=None):
+        return sidecar_argv(self.bin, self.spec_path, self.name, [
+            *(self.tls_flags(node) if tls_flags is None else tls_flags), *self.sidecar_args])
+
+    def start_sidecar(self, node, tls_flags=None):
+        """Starts (or starts again) node's sidecar; tls_flags replace the node's own."""
         node = self.c.node(node)
-        self.sidecars[node] = self.c.spawn(node, self.sidecar_argv(), name=f"sidecar:{node}")
+        self.sidecars[node] = self.c.spawn(node, self.sidecar_argv(node, tls_flags),
+                                           name=f"sidecar:{node}")
         return self.sidecars[node]
 
-    def task_argv(self, task):
+    def task_argv(self, task, tls_flags=None):
+        flags = self.tls_flags(self.task_node[task]) if tls_flags is None else tls_flags
         return [os.path.join(self.bin, "linear_regression"), "--cluster_name", self.name,
-                "--step_delay_ms", str(self.step_delay_ms), *TASK_FLAGS, *self.task_args]
+                "--step_delay_ms", str(self.step_delay_ms), *TASK_FLAGS, *flags,
+                *self.task_args]
 
     def task_env(self, task):
         role, index = task.split(":")
@@ -189,12 +206,13 @@ class TrainingCluster:
                 "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.grpc_port}",
                 "OTEL_SERVICE_NAME": f"{self.name}-{role}"}
 
-    def start_task(self, task):
-        """Starts (or starts again) task on its node."""
+    def start_task(self, task, tls_flags=None):
+        """Starts (or starts again) task on its node; tls_flags replace its node's (e.g. a
+        certificate from another CA, to be refused)."""
         if task not in self.task_node:
             raise netns.HarnessError(f"no task {task!r}: the tasks are "
                                      f"{', '.join(self.task_node)}")
-        self.tasks[task] = self.c.spawn(self.task_node[task], self.task_argv(task),
+        self.tasks[task] = self.c.spawn(self.task_node[task], self.task_argv(task, tls_flags),
                                         env=self.task_env(task), name=task)
         return self.tasks[task]
 
@@ -232,7 +250,8 @@ class TrainingCluster:
             if value is not None:
                 delays[key] = int(value)
         r = self.c.run(self.task_node[task], [
-            os.path.join(self.bin, "trainscopectl"), "fault", "--task", self.task_address[task],
+            os.path.join(self.bin, "trainscopectl"), *self.tls_flags(self.task_node[task]),
+            "fault", "--task", self.task_address[task],
             *[f"--{k}={v}" for k, v in sorted(delays.items())]], timeout=15)
         if r.returncode != 0:
             raise netns.HarnessError(f"trainscopectl fault on {task}: "
@@ -244,13 +263,18 @@ class TrainingCluster:
     # ------------------------------------------------------------ looking
 
     def sidecar_url(self, node, path="/"):
-        return f"http://{self.c.address(node)}:{self.http_port}{path}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{self.c.address(node)}:{self.http_port}{path}"
+
+    def http_get(self, node, url, timeout=2.0):
+        """GET url from inside node, over HTTPS with the harness's certificate under tls."""
+        return self.c.http_get(node, url, timeout, self.ssl_context)
 
     def view(self, node, local=False, from_node=None, timeout=2.0):
         """/api/v1/tasks of node's sidecar (local: its own tasks only), asked from inside
         from_node (default: node itself)."""
         url = self.sidecar_url(node, "/api/v1/tasks" + ("?local=1" if local else ""))
-        return self.c.http_json(from_node or node, url, timeout)
+        return self.c.http_json(from_node or node, url, timeout, self.ssl_context)
 
     def task_view(self, task, node=None):
         """The task as node's sidecar shows it (default: its own node's, first-hand); None when
@@ -303,8 +327,9 @@ class TrainingCluster:
     def ctl_status(self, node, about=None, capture=True, timeout=15):
         """`trainscopectl status` run inside node, asking the sidecar of `about` (default:
         node's own). Returns the CompletedProcess (capture=False: printed to our stdout)."""
-        argv = [os.path.join(self.bin, "trainscopectl"), "status", "--sidecar",
-                f"{self.c.address(about or node)}:{self.http_port}"]
+        tls = self.tls.flags(tls_certs.HARNESS) if self.tls else []  # global: before "status"
+        argv = [os.path.join(self.bin, "trainscopectl"), *tls, "status", "--sidecar",
+                self.sidecar_url(about or node, "").replace("http://", "")]
         if capture:
             return self.c.run(node, argv, timeout=timeout)
         return subprocess.run(self.c.exec_argv(node, argv), timeout=timeout)
@@ -315,7 +340,7 @@ class TrainingCluster:
         return {"bin": self.bin, "name": self.name, "step_delay_ms": self.step_delay_ms,
                 "sidecar_args": self.sidecar_args, "task_args": self.task_args,
                 "layout": self.layout.to_list(), "sidecar_nodes": self.sidecar_nodes,
-                "http_port": self.http_port, "spec": self.spec,
+                "http_port": self.http_port, "spec": self.spec, "tls": bool(self.tls),
                 "tasks": {t: p.pid for t, p in self.tasks.items()}, "delays": self.delays,
                 "sidecars": {n: p.pid for n, p in self.sidecars.items()}}
 
@@ -330,4 +355,4 @@ class TrainingCluster:
         """The TrainingCluster of a state written by to_state (cluster: the attached Cluster)."""
         return cls(cluster, st["bin"], Layout([tuple(p) for p in st["layout"]]), st["name"],
                    st["step_delay_ms"], st["sidecar_args"], st["task_args"],
-                   st["sidecar_nodes"], _state=st)
+                   st["sidecar_nodes"], st.get("tls", False), _state=st)

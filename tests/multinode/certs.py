@@ -1,0 +1,83 @@
+#!/usr/bin/python3
+"""Certificates for a multi-node cluster under mutual TLS, made at run time with `openssl`.
+
+One CA (`ca`), one certificate per node naming the node's address and 127.0.0.1 (a task and
+the sidecar of a node share it, as docs/security.md suggests), and one for the harness itself
+(the client certificate of its HTTPS reads). Made in the run folder; never committed.
+
+    certs = Certs(os.path.join(log_dir, "tls"))
+    certs.node("n1", "10.213.5.1")       # n1.crt / n1.key
+    certs.flags("n1")                    # --tls_cert_file ... --tls_key_file ... --tls_ca_file ...
+    certs.context()                      # ssl.SSLContext: verifies against ca, presents harness
+
+A second CA (`other_ca`) is there to make certificates the cluster must refuse.
+Standard library only.
+"""
+
+import os
+import shutil
+import ssl
+import subprocess
+
+import netns
+
+CAS = ("ca", "other_ca")
+HARNESS = "harness"  # the client certificate of the harness's own reads
+
+
+def openssl(*args):
+    r = subprocess.run(["openssl", *args], capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        raise netns.HarnessError(f"openssl {' '.join(args)}: {r.stderr.strip()}")
+    return r.stdout
+
+
+class Certs:
+    """The CAs and leaf certificates in `dir` (made when missing; attach reuses them)."""
+
+    def __init__(self, dir):
+        if shutil.which("openssl") is None:
+            raise netns.HarnessError("--tls needs the openssl command (apt-get install openssl)")
+        self.dir = os.path.abspath(dir)
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        for ca in CAS:
+            if not os.path.exists(self.path(ca, "crt")):
+                openssl("req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", self.path(ca, "key"),
+                        "-out", self.path(ca, "crt"), "-days", "30",
+                        "-subj", f"/CN=trainscope multinode {ca}")
+        if not os.path.exists(self.path(HARNESS, "crt")):
+            self.leaf(HARNESS, "IP:127.0.0.1")
+
+    def path(self, name, ext):
+        return os.path.join(self.dir, f"{name}.{ext}")
+
+    def leaf(self, name, san, ca="ca"):
+        """Certificate `name` signed by `ca`, naming `san` (openssl syntax), for server and
+        client use (every process is both); returns the certificate's path."""
+        key, csr, ext = self.path(name, "key"), self.path(name, "csr"), self.path(name, "ext")
+        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                "-keyout", key, "-out", csr, "-subj", f"/CN={name}")
+        with open(ext, "w") as f:
+            f.write(f"subjectAltName={san}\nextendedKeyUsage=serverAuth,clientAuth\n")
+        openssl("x509", "-req", "-in", csr, "-CA", self.path(ca, "crt"), "-CAkey",
+                self.path(ca, "key"), "-set_serial", str(int.from_bytes(os.urandom(8), "big")),
+                "-out", self.path(name, "crt"), "-days", "30", "-extfile", ext)
+        return self.path(name, "crt")
+
+    def node(self, name, address, ca="ca"):
+        """The certificate of a node: its address (what the spec gives) and 127.0.0.1 (where
+        the tasks send spans to their sidecar)."""
+        return self.leaf(name, f"IP:{address},IP:127.0.0.1,DNS:{name}", ca)
+
+    def flags(self, name, ca="ca"):
+        """The three flags of a process presenting `name` and trusting `ca`."""
+        return ["--tls_cert_file", self.path(name, "crt"), "--tls_key_file",
+                self.path(name, "key"), "--tls_ca_file", self.path(ca, "crt")]
+
+    def context(self):
+        """A client context for HTTPS reads: the server must chain to ca and name the address
+        asked; the harness's certificate is presented (the sidecars ask for one)."""
+        ctx = ssl.create_default_context(cafile=self.path("ca", "crt"))
+        ctx.load_cert_chain(self.path(HARNESS, "crt"), self.path(HARNESS, "key"))
+        return ctx

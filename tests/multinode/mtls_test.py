@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""Mutual TLS on a real multi-node network: what the loopback TLS tests cannot show.
+
+Three nodes (ps:0 on n1, worker:0 on n2, worker:1 on n3), every task, sidecar and read under
+mutual TLS with certificates made now by `openssl` (tests/multinode/certs.py: one CA, one
+certificate per node naming its address):
+
+  1. training runs across nodes; every sidecar's view shows every task up, the other nodes'
+     learned from their sidecars (the exchange works over mTLS); a plain HTTP read and an
+     HTTPS read without a client certificate get nothing.
+  2. n1 and n2 cut apart (the switch drops their packets): every view names the partition
+     worker:0 -> ps:0, as in plain text (network_truth_test.py); healed, worker:0 trains again.
+  3. worker:1 started again with a certificate from another CA: its own sidecar's view says
+     "TLS handshake failed: certificate signed by an unknown authority" (it cannot verify the
+     task), the worker's log says the ps refused its certificate, the ps's and the sidecar's logs
+     say they refused a TLS client. Started again with its node's certificate: up again.
+
+Usage: mtls_test.py --bin build/bin [--keep_logs]. Exit 0 passed, 1 failed, 77 skipped (no
+root, no network namespaces or no openssl; one line says why).
+"""
+
+import argparse
+import os
+import shutil
+import ssl
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import diagnosis as d  # noqa: E402
+import netns  # noqa: E402
+import training  # noqa: E402
+
+DEADLINE_S = 170
+NODES = (1, 2, 3)
+HANDSHAKE = "TLS handshake failed"
+WRONG_CA = HANDSHAKE + ": certificate signed by an unknown authority"
+
+
+def log(msg):
+    print(f"[mtls {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def every(t, predicate):
+    vs = d.views(t, NODES)
+    return len(vs) == len(NODES) and all(predicate(n, v) for n, v in vs.items())
+
+
+def all_up_and_exchanged(t, n, v):
+    """Every task up in node n's view; the other nodes' tasks learned from their sidecars."""
+    own = {task for task, node in t.task_node.items() if node == f"n{n}"}
+    names = {x["name"] for x in v["tasks"]}
+    return names == set(t.task_node) and all(
+        x["state"] == "up" and (x["name"] in own or x.get("source")) for x in v["tasks"])
+
+
+def refused(c, url, context):
+    """True when a GET with this context (None: plain HTTP) gets no answer from the sidecar."""
+    try:
+        c.http_get(1, url, 3.0, context)
+    except (OSError, ssl.SSLError):
+        return True
+    return False
+
+
+def cluster_over_mtls(c, t):
+    s = d.wait("every sidecar shows every task up, the others' through the exchange",
+               lambda: every(t, lambda n, v: all_up_and_exchanged(t, n, v)), 40)
+    log(f"ok: every view shows all {len(t.task_node)} tasks up after {s:.1f} s")
+    log("    n2's view: " + "; ".join(
+        f"{x['name']} {x['state']} via {x.get('source') or 'first-hand'}"
+        for x in t.view(2)["tasks"]))
+    plain = t.sidecar_url(1, "/api/v1/tasks").replace("https://", "http://")
+    assert refused(c, plain, None), f"plain HTTP {plain} was answered"
+    no_cert = ssl.create_default_context(cafile=t.tls.path("ca", "crt"))
+    assert refused(c, t.sidecar_url(1, "/api/v1/tasks"), no_cert), \
+        "HTTPS without a client certificate was answered"
+    log("ok: plain HTTP and HTTPS without a client certificate get nothing")
+
+
+def partition(c, t):
+    c.cut(1, 2, how="drop")
+    s = d.wait("every view names the partition worker:0 -> ps:0",
+               lambda: every(t, lambda n, v: d.partition_named(v, "worker:0", "ps:0")), 30)
+    log(f"ok: partition named in every view after {s:.1f} s")
+    log(f"    n3 says worker:0 {d.task(t.view(3), 'worker:0')['reason'][:200]}")
+    ctl = t.ctl_status(3).stdout
+    assert "PARTITION worker:0" in ctl, f"trainscopectl on n3 (https) names it:\n{ctl}"
+    log("ok: trainscopectl status over HTTPS on n3 names it")
+    c.heal(1, 2)
+    d.wait("healed: no partition in any view, worker:0 up",
+           lambda: every(t, lambda n, v: d.no_partition(v))
+           and d.state_is(t.view(2), "worker:0", "up"), 40)
+    log("ok: healed")
+
+
+def log_line(proc, needle):
+    with open(proc.log_path, errors="replace") as f:
+        return next((line.strip() for line in f if needle in line), None)
+
+
+def refused_task(view, name):
+    """Not up, and the reason names the handshake that failed and why. (The sidecar calls it
+    dead: the process it knew is gone, and it cannot learn the new one's pid without a poll
+    that passes.)"""
+    x = d.task(view, name) or {}
+    return x.get("state") not in (None, "up") and WRONG_CA in x.get("reason", "")
+
+
+def wrong_ca(c, t):
+    rogue = "rogue-n3"
+    t.tls.node(rogue, c.address(3), ca="other_ca")
+    t.kill("worker:1")
+    worker = t.start_task("worker:1", t.tls.flags(rogue, ca="ca"))
+    s = d.wait(f"n3's sidecar: worker:1 not up, {WRONG_CA!r} in its reason",
+               lambda: refused_task(t.view(3), "worker:1"), 40)
+    x = d.task(t.view(3), "worker:1")
+    log(f"ok: n3's sidecar after {s:.1f} s: worker:1 {x['state']}: {x['reason'][:240]}")
+    x = d.task(t.view(1), "worker:1")
+    log(f"    n1's sidecar: worker:1 {x['state']}: {x['reason'][:240]}")
+    refusal = "refused this task's certificate"
+    d.wait("worker:1's log: the ps refused its certificate",
+           lambda: log_line(worker, refusal), 30)
+    log(f"    worker:1 log: {log_line(worker, refusal)[:240]}")
+    d.wait("ps:0's log: it refused a TLS client",
+           lambda: log_line(t.tasks["ps:0"], "refused a TLS client"), 20)
+    log(f"    ps:0 log: {log_line(t.tasks['ps:0'], 'refused a TLS client')[:240]}")
+    d.wait("n3's sidecar's log: it refused a TLS client (the worker's spans)",
+           lambda: log_line(t.sidecars["n3"], "refused a TLS client"), 20)
+    log(f"    n3's sidecar log: {log_line(t.sidecars['n3'], 'refused a TLS client')[:240]}")
+    t.kill("worker:1")
+    t.start_task("worker:1")
+    d.wait("worker:1 with its node's certificate: up in every view",
+           lambda: every(t, lambda n, v: d.state_is(v, "worker:1", "up")), 60)
+    log("ok: worker:1 up again with its node's certificate")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--keep_logs", action="store_true")
+    args = ap.parse_args()
+    netns.skip_unless_supported("the mutual TLS multi-node test")
+    if shutil.which("openssl") is None:
+        print("SKIPPED the mutual TLS multi-node test: no openssl command", flush=True)
+        return 77
+    netns.limit_time(DEADLINE_S)
+    logs = tempfile.mkdtemp(prefix="multinode-mtls-")
+    ok = False
+    try:
+        with netns.Cluster(3, log_dir=logs) as c:
+            t = training.TrainingCluster(c, args.bin, training.Layout.default(3), tls=True)
+            t.start()
+            t.wait_training(60, log=log)
+            for scenario in (cluster_over_mtls, partition, wrong_ca):
+                log(f"--- {scenario.__name__}")
+                scenario(c, t)
+        ok = True
+    except (AssertionError, netns.HarnessError) as e:
+        log(f"FAILED: {e}")
+    finally:
+        netns.limit_time(0)
+    return netns.end_test(ok, logs, args.keep_logs, log)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
