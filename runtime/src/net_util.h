@@ -15,10 +15,6 @@ namespace trainscope {
 // machine". Thread-safe.
 absl::Status CheckCanListen(const std::string& host, int port);
 
-// The address `host` resolves to, IPv4 first ("localhost" -> "127.0.0.1"); `host` itself when
-// it is an address already, empty when it does not resolve. Resolves names: not for hot paths.
-std::string NumericAddress(const std::string& host);
-
 // The pid and command name of the process listening on TCP `port`, from /proc/net/tcp{,6} and
 // /proc/*/fd; nullopt when the OS does not tell (another user's process, or nothing there).
 std::optional<std::pair<int64_t, std::string>> FindListener(int port);

@@ -20,6 +20,7 @@
 #include "trainscope/common/clock.h"
 #include "trainscope/common/grpc_channel.h"
 #include "trainscope/common/grpc_tls.h"
+#include "trainscope/common/resolve.h"
 #include "trainscope/common/rpc_error.h"
 #include "trainscope/runtime/status_macros.h"
 #include "trainscope/runtime/version.h"

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 
+#include "trainscope/common/resolve.h"
+
 namespace trainscope::sidecar {
 
 LocalHosts::LocalHosts() {
@@ -87,38 +89,12 @@ bool LocalHosts::IsLocal(const std::string& host) const {
   return local;
 }
 
-namespace {
-
-// The first address `host` resolves to, IPv4 preferred; empty when it does not resolve.
-std::string FirstAddress(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return "";
-  std::string v4, v6;
-  for (addrinfo* r = res; r != nullptr; r = r->ai_next) {
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (r->ai_family == AF_INET && v4.empty()) {
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(r->ai_addr)->sin_addr, buf, sizeof(buf));
-      v4 = buf;
-    } else if (r->ai_family == AF_INET6 && v6.empty()) {
-      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(r->ai_addr)->sin6_addr, buf,
-                sizeof(buf));
-      v6 = buf;
-    }
-  }
-  freeaddrinfo(res);
-  return v4.empty() ? v6 : v4;
-}
-
-}  // namespace
-
 std::vector<std::string> DefaultBindAddresses(const std::vector<std::string>& task_hosts) {
   std::vector<std::string> out;
   auto add = [&out](const std::string& a) {
     if (!a.empty() && std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
   };
-  for (const std::string& host : task_hosts) add(FirstAddress(host));
+  for (const std::string& host : task_hosts) add(NumericAddress(host));
   if (out.empty()) return {"0.0.0.0"};
   add("127.0.0.1");
   return out;
