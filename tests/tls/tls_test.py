@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -37,7 +38,7 @@ import urllib.request
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "drill"))
-from fire_drill import DrillError, Proc, free_port, http_get, log, wait_for  # noqa: E402
+from fire_drill import DrillError, Proc, free_port, log, wait_for  # noqa: E402
 
 CLUSTER = "tls"
 
@@ -134,15 +135,14 @@ class Cluster:
                 "--advertise_address", f"127.0.0.1:{grpc_port}", "--peer_sidecars", peers,
                 "--gossip_interval_ms", "200", *tls]
         self.procs[name] = Proc(name, argv, self.logdir).start()
-        wait_for(f"{name}'s /healthz", lambda: http_get(f"http://{http}/healthz")[0] == 200, 20)
+        wait_for(f"{name}'s /healthz",
+                 lambda: https_get(f"https://{http}/healthz", self.certs)[0] == 200, 20)
         if not hasattr(self, "http"):
             self.http = http
         return http
 
     def views(self, http=None):
-        url = f"http://{http or self.http}/api/v1/tasks"
-        with urllib.request.urlopen(url, timeout=2) as r:
-            body = json.loads(r.read())
+        body = json.loads(https_get(f"https://{http or self.http}/api/v1/tasks", self.certs)[1])
         tasks = body["tasks"] if isinstance(body, dict) else body
         return {f"{t['role']}:{t['task']}": t for t in tasks}
 
@@ -165,6 +165,19 @@ class Cluster:
     def stop(self):
         for p in self.procs.values():
             p.stop()
+
+
+def client_context(certs):
+    """HTTPS as the harness's client: the CA, and the client certificate the sidecars' and
+    tasks' HTTP listeners require under mutual TLS."""
+    ctx = ssl.create_default_context(cafile=certs.path("ca", "crt"))
+    ctx.load_cert_chain(certs.path("client", "crt"), certs.path("client", "key"))
+    return ctx
+
+
+def https_get(url, certs, timeout=2.0):
+    with urllib.request.urlopen(url, timeout=timeout, context=client_context(certs)) as r:
+        return r.status, r.read()
 
 
 def metric(text, name):
@@ -190,7 +203,7 @@ def test_cluster(args, certs, work):
                  lambda: c.views(other).get("ps:0", {}).get("state") == "up", 20, 0.2)
 
         def spans():
-            return metric(http_get(f"http://{c.http}/metrics")[1].decode(),
+            return metric(https_get(f"https://{c.http}/metrics", certs)[1].decode(),
                           "trainscope_sidecar_traces_spans_received_total") or 0
         wait_for("spans at the sidecar over mTLS", lambda: spans() > 0, 30, 0.5)
         log(f"  sidecar received {spans():.0f} spans over mTLS")
@@ -303,8 +316,9 @@ def test_identity(args, certs, work):
         if "PERMISSION_DENIED" not in c.log_of("worker:0") and \
                 "refused CreateVariable" not in c.log_of("worker:0"):
             raise DrillError("worker:0 does not say why it stopped:\n" + w.tail())
-        address = re.search(r"metrics on http://(\S+)/metrics", c.log_of("ps:0")).group(1)
-        with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as r:
+        address = re.search(r"metrics on https://(\S+)/metrics", c.log_of("ps:0")).group(1)
+        with urllib.request.urlopen(f"https://{address}/metrics", timeout=5,
+                                    context=client_context(certs)) as r:
             refused = metric(r.read().decode(), "trainscope_tls_identity_refused_total")
         if not refused:
             raise DrillError(f"trainscope_tls_identity_refused_total is {refused}")
