@@ -580,10 +580,9 @@ class Sidecar::Impl {
     }
     grpc_server_->GetHealthCheckService()->SetServingStatus(true);
     if (options_.tls.enabled()) {
-      LogTlsRefusalsAs(
-          absl::StrCat("trainscope-sidecar at ", absl::StrJoin(plan_.bind, ","), " port ",
-                       grpc_port_),
-          [](const std::string& line) { spdlog::warn("{}", line); });
+      LogTlsRefusalsAs(absl::StrCat("trainscope-sidecar at ", absl::StrJoin(plan_.bind, ","),
+                                    " port ", grpc_port_),
+                       [](const std::string& line) { spdlog::warn("{}", line); });
     }
     idle_cq_thread_ = std::thread([cq = idle_cq_.get()] {
       void* tag = nullptr;
