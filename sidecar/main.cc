@@ -40,6 +40,7 @@ int Run(const trainscope::sidecar::SidecarOptions& o, const sigset_t& signals) {
   // Everything is stopped and its ports closed. Returning would run the libraries' static
   // teardown, which takes gRPC a further 2 s here: a sidecar must stop within a second of
   // SIGTERM, so flush and leave.
+  trainscope::RemoveStagedTlsFiles();
   spdlog::shutdown();
   std::fflush(nullptr);
   std::_Exit(0);

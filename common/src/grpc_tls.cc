@@ -2,13 +2,21 @@
 #include "trainscope/common/grpc_tls.h"
 
 #include <grpc/support/log.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -17,6 +25,7 @@
 #include "absl/strings/strip.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
+#include "tls_material.h"
 #include "trainscope/common/rpc_error.h"
 
 // gRPC's own line writer (exported by libgpr, not declared in its public headers).
@@ -39,9 +48,165 @@ absl::Status CheckReadable(const std::string& flag, const std::string& path,
   return absl::OkStatus();
 }
 
-std::shared_ptr<gx::FileWatcherCertificateProvider> Provider(const TlsFiles& tls) {
-  return std::make_shared<gx::FileWatcherCertificateProvider>(tls.key_file, tls.cert_file,
-                                                              tls.ca_file, kTlsRefreshSeconds);
+void WriteTlsLogLine(const std::string& line);
+
+// gRPC 1.51's FileWatcherCertificateProvider hands whatever it reads to the handshaker, and an
+// empty certificate file aborts the process (tls_security_connector.cc: "assertion failed:
+// !cert_pair_list[i].cert_chain().empty()"): that is what a certificate written in place looks
+// like for a moment, so a rotation could kill a ps. gRPC therefore never reads the user's files.
+// It reads copies in a private folder (0700, in /dev/shm when there is one) that only a whole,
+// checked set (tls_material.h) replaces, the key and chain in one file renamed into place, so
+// it sees either the last good set or the next. One thread per process watches every set.
+class StagedTls {
+ public:
+  static StagedTls& Instance() {
+    static auto* self = new StagedTls;  // Never destroyed: the watcher outlives main.
+    return *self;
+  }
+
+  // The staged copies of `files`, made on first use and kept up to date from then on.
+  static absl::StatusOr<TlsFiles> For(const TlsFiles& files) {
+    StagedTls& self = Instance();
+    std::lock_guard lock(self.mu_);
+    const std::string id = absl::StrCat(files.cert_file, "\n", files.key_file, "\n", files.ca_file);
+    auto it = self.sets_.find(id);
+    if (it != self.sets_.end()) return it->second.staged;
+    auto material = ReadTlsMaterial(files);
+    if (!material.ok()) return material.status();
+    if (self.dir_.empty()) {
+      if (absl::Status s = self.MakeDir(); !s.ok()) return s;
+    }
+    Set set{files, {}, (*material)->fingerprint, ""};
+    const std::string prefix = absl::StrCat(self.dir_, "/", self.sets_.size());
+    if (!files.cert_file.empty()) set.staged.cert_file = set.staged.key_file = prefix + ".pem";
+    if (!files.ca_file.empty()) set.staged.ca_file = prefix + ".ca.pem";
+    if (absl::Status s = Write(set.staged, **material); !s.ok()) return s;
+    TlsFiles staged = set.staged;
+    self.sets_.emplace(id, std::move(set));
+    if (!self.watching_) {
+      self.watching_ = true;
+      std::thread([&self] { self.Watch(); }).detach();
+    }
+    return staged;
+  }
+
+ private:
+  struct Set {
+    TlsFiles source, staged;
+    std::string fingerprint;  // Of the source files last staged (or last tried).
+    std::string error;        // Why the source files last tried do not load ("" when they did).
+  };
+
+  absl::Status MakeDir() {
+    struct stat st {};
+    const char* tmp = std::getenv("TMPDIR");
+    std::string base = stat("/dev/shm", &st) == 0 && access("/dev/shm", W_OK) == 0 ? "/dev/shm"
+                       : tmp != nullptr && *tmp != 0                               ? tmp
+                                                                                   : "/tmp";
+    RemoveLeftovers(base);
+    std::string dir = absl::StrCat(base, "/trainscope-tls-", getpid(), "-XXXXXX");
+    if (mkdtemp(dir.data()) == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("cannot make a private folder in ", base,
+                       " for the TLS files gRPC reads: ", std::strerror(errno)));
+    }
+    dir_ = dir;
+    std::atexit(&RemoveStagedTlsFiles);
+    return absl::OkStatus();
+  }
+
+  // The folders of processes of this user that are gone (killed before they could remove
+  // theirs): they hold private keys.
+  static void RemoveLeftovers(const std::string& base) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(base, ec)) {
+      const std::string name = entry.path().filename().string();
+      int pid = 0;
+      struct stat st {};
+      if (std::sscanf(name.c_str(), "trainscope-tls-%d-", &pid) != 1 || pid <= 0) continue;
+      if (stat(entry.path().c_str(), &st) != 0 || st.st_uid != getuid()) continue;
+      if (kill(pid, 0) == 0 || errno != ESRCH) continue;
+      std::filesystem::remove_all(entry.path(), ec);
+    }
+  }
+
+ public:
+  void RemoveDir() {
+    std::lock_guard lock(mu_);
+    if (dir_.empty()) return;
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+    dir_.clear();
+    sets_.clear();
+  }
+
+ private:
+  // Each file is written beside its place, then renamed over it.
+  static absl::Status Write(const TlsFiles& staged, const TlsMaterial& m) {
+    auto put = [](const std::string& path, const std::string& text) -> absl::Status {
+      const std::string tmp = path + ".new";
+      {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        out << text;
+        if (!out.flush()) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+      }
+      chmod(tmp.c_str(), 0600);
+      if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        return absl::InternalError(absl::StrCat("cannot rename ", tmp, ": ", std::strerror(errno)));
+      }
+      return absl::OkStatus();
+    };
+    absl::Status st = absl::OkStatus();
+    if (!staged.ca_file.empty()) st.Update(put(staged.ca_file, m.ca_pem));
+    if (!staged.cert_file.empty()) st.Update(put(staged.cert_file, m.key_pem + "\n" + m.cert_pem));
+    return st;
+  }
+
+  void Watch() {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      std::vector<std::string> lines;
+      {
+        std::lock_guard lock(mu_);
+        for (auto& [id, set] : sets_) Refresh(set, &lines);
+      }
+      for (const std::string& line : lines) WriteTlsLogLine(line);
+    }
+  }
+
+  static void Refresh(Set& set, std::vector<std::string>* lines) {
+    const std::string now = TlsFingerprint(set.source);
+    if (now == set.fingerprint && set.error.empty()) return;
+    auto material = ReadTlsMaterial(set.source);
+    absl::Status st = material.ok() ? Write(set.staged, **material) : material.status();
+    if (!st.ok()) {
+      // Keep the last good set; a rotation may be half written. Said once per reason.
+      if (std::string(st.message()) != set.error) {
+        lines->push_back(
+            absl::StrCat("TLS files changed but do not load yet (gRPC keeps the "
+                         "last good ones): ",
+                         st.message()));
+      }
+      set.error = std::string(st.message());
+      set.fingerprint = now;
+      return;
+    }
+    set.fingerprint = (*material)->fingerprint;
+    set.error.clear();
+    lines->push_back(absl::StrCat("TLS files reloaded for gRPC: ", set.source.cert_file.empty()
+                                                                       ? set.source.ca_file
+                                                                       : set.source.cert_file));
+  }
+
+  std::mutex mu_;
+  std::string dir_;                  // Guarded by mu_.
+  std::map<std::string, Set> sets_;  // By source files. Guarded by mu_.
+  bool watching_ = false;            // Guarded by mu_.
+};
+
+std::shared_ptr<gx::FileWatcherCertificateProvider> Provider(const TlsFiles& staged) {
+  return std::make_shared<gx::FileWatcherCertificateProvider>(staged.key_file, staged.cert_file,
+                                                              staged.ca_file, kTlsRefreshSeconds);
 }
 
 }  // namespace
@@ -69,7 +234,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& tls) {
   if (!tls.enabled()) return grpc::InsecureServerCredentials();
   if (absl::Status st = CheckTlsFiles(tls, /*server=*/true); !st.ok()) return st;
-  gx::TlsServerCredentialsOptions options(Provider(tls));
+  auto staged = StagedTls::For(tls);
+  if (!staged.ok()) return staged.status();
+  gx::TlsServerCredentialsOptions options(Provider(*staged));
   options.watch_identity_key_cert_pairs();
   if (tls.mutual()) {
     options.watch_root_certs();
@@ -84,8 +251,10 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
     const TlsFiles& tls) {
   if (!tls.enabled()) return grpc::InsecureChannelCredentials();
   if (absl::Status st = CheckTlsFiles(tls, /*server=*/false); !st.ok()) return st;
+  auto staged = StagedTls::For(tls);
+  if (!staged.ok()) return staged.status();
   gx::TlsChannelCredentialsOptions options;
-  options.set_certificate_provider(Provider(tls));
+  options.set_certificate_provider(Provider(*staged));
   if (!tls.ca_file.empty()) options.watch_root_certs();
   if (!tls.cert_file.empty()) options.watch_identity_key_cert_pairs();
   SetTlsClient(tls.cert_file.empty() ? TlsClient::kWithoutCertificate
@@ -206,7 +375,24 @@ void LogHook(gpr_log_func_args* args) {
   gpr_default_log(&out);
 }
 
+// A line of this file's own (not gRPC's) to where the refusals go.
+void WriteTlsLogLine(const std::string& line) {
+  RefusalLog& log = Refusals();
+  std::function<void(const std::string&)> write;
+  {
+    std::lock_guard lock(log.mu);
+    write = log.write;
+  }
+  if (write) {
+    write(line);
+  } else {
+    gpr_log(GPR_ERROR, "%s", line.c_str());
+  }
+}
+
 }  // namespace
+
+void RemoveStagedTlsFiles() { StagedTls::Instance().RemoveDir(); }
 
 void LogTlsRefusalsAs(const std::string& self, std::function<void(const std::string&)> write) {
   RefusalLog& log = Refusals();

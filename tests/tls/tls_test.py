@@ -327,6 +327,11 @@ def test_identity(args, certs, work):
         c.stop()
 
 
+def check_alive(c, what):
+    if not c.procs["ps:0"].alive():
+        raise DrillError(f"ps:0 died on {what}: {c.log_of('ps:0')[-600:]}")
+
+
 def test_rotation(args, certs, work):
     live = os.path.join(work, "live")
     os.makedirs(live, exist_ok=True)
@@ -341,6 +346,19 @@ def test_rotation(args, certs, work):
         wait_for("ps:0 serving TLS", lambda: served_serial(c.addr["ps:0"], certs) == before, 20)
         certs.leaf("node_next")
         after = serial_of_pem(certs.path("node_next", "crt"))
+        # Written in place, as `openssl x509 -out` or `cp` does: for a moment the certificate
+        # file is empty, then it holds a certificate the old key does not fit. gRPC 1.51 aborts
+        # on an empty one if it reads it; the last good pair must go on being served instead.
+        crt = os.path.join(live, "tls.crt")
+        open(crt, "w").close()
+        time.sleep(2.5)
+        check_alive(c, "an empty certificate file")
+        shutil.copyfile(certs.path("node_next", "crt"), crt)
+        time.sleep(2.5)
+        check_alive(c, "a certificate its key does not fit")
+        if served_serial(c.addr["ps:0"], certs) != before:
+            raise DrillError("ps:0 stopped serving its last good certificate")
+        log(f"  a half-written rotation: ps:0 alive, serial {before} still served")
         start = time.monotonic()
         for ext in ("key", "crt"):  # each file replaced at once, as Kubernetes swaps them
             tmp = os.path.join(live, f".tls.{ext}.new")

@@ -24,6 +24,8 @@ struct ssl_st;
 
 namespace trainscope {
 
+struct TlsMaterial;  // src/tls_material.h
+
 // Thread-safe. Must outlive every server configured with it.
 class HttpTls {
  public:
@@ -45,17 +47,15 @@ class HttpTls {
   // handshake, client certificates required with a CA). Returns civetweb's 1 (done).
   int ConfigureServer(void* ssl_ctx);
 
-  struct Loaded;
-
  private:
   explicit HttpTls(TlsFiles files, Log log) : files_(std::move(files)), log_(std::move(log)) {}
   static int SelectCertificate(::ssl_st* ssl, void* self);
-  std::shared_ptr<const Loaded> current() const;
+  std::shared_ptr<const TlsMaterial> current() const;
 
   const TlsFiles files_;
   const Log log_;
   mutable std::mutex mu_;
-  std::shared_ptr<const Loaded> loaded_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const TlsMaterial> loaded_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> last_check_ms_{0};
   std::atomic<uint64_t> reloads_{0};
 };

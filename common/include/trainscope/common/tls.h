@@ -19,4 +19,10 @@ struct TlsFiles {
   bool mutual() const { return !ca_file.empty() && !cert_file.empty(); }
 };
 
+// gRPC reads copies of the files, in a private folder that only a whole, checked set replaces
+// (common/src/grpc_tls.cc, StagedTls). Removes the folder; done at exit, so call it only before
+// std::_Exit. A folder left by a killed process is removed by the user's next TLS process.
+// Defined in trainscope::common_grpc.
+void RemoveStagedTlsFiles();
+
 }  // namespace trainscope
