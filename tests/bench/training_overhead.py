@@ -12,7 +12,8 @@ Each set-up below runs for one window in turn, rounds interleaved so that a nois
 every set-up alike; the worker's steps per second are read from the sidecar's /api/v1/tasks, and
 the CPU seconds the three processes used (/proc/PID/stat) per step. Prints per set-up the median
 rate, the median over rounds of each round's rate / the rate with telemetry off, and the median
-CPU per step / telemetry off's: on a shared machine the CPU figure is the steadier one.
+CPU per step / telemetry off's (on a shared machine the CPU figure is the steadier one), then
+each process's CPU per step (sidecar, ps, worker): where the cost is paid.
 
   /usr/bin/python3 tests/bench/training_overhead.py --bin build/bin [--rounds 10] [--window_s 4]
 
@@ -131,14 +132,15 @@ def run_window(bin_dir, workdir, setup, warmup_s, window_s, cpus):
             time.sleep(0.2)
         time.sleep(warmup_s)
         s0, t0 = worker_steps(http_port)
-        c0, m0 = sum(cpu_seconds(p.pid) for p in procs), time.monotonic()
+        c0, m0 = [cpu_seconds(p.pid) for p in procs], time.monotonic()
         time.sleep(window_s)
         s1, t1 = worker_steps(http_port)
-        c1, m1 = sum(cpu_seconds(p.pid) for p in procs), time.monotonic()
+        c1, m1 = [cpu_seconds(p.pid) for p in procs], time.monotonic()
         if s0 is None or s1 is None or s1 <= s0:
             raise RuntimeError(f"{setup}: the sidecar stopped answering or the worker stepping")
         steps_per_s = (s1 - s0) / (t1 - t0)
-        return steps_per_s, (c1 - c0) / (m1 - m0) / steps_per_s
+        # Per process (sidecar, ps, worker): CPU seconds per step.
+        return steps_per_s, [(b - a) / (m1 - m0) / steps_per_s for a, b in zip(c0, c1)]
     finally:
         for p in procs:
             p.send_signal(signal.SIGKILL)
@@ -161,11 +163,14 @@ def main():
     base = setups[0]
     rates = {s: [] for s in setups}
     cpu = {s: [] for s in setups}
+    per_process = {s: [] for s in setups}  # [sidecar, ps, worker] CPU per step, each round
     with tempfile.TemporaryDirectory(prefix="training_overhead.") as workdir:
         for r in range(args.rounds):
             for setup in setups:
-                rate, cpu_per_step = run_window(args.bin, workdir, setup, args.warmup_s,
-                                                args.window_s, cpus)
+                rate, cpu_each = run_window(args.bin, workdir, setup, args.warmup_s,
+                                            args.window_s, cpus)
+                cpu_per_step = sum(cpu_each)
+                per_process[setup].append(cpu_each)
                 rates[setup].append(rate)
                 cpu[setup].append(cpu_per_step)
                 print(f"round {r + 1}: {setup:9s} {rate:9.0f} steps/s "
@@ -180,6 +185,11 @@ def main():
               f"{statistics.median(ratios):12.3f} {min(ratios):8.3f}-{max(ratios):.3f} "
               f"{statistics.median(cpu[setup]) * 1e6:12.1f} "
               f"{statistics.median(cpu[setup]) / statistics.median(cpu[base]):12.3f}")
+    print("\nCPU us per step by process (medians of rounds): where telemetry's cost is paid")
+    print(f"  {'set-up':9s} {'sidecar':>9s} {'ps':>9s} {'worker':>9s}")
+    for setup in setups:
+        each = [statistics.median(r[i] for r in per_process[setup]) * 1e6 for i in range(3)]
+        print(f"  {setup:9s} {each[0]:9.1f} {each[1]:9.1f} {each[2]:9.1f}")
     return 0
 
 
