@@ -24,7 +24,6 @@ import os
 import shutil
 import ssl
 import sys
-import tempfile
 import time
 
 sys.dont_write_bytecode = True
@@ -142,14 +141,11 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--keep_logs", action="store_true")
     args = ap.parse_args()
-    netns.skip_unless_supported("the mutual TLS multi-node test")
     if shutil.which("openssl") is None:
         print("SKIPPED the mutual TLS multi-node test: no openssl command", flush=True)
         return 77
-    netns.limit_time(DEADLINE_S)
-    logs = tempfile.mkdtemp(prefix="multinode-mtls-")
-    ok = False
-    try:
+
+    def body(logs):
         with netns.Cluster(3, log_dir=logs) as c:
             t = training.TrainingCluster(c, args.bin, training.Layout.default(3), tls=True)
             t.start()
@@ -157,12 +153,8 @@ def main():
             for scenario in (cluster_over_mtls, partition, wrong_ca):
                 log(f"--- {scenario.__name__}")
                 scenario(c, t)
-        ok = True
-    except (AssertionError, netns.HarnessError) as e:
-        log(f"FAILED: {e}")
-    finally:
-        netns.limit_time(0)
-    return netns.end_test(ok, logs, args.keep_logs, log)
+    return netns.run_test("the mutual TLS multi-node test", "multinode-mtls-", DEADLINE_S, body,
+                          args.keep_logs, log)
 
 
 if __name__ == "__main__":

@@ -168,9 +168,22 @@ def skip_unless_supported(what="the multi-node tests"):
         sys.exit(SKIP_CODE)
 
 
-def end_test(ok, logs, keep_logs, log):
-    """A multi-node test's last word: on failure where its logs are (exit code 1), else PASSED,
-    its logs removed unless kept (0)."""
+def run_test(what, prefix, deadline_s, body, keep_logs, log, errors=()):
+    """A multi-node test's frame: skipped (SKIP_CODE) where clusters cannot be built; body(logs)
+    run within deadline_s (a hang still tears its cluster down, limit_time) with a fresh log
+    folder; a HarnessError, AssertionError or one of `errors` ends it as FAILED with where its
+    logs are (exit code 1); else PASSED, its logs removed unless kept (0)."""
+    skip_unless_supported(what)
+    limit_time(deadline_s)
+    logs = tempfile.mkdtemp(prefix=prefix)
+    ok = False
+    try:
+        body(logs)
+        ok = True
+    except (AssertionError, HarnessError, *errors) as e:
+        log(f"FAILED: {e}")
+    finally:
+        limit_time(0)
     if not ok:
         log(f"logs: {logs}")
         return 1

@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 import urllib.parse
 
@@ -239,11 +238,8 @@ def main():
     ap.add_argument("--src", default=os.path.abspath(os.path.join(HERE, "..", "..")))
     ap.add_argument("--keep_logs", action="store_true")
     args = ap.parse_args()
-    netns.skip_unless_supported("the network alerts drill")
-    netns.limit_time(DEADLINE_S)
-    logs = tempfile.mkdtemp(prefix="multinode-alerts-")
-    ok = False
-    try:
+
+    def body(logs):
         with netns.Cluster(4, log_dir=logs) as c:
             t = training.TrainingCluster(c, args.bin, training.Layout.default(3),
                                          sidecar_nodes=list(NODES))
@@ -261,12 +257,8 @@ def main():
             log("fault -> webhook, undo -> resolved (seconds):")
             for name, alert, fired, resolved in drill.figures:
                 log(f"  {name:20} {alert:28} {fired:6.1f} {resolved:6.1f}")
-        ok = True
-    except (AssertionError, netns.HarnessError, monitoring.RenderError) as e:
-        log(f"FAILED: {e}")
-    finally:
-        netns.limit_time(0)
-    return netns.end_test(ok, logs, args.keep_logs, log)
+    return netns.run_test("the network alerts drill", "multinode-alerts-", DEADLINE_S, body,
+                          args.keep_logs, log, errors=(monitoring.RenderError,))
 
 
 if __name__ == "__main__":

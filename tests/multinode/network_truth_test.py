@@ -23,7 +23,6 @@ skipped (no root or no network namespaces; one line says why).
 import argparse
 import os
 import sys
-import tempfile
 import time
 
 sys.dont_write_bytecode = True
@@ -118,11 +117,8 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--keep_logs", action="store_true")
     args = ap.parse_args()
-    netns.skip_unless_supported("the network truth test")
-    netns.limit_time(DEADLINE_S)
-    logs = tempfile.mkdtemp(prefix="multinode-truth-")
-    ok = False
-    try:
+
+    def body(logs):
         with netns.Cluster(3, log_dir=logs) as c:
             t = training.TrainingCluster(c, args.bin, training.Layout.default(3))
             t.start()
@@ -132,12 +128,8 @@ def main():
             for scenario in (partition, isolated, remote_death, slow_ps):
                 log(f"--- {scenario.__name__}")
                 scenario(c, t)
-        ok = True
-    except (AssertionError, netns.HarnessError) as e:
-        log(f"FAILED: {e}")
-    finally:
-        netns.limit_time(0)
-    return netns.end_test(ok, logs, args.keep_logs, log)
+    return netns.run_test("the network truth test", "multinode-truth-", DEADLINE_S, body,
+                          args.keep_logs, log)
 
 
 if __name__ == "__main__":
