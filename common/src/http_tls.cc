@@ -91,14 +91,21 @@ void HttpTls::MaybeReload(int64_t min_interval_ms) {
   auto loaded = ReadTlsMaterial(files_);
   if (!loaded.ok()) {
     // Keep serving the last good pair; a rotation may be half written. The fingerprint is not
-    // updated, so the next check tries again.
-    if (log_)
-      log_(absl::StrCat("TLS files changed but do not load yet: ", loaded.status().message()));
+    // updated, so the next check tries again; the reason is logged once, not every second.
+    const std::string why(loaded.status().message());
+    bool said;
+    {
+      std::lock_guard lock(mu_);
+      said = why == last_error_;
+      last_error_ = why;
+    }
+    if (log_ && !said) log_(absl::StrCat("TLS files changed but do not load yet: ", why));
     return;
   }
   {
     std::lock_guard lock(mu_);
     loaded_ = *std::move(loaded);
+    last_error_.clear();
   }
   reloads_.fetch_add(1);
   if (log_) log_(absl::StrCat("TLS files reloaded: ", files_.cert_file));

@@ -56,6 +56,7 @@ class HttpTls {
   const Log log_;
   mutable std::mutex mu_;
   std::shared_ptr<const TlsMaterial> loaded_ ABSL_GUARDED_BY(mu_);
+  std::string last_error_ ABSL_GUARDED_BY(mu_);  // Why the files last tried did not load.
   std::atomic<int64_t> last_check_ms_{0};
   std::atomic<uint64_t> reloads_{0};
 };
