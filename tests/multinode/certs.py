@@ -47,7 +47,7 @@ class Certs:
                         "-out", self.path(ca, "crt"), "-days", "30",
                         "-subj", f"/CN=trainscope multinode {ca}")
         if not os.path.exists(self.path(HARNESS, "crt")):
-            self.leaf(HARNESS, "IP:127.0.0.1")
+            self.leaf(HARNESS, san="IP:127.0.0.1")
 
     def path(self, name, ext):
         return os.path.join(self.dir, f"{name}.{ext}")

@@ -80,6 +80,35 @@ def ps_blamed(view, ps, workers):
     return all(("in calls to " + ps) in (task(view, w) or {}).get("reason", "") for w in workers)
 
 
+def in_every_view(t, nodes, predicate):
+    """predicate(node, view) holds in the view of each of `nodes`, every one of them answering."""
+    vs = views(t, nodes)
+    return len(vs) == len(nodes) and all(predicate(n, v) for n, v in vs.items())
+
+
+def partition_drill(c, t, nodes, log, named_s, healed_s, check=None):
+    """Cuts n1 (worker:0) from n2 (ps:0) for real: every view must name the partition
+    worker:0 -> ps:0, and so must `check()` (more assertions, optional) and trainscopectl on
+    n3; then heals, and every view must drop it, worker:0 up again."""
+    c.cut(1, 2, how="drop")
+    s = wait("every view names the partition worker:0 -> ps:0",
+             lambda: in_every_view(t, nodes, lambda n, v: partition_named(v, "worker:0", "ps:0")),
+             named_s)
+    log(f"ok: partition named in every view after {s:.1f} s")
+    w = task(t.view(3), "worker:0")
+    log(f"    n3 says worker:0 {w['state']}: {w['reason'][:200]}")
+    if check:
+        check()
+    ctl = t.ctl_status(3).stdout
+    assert "PARTITION worker:0" in ctl, f"trainscopectl on n3 names it:\n{ctl}"
+    log("ok: trainscopectl status on n3 names it")
+    c.heal(1, 2)
+    wait("healed: no partition in any view, worker:0 up",
+         lambda: in_every_view(t, nodes, lambda n, v: no_partition(v))
+         and state_is(t.view(2), "worker:0", "up"), healed_s)
+    log("ok: healed")
+
+
 def wait(what, predicate, timeout, interval=0.05):
     """Seconds until predicate() is true; raises AssertionError naming `what` on timeout."""
     start = time.monotonic()

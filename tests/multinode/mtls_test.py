@@ -43,8 +43,7 @@ def log(msg):
 
 
 def every(t, predicate):
-    vs = d.views(t, NODES)
-    return len(vs) == len(NODES) and all(predicate(n, v) for n, v in vs.items())
+    return d.in_every_view(t, NODES, predicate)
 
 
 def all_up_and_exchanged(t, n, v):
@@ -80,19 +79,8 @@ def cluster_over_mtls(c, t):
 
 
 def partition(c, t):
-    c.cut(1, 2, how="drop")
-    s = d.wait("every view names the partition worker:0 -> ps:0",
-               lambda: every(t, lambda n, v: d.partition_named(v, "worker:0", "ps:0")), 30)
-    log(f"ok: partition named in every view after {s:.1f} s")
-    log(f"    n3 says worker:0 {d.task(t.view(3), 'worker:0')['reason'][:200]}")
-    ctl = t.ctl_status(3).stdout
-    assert "PARTITION worker:0" in ctl, f"trainscopectl on n3 (https) names it:\n{ctl}"
-    log("ok: trainscopectl status over HTTPS on n3 names it")
-    c.heal(1, 2)
-    d.wait("healed: no partition in any view, worker:0 up",
-           lambda: every(t, lambda n, v: d.no_partition(v))
-           and d.state_is(t.view(2), "worker:0", "up"), 40)
-    log("ok: healed")
+    """A real cut, named in every view and by trainscopectl on n3 (over HTTPS here)."""
+    d.partition_drill(c, t, NODES, log, named_s=30, healed_s=40)
 
 
 def log_line(proc, needle):

@@ -40,8 +40,7 @@ def log(msg):
 
 
 def every(t, predicate):
-    vs = d.views(t, NODES)
-    return len(vs) == len(NODES) and all(predicate(n, v) for n, v in vs.items())
+    return d.in_every_view(t, NODES, predicate)
 
 
 def metrics(c, t, node):
@@ -51,26 +50,14 @@ def metrics(c, t, node):
 
 
 def partition(c, t):
-    c.cut(1, 2, how="drop")
-    s = d.wait("every view names the partition worker:0 -> ps:0",
-               lambda: every(t, lambda n, v: d.partition_named(v, "worker:0", "ps:0")), 20)
-    log(f"ok: partition named in every view after {s:.1f} s")
-    v = t.view(3)
-    log(f"    n3 says worker:0 {d.task(v, 'worker:0')['state']}: "
-        f"{d.task(v, 'worker:0')['reason'][:200]}")
-    ps_series = 'trainscope_task_partitioned{cluster="%s",role="ps",task="0"} 1' % t.name
-    worker_series = ('trainscope_task_partition{cluster="%s",role="worker",task="0",'
-                     'peer_role="ps",peer_task="0"} 1' % t.name)
-    assert ps_series in metrics(c, t, 1), "n1's /metrics: ps:0 partitioned"
-    assert worker_series in metrics(c, t, 2), "n2's /metrics: worker:0 -> ps:0"
-    ctl = t.ctl_status(3).stdout
-    assert "PARTITION worker:0" in ctl, f"trainscopectl on n3 names it:\n{ctl}"
-    log("ok: both sides' /metrics and trainscopectl on n3")
-    c.heal(1, 2)
-    d.wait("healed: no partition in any view, worker:0 up",
-           lambda: every(t, lambda n, v: d.no_partition(v))
-           and d.state_is(t.view(2), "worker:0", "up"), 30)
-    log("ok: healed")
+    def both_sides_metrics():
+        ps_series = 'trainscope_task_partitioned{cluster="%s",role="ps",task="0"} 1' % t.name
+        worker_series = ('trainscope_task_partition{cluster="%s",role="worker",task="0",'
+                         'peer_role="ps",peer_task="0"} 1' % t.name)
+        assert ps_series in metrics(c, t, 1), "n1's /metrics: ps:0 partitioned"
+        assert worker_series in metrics(c, t, 2), "n2's /metrics: worker:0 -> ps:0"
+        log("ok: both sides' /metrics")
+    d.partition_drill(c, t, NODES, log, named_s=20, healed_s=30, check=both_sides_metrics)
 
 
 def isolated(c, t):

@@ -39,6 +39,8 @@ sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "drill"))
 from fire_drill import DrillError, Proc, free_port, log, wait_for  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "multinode"))
+import certs as pki  # noqa: E402 (certificates made with openssl, shared with the multi-node tests)
 
 CLUSTER = "tls"
 
@@ -51,34 +53,12 @@ def openssl(*args, stdin=None):
     return r.stdout
 
 
-class Certs:
-    """CAs and leaf certificates in `dir`: ca, other_ca; leaves named as asked."""
-
-    def __init__(self, dir):
-        self.dir = dir
-        for ca in ("ca", "other_ca"):
-            openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-keyout", self.path(ca, "key"), "-out", self.path(ca, "crt"),
-                    "-days", "2", "-subj", f"/CN=trainscope test {ca}")
-
-    def path(self, name, ext):
-        return os.path.join(self.dir, f"{name}.{ext}")
+class Certs(pki.Certs):
+    """The multi-node suite's CAs (ca, other_ca) and leaves, made in `dir`; a leaf here names
+    127.0.0.1 and localhost unless told otherwise."""
 
     def leaf(self, name, ca="ca", san="IP:127.0.0.1,DNS:localhost"):
-        """A certificate `name` signed by `ca` naming `san`; returns (cert, key) paths."""
-        key, csr, ext = self.path(name, "key"), self.path(name, "csr"), self.path(name, "ext")
-        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                "-keyout", key, "-out", csr, "-subj", f"/CN={name}")
-        with open(ext, "w") as f:
-            f.write(f"subjectAltName={san}\nextendedKeyUsage=serverAuth,clientAuth\n")
-        openssl("x509", "-req", "-in", csr, "-CA", self.path(ca, "crt"), "-CAkey",
-                self.path(ca, "key"), "-set_serial", str(int.from_bytes(os.urandom(8), "big")),
-                "-out", self.path(name, "crt"), "-days", "1", "-extfile", ext)
-        return self.path(name, "crt"), key
-
-    def flags(self, name, ca="ca"):
-        return ["--tls_cert_file", self.path(name, "crt"), "--tls_key_file",
-                self.path(name, "key"), "--tls_ca_file", self.path(ca, "crt")]
+        return super().leaf(name, san, ca)
 
 
 def serial_of_pem(path):
@@ -402,7 +382,7 @@ def main():
         try:
             test(args, certs, os.path.join(work, name))
             log(f"{name}: PASS")
-        except (DrillError, OSError, subprocess.SubprocessError) as e:
+        except (DrillError, pki.netns.HarnessError, OSError, subprocess.SubprocessError) as e:
             log(f"{name}: FAIL: {e}")
             failed.append(name)
     if args.keep or failed:
