@@ -35,6 +35,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -68,12 +69,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-def worker_steps(http_port):
+def worker_steps(http_port, tls_context=None):
     """(the worker's step count as its last heartbeat said, the unix time of that heartbeat), or
     (None, None): timed by the heartbeat, not by this query, so that the poll interval adds no
     error to a short window."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/api/v1/tasks", timeout=2) as r:
+        scheme = "https" if tls_context else "http"  # with the --tls_* flags the sidecar is HTTPS
+        with urllib.request.urlopen(f"{scheme}://127.0.0.1:{http_port}/api/v1/tasks", timeout=2,
+                                    context=tls_context) as r:
             for t in json.load(r).get("tasks", []):
                 if t.get("name") == "worker:0" and t.get("heartbeat_age_seconds", -1) >= 0:
                     return (float(t.get("steps", 0)),
@@ -103,6 +106,11 @@ def run_window(bin_dir, workdir, setup, warmup_s, window_s, cpus):
     """(steps per second, CPU seconds per step) of worker:0 under `setup` over one window."""
     flags, extra_env = SETUPS[setup]
     tls = tls_flags(workdir) if setup == "mtls" else []
+    ctx = None
+    if tls:
+        ctx = ssl.create_default_context(cafile=tls[tls.index("--tls_ca_file") + 1])
+        ctx.load_cert_chain(tls[tls.index("--tls_cert_file") + 1],
+                            tls[tls.index("--tls_key_file") + 1])
     flags = flags + tls
     ps, worker = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     spec = {"cluster": {"ps": [ps], "worker": [worker]}}
@@ -126,15 +134,15 @@ def run_window(bin_dir, workdir, setup, warmup_s, window_s, cpus):
                                 "--metrics_port", "0", *flags], {"TF_CONFIG": tf, **env}, log,
                                cpu=cpus[0] if role == "worker" else cpus[1]))
         deadline = time.monotonic() + 30
-        while (worker_steps(http_port)[0] or 0) <= 0:
+        while (worker_steps(http_port, ctx)[0] or 0) <= 0:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{setup}: the worker never stepped (log in {workdir})")
             time.sleep(0.2)
         time.sleep(warmup_s)
-        s0, t0 = worker_steps(http_port)
+        s0, t0 = worker_steps(http_port, ctx)
         c0, m0 = [cpu_seconds(p.pid) for p in procs], time.monotonic()
         time.sleep(window_s)
-        s1, t1 = worker_steps(http_port)
+        s1, t1 = worker_steps(http_port, ctx)
         c1, m1 = [cpu_seconds(p.pid) for p in procs], time.monotonic()
         if s0 is None or s1 is None or s1 <= s0:
             raise RuntimeError(f"{setup}: the sidecar stopped answering or the worker stepping")
