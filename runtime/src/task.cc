@@ -271,6 +271,11 @@ absl::Status Task::Impl::Start() {
   grpc::ResourceQuota quota(absl::StrCat("trainscope-", name));
   quota.SetMaxThreads(1024);
   builder.SetResourceQuota(quota);
+  // gRPC's default keeps at most 2 threads waiting for calls: a worker's Pull and Pushes arrive
+  // together, so at every step the server started a thread and ended another (300 a second,
+  // ~55 us each). Up to 16 waiting threads are kept instead; they are started only when needed.
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 2);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 16);
   int bound_port = 0;
   builder.AddListeningPort(listen_address_, credentials, &bound_port);
   AcceptKeepalive(&builder);

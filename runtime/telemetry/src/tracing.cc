@@ -1,12 +1,12 @@
 // W3C trace context, the sampler and the Tracer. See tracing.h.
 #include "trainscope/telemetry/tracing.h"
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
-#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -54,14 +54,25 @@ bool AllZero(const std::array<uint8_t, N>& bytes) {
   return true;
 }
 
-// xoshiro256** seeded by splitmix64 from std::random_device, one per thread.
+// The process's random seed: std::random_device once (constructing one and reading it costs
+// ~30 us here, and a gRPC server may start and end threads hundreds of times a second).
+uint64_t ProcessSeed() {
+  static const uint64_t seed = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+           static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }();
+  return seed;
+}
+
+// xoshiro256** seeded by splitmix64, one per thread: each thread's seed is the process's seed
+// plus a distinct multiple of splitmix64's increment, so no two threads share a sequence.
 class Random {
  public:
   Random() {
-    std::random_device rd;
-    uint64_t seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-    seed ^= std::hash<std::thread::id>()(std::this_thread::get_id());
-    seed ^= static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    static std::atomic<uint64_t> threads{0};
+    uint64_t seed = ProcessSeed() + threads.fetch_add(1, std::memory_order_relaxed) *
+                                        (uint64_t{4} * 0x9e3779b97f4a7c15ULL);
     for (uint64_t& s : s_) s = SplitMix64(&seed);
   }
 

@@ -190,6 +190,26 @@ TEST(TracerTest, IdsAreUniqueAcrossThreads) {
   EXPECT_EQ(ids.size(), 20000u);
 }
 
+// gRPC's servers start and end threads all the time; each new thread's generator is seeded
+// from the process's seed and its own number, never from another thread's sequence.
+TEST(TracerTest, IdsAreUniqueAcrossShortLivedThreads) {
+  Tracer tracer({}, nullptr);
+  std::set<std::string> trace_ids;
+  std::set<std::string> span_ids;
+  for (int t = 0; t < 300; ++t) {
+    std::vector<SpanContext> mine;
+    std::thread([&] {
+      for (int i = 0; i < 4; ++i) mine.push_back(tracer.NewContext(nullptr));
+    }).join();
+    for (const SpanContext& c : mine) {
+      trace_ids.insert(c.TraceIdHex());
+      span_ids.insert(c.SpanIdHex());
+    }
+  }
+  EXPECT_EQ(trace_ids.size(), 1200u);
+  EXPECT_EQ(span_ids.size(), 1200u);
+}
+
 TEST(TracerTest, EndForwardsOnlySampledSpans) {
   RecordingProcessor processor;
   TracingStats stats;
