@@ -8,14 +8,19 @@ they run (`taskset`), every set-up alike:
                 telemetry costs any of them comes out of the step rate - the worst case;
   --cpus split  the worker on CPU 0, the ps and the sidecar on CPU 1: the loop is bound by
                 wake-up latency between CPUs, and its rate swings with the scheduler.
-Each set-up below runs for one window in turn, rounds interleaved so that a noisy neighbour hits
-every set-up alike; the worker's steps per second are read from the sidecar's /api/v1/tasks, and
-the CPU seconds the three processes used (/proc/PID/stat) per step. Prints per set-up the median
-rate, the median over rounds of each round's rate / the rate with telemetry off, and the median
-CPU per step / telemetry off's (on a shared machine the CPU figure is the steadier one), then
-each process's CPU per step (sidecar, ps, worker): where the cost is paid.
+Each set-up has its own cluster, started once and paused (SIGSTOP) except in its own windows
+(--clusters paused, the default; --restart_every N starts them all anew every N rounds), so that
+a window measures warm processes and not where a fresh start put them; --clusters fresh starts a
+cluster for every window instead. Rounds are interleaved (the order rotates each round), so that
+a noisy neighbour hits every set-up alike. The worker's steps per second come from the sidecar's
+/api/v1/tasks, timed by the heartbeat that counted them; the CPU seconds of the three processes
+from /proc. Prints per set-up the median rate, the median over rounds of each round's rate / the
+rate with telemetry off and of its CPU per step / off's (on a shared machine the CPU figure is the
+steadier one), then each process's user + system CPU and thread switches per step (sidecar, ps,
+worker): where the cost is paid.
 
-  /usr/bin/python3 tests/bench/training_overhead.py --bin build/bin [--rounds 10] [--window_s 4]
+  /usr/bin/python3 tests/bench/training_overhead.py --bin build/bin [--rounds 16] [--window_s 4]
+      [--restart_every 4]
 
 Set-ups:
   off        --disable_telemetry
@@ -33,6 +38,7 @@ Standard library only.
 import argparse
 import json
 import os
+import random
 import signal
 import socket
 import ssl
@@ -86,14 +92,35 @@ def worker_steps(http_port, tls_context=None):
     return None, None
 
 
-def cpu_seconds(pid):
-    """utime + stime of a process, in seconds (0 once it is gone)."""
+def process_cpu(pid):
+    """(user, system CPU seconds, context switches) of a process and all its threads; zeros
+    once it is gone. Context switches show costs that are not instructions: every wake-up of a
+    thread on a shared CPU is a switch away from the training loop."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
+        threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return 0.0, 0.0, 0
+    switches = 0
+    for tid in threads:
+        try:  # threads come and go (gRPC's pollers)
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        switches += int(line.split(":", 1)[1])
+        except OSError:
+            pass
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick, switches
+
+
+def median_interval(values, resamples=2000):
+    """A 95% bootstrap interval of the median of `values` (resampled with replacement)."""
+    rng = random.Random(1)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values)))
+                     for _ in range(resamples))
+    return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
 
 
 def start(argv, env, log, cpu=None):
@@ -102,58 +129,84 @@ def start(argv, env, log, cpu=None):
     return subprocess.Popen(argv, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
 
 
-def run_window(bin_dir, workdir, setup, warmup_s, window_s, cpus):
-    """(steps per second, CPU seconds per step) of worker:0 under `setup` over one window."""
-    flags, extra_env = SETUPS[setup]
-    tls = tls_flags(workdir) if setup == "mtls" else []
-    ctx = None
-    if tls:
-        ctx = ssl.create_default_context(cafile=tls[tls.index("--tls_ca_file") + 1])
-        ctx.load_cert_chain(tls[tls.index("--tls_cert_file") + 1],
-                            tls[tls.index("--tls_key_file") + 1])
-    flags = flags + tls
-    ps, worker = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    spec = {"cluster": {"ps": [ps], "worker": [worker]}}
-    http_port, grpc_port = free_port(), free_port()
-    spec_path = os.path.join(workdir, "cluster_spec.json")
-    with open(spec_path, "w") as f:
-        json.dump(spec, f)
-    procs = []
-    log = open(os.path.join(workdir, f"{setup}.log"), "ab")
-    try:
-        procs.append(start([os.path.join(bin_dir, "trainscope-sidecar"), "--cluster_spec",
-                            spec_path, "--cluster_name", "bench", "--local_tasks",
-                            "ps:0,worker:0", "--http_address", "127.0.0.1", "--http_port",
-                            str(http_port), "--grpc_port", str(grpc_port), "--peer_sidecars",
-                            "none", *tls], {}, log, cpu=cpus[1]))
-        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{grpc_port}", **extra_env}
-        for role in ("ps", "worker"):
-            tf = json.dumps({**spec, "task": {"type": role, "index": 0}})
-            procs.append(start([os.path.join(bin_dir, "linear_regression"), "--cluster_name",
-                                "bench", "--steps", "1000000000", "--log_every", "1000000",
-                                "--metrics_port", "0", *flags], {"TF_CONFIG": tf, **env}, log,
-                               cpu=cpus[0] if role == "worker" else cpus[1]))
-        deadline = time.monotonic() + 30
-        while (worker_steps(http_port, ctx)[0] or 0) <= 0:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{setup}: the worker never stepped (log in {workdir})")
-            time.sleep(0.2)
+class Cluster:
+    """A sidecar, a ps and a worker under one set-up, on their own ports."""
+
+    def __init__(self, bin_dir, workdir, setup, cpus, extra_flags=()):
+        self.setup = setup
+        flags, extra_env = SETUPS[setup]
+        tls = tls_flags(workdir) if setup == "mtls" else []
+        self.ctx = None
+        if tls:
+            self.ctx = ssl.create_default_context(cafile=tls[tls.index("--tls_ca_file") + 1])
+            self.ctx.load_cert_chain(tls[tls.index("--tls_cert_file") + 1],
+                                     tls[tls.index("--tls_key_file") + 1])
+        flags = flags + tls
+        ps, worker = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        spec = {"cluster": {"ps": [ps], "worker": [worker]}}
+        self.http_port, grpc_port = free_port(), free_port()
+        spec_path = os.path.join(workdir, f"cluster_spec.{setup}.json")
+        with open(spec_path, "w") as f:
+            json.dump(spec, f)
+        self.procs = []
+        self.log = open(os.path.join(workdir, f"{setup}.log"), "ab")
+        try:
+            self.procs.append(start(
+                [os.path.join(bin_dir, "trainscope-sidecar"), "--cluster_spec", spec_path,
+                 "--cluster_name", "bench", "--local_tasks", "ps:0,worker:0", "--http_address",
+                 "127.0.0.1", "--http_port", str(self.http_port), "--grpc_port", str(grpc_port),
+                 "--peer_sidecars", "none", *tls], {}, self.log, cpu=cpus[1]))
+            env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{grpc_port}", **extra_env}
+            for role in ("ps", "worker"):
+                tf = json.dumps({**spec, "task": {"type": role, "index": 0}})
+                self.procs.append(start(
+                    [os.path.join(bin_dir, "linear_regression"), "--cluster_name", "bench",
+                     "--steps", "1000000000", "--log_every", "1000000", "--metrics_port", "0",
+                     *flags, *extra_flags], {"TF_CONFIG": tf, **env}, self.log,
+                    cpu=cpus[0] if role == "worker" else cpus[1]))
+            deadline = time.monotonic() + 30
+            while (self.steps()[0] or 0) <= 0:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{setup}: the worker never stepped (log in {workdir})")
+                time.sleep(0.2)
+        except BaseException:
+            self.stop()
+            raise
+
+    def steps(self):
+        return worker_steps(self.http_port, self.ctx)
+
+    def signal(self, sig):
+        # The worker first when pausing: the ps and the sidecar then finish what it started.
+        order = self.procs[::-1] if sig == signal.SIGSTOP else self.procs
+        for p in order:
+            p.send_signal(sig)
+            if sig == signal.SIGSTOP and p is self.procs[-1]:
+                time.sleep(0.1)
+
+    def measure(self, warmup_s, window_s):
+        """(steps per second, [(user, system CPU seconds, switches) per step of sidecar, ps,
+        worker]) over one window."""
         time.sleep(warmup_s)
-        s0, t0 = worker_steps(http_port, ctx)
-        c0, m0 = [cpu_seconds(p.pid) for p in procs], time.monotonic()
+        s0, t0 = self.steps()
+        c0, m0 = [process_cpu(p.pid) for p in self.procs], time.monotonic()
         time.sleep(window_s)
-        s1, t1 = worker_steps(http_port, ctx)
-        c1, m1 = [cpu_seconds(p.pid) for p in procs], time.monotonic()
+        s1, t1 = self.steps()
+        c1, m1 = [process_cpu(p.pid) for p in self.procs], time.monotonic()
         if s0 is None or s1 is None or s1 <= s0:
-            raise RuntimeError(f"{setup}: the sidecar stopped answering or the worker stepping")
+            raise RuntimeError(f"{self.setup}: the sidecar stopped answering or the worker "
+                               "stepping")
         steps_per_s = (s1 - s0) / (t1 - t0)
-        # Per process (sidecar, ps, worker): CPU seconds per step.
-        return steps_per_s, [(b - a) / (m1 - m0) / steps_per_s for a, b in zip(c0, c1)]
-    finally:
-        for p in procs:
+        steps = steps_per_s * (m1 - m0)
+        return steps_per_s, [tuple((b - a) / steps for a, b in zip(x, y))
+                             for x, y in zip(c0, c1)]
+
+    def stop(self):
+        for p in self.procs:
             p.send_signal(signal.SIGKILL)
             p.wait()
-        log.close()
+        self.procs = []
+        self.log.close()
 
 
 def main():
@@ -162,42 +215,85 @@ def main():
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--window_s", type=float, default=4)
     ap.add_argument("--cpus", choices=("one", "split"), default="one")
-    ap.add_argument("--warmup_s", type=float, default=2)
+    ap.add_argument("--warmup_s", type=float, default=None,
+                    help="before each window (default: 2 s fresh, 0.5 s paused)")
+    ap.add_argument("--clusters", choices=("paused", "fresh"), default="paused",
+                    help="paused: every set-up's cluster started once and only its own windows "
+                    "let run (SIGSTOP / SIGCONT); fresh: started anew for every window")
+    ap.add_argument("--restart_every", type=int, default=0,
+                    help="paused clusters: start them anew every N rounds (0: never)")
     ap.add_argument("--setups", default=",".join(SETUPS),
                     help="comma-separated; ratios are to the first")
     args = ap.parse_args()
     cpus = (0, 0) if args.cpus == "one" else (0, 1)
     setups = args.setups.split(",")
+    paused = args.clusters == "paused"
+    warmup_s = args.warmup_s if args.warmup_s is not None else (0.5 if paused else 2)
+    # A paused worker's call would outlive its deadline: no deadline matters in a steady loop.
+    extra = ["--rpc_deadline_ms", "600000"] if paused else []
     base = setups[0]
     rates = {s: [] for s in setups}
     cpu = {s: [] for s in setups}
-    per_process = {s: [] for s in setups}  # [sidecar, ps, worker] CPU per step, each round
+    per_process = {s: [] for s in setups}  # [(user, sys, switches) of sidecar, ps, worker]
     with tempfile.TemporaryDirectory(prefix="training_overhead.") as workdir:
-        for r in range(args.rounds):
-            for setup in setups:
-                rate, cpu_each = run_window(args.bin, workdir, setup, args.warmup_s,
-                                            args.window_s, cpus)
-                cpu_per_step = sum(cpu_each)
-                per_process[setup].append(cpu_each)
-                rates[setup].append(rate)
-                cpu[setup].append(cpu_per_step)
-                print(f"round {r + 1}: {setup:9s} {rate:9.0f} steps/s "
-                      f"{cpu_per_step * 1e6:7.1f} CPU us/step", flush=True)
-    print(f"\nworker steps/s, median of {args.rounds} interleaved {args.window_s:.0f} s windows "
-          f"(ps, worker and sidecar on one node, CPUs: {args.cpus}):")
-    print(f"  {'set-up':9s} {'steps/s':>9s} {'rate/' + base:>12s} {'rounds (min-max)':>17s} "
-          f"{'CPU us/step':>12s} {'CPU/' + base:>12s}")
+        clusters = {}
+        try:
+            for r in range(args.rounds):
+                if paused and (not clusters or (args.restart_every and r % args.restart_every == 0)):
+                    for c in clusters.values():
+                        c.stop()
+                    clusters = {}
+                    for setup in setups:
+                        clusters[setup] = Cluster(args.bin, workdir, setup, cpus, extra)
+                        clusters[setup].signal(signal.SIGSTOP)
+                # Rotate the order, so that no set-up always follows the same one.
+                for setup in setups[r % len(setups):] + setups[:r % len(setups)]:
+                    c = clusters[setup] if paused else Cluster(args.bin, workdir, setup, cpus)
+                    try:
+                        if paused:
+                            c.signal(signal.SIGCONT)
+                        rate, each = c.measure(warmup_s, args.window_s)
+                    finally:
+                        if paused:
+                            c.signal(signal.SIGSTOP)
+                        else:
+                            c.stop()
+                    cpu_per_step = sum(u + k for u, k, _ in each)
+                    per_process[setup].append(each)
+                    rates[setup].append(rate)
+                    cpu[setup].append(cpu_per_step)
+                    print(f"round {r + 1}: {setup:9s} {rate:9.0f} steps/s "
+                          f"{cpu_per_step * 1e6:7.1f} CPU us/step", flush=True)
+        finally:
+            for c in clusters.values():
+                c.stop()
+    print(f"\nworker steps/s, median of {args.rounds} interleaved {args.window_s:g} s windows "
+          f"(ps, worker and sidecar on one node, CPUs: {args.cpus}, clusters: {args.clusters}):")
+    print(f"  {'set-up':9s} {'steps/s':>9s} {'rate/' + base:>12s} {'95% interval':>13s} "
+          f"{'rounds (min-max)':>17s} {'CPU us/step':>12s} {'CPU/' + base:>9s} "
+          f"{'95% interval':>13s}")
     for setup in setups:
         ratios = [a / b for a, b in zip(rates[setup], rates[base])]
+        cpu_ratios = [a / b for a, b in zip(cpu[setup], cpu[base])]
+        lo, hi = median_interval(ratios)
+        cpu_lo, cpu_hi = median_interval(cpu_ratios)
         print(f"  {setup:9s} {statistics.median(rates[setup]):9.0f} "
-              f"{statistics.median(ratios):12.3f} {min(ratios):8.3f}-{max(ratios):.3f} "
+              f"{statistics.median(ratios):12.3f} {lo:6.3f}-{hi:.3f} "
+              f"{min(ratios):11.3f}-{max(ratios):.3f} "
               f"{statistics.median(cpu[setup]) * 1e6:12.1f} "
-              f"{statistics.median(cpu[setup]) / statistics.median(cpu[base]):12.3f}")
-    print("\nCPU us per step by process (medians of rounds): where telemetry's cost is paid")
-    print(f"  {'set-up':9s} {'sidecar':>9s} {'ps':>9s} {'worker':>9s}")
+              f"{statistics.median(cpu_ratios):9.3f} {cpu_lo:6.3f}-{cpu_hi:.3f}")
+    print("  (rate/ and CPU/: medians over rounds of each round's ratio; the interval is a 95% "
+          "bootstrap interval of that median)")
+    print("\nper step, by process (medians of rounds): CPU us user+system, and thread switches")
+    print(f"  {'set-up':9s} {'sidecar':>17s} {'ps':>17s} {'worker':>17s}")
     for setup in setups:
-        each = [statistics.median(r[i] for r in per_process[setup]) * 1e6 for i in range(3)]
-        print(f"  {setup:9s} {each[0]:9.1f} {each[1]:9.1f} {each[2]:9.1f}")
+        cells = []
+        for i in range(3):
+            user = statistics.median(r[i][0] for r in per_process[setup]) * 1e6
+            system = statistics.median(r[i][1] for r in per_process[setup]) * 1e6
+            switches = statistics.median(r[i][2] for r in per_process[setup])
+            cells.append(f"{user:5.1f}+{system:5.1f} {switches:4.2f}")
+        print(f"  {setup:9s} " + " ".join(f"{c:>17s}" for c in cells))
     return 0
 
 
