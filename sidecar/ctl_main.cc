@@ -1,5 +1,6 @@
-// trainscopectl: the cluster view in a terminal (`status`) and fault injection into a task
-// started with --enable_fault_injection (`fault`). Thin: flags -> one function -> exit code.
+// trainscopectl: the cluster view in a terminal (`status`), where a task is stuck (`stacks`), and
+// fault injection into a task started with --enable_fault_injection (`fault`). Thin: flags -> one
+// function -> exit code.
 #include <signal.h>
 #include <unistd.h>
 
@@ -75,22 +76,27 @@ void PrintNodesAndPartitions(const trainscope::sidecar::pb::TaskList& list) {
   }
 }
 
+// "https://host:port" or "http://host:port" as well as "host:port" -> host:port, and the TLS
+// files to use (https or a --tls_* flag: TLS).
+trainscope::TlsFiles SidecarAddress(std::string* sidecar, const trainscope::TlsFiles& tls) {
+  bool https = tls.enabled();
+  for (const char* scheme : {"https://", "http://"}) {
+    if (sidecar->rfind(scheme, 0) == 0) {
+      https = https || scheme[4] == 's';
+      *sidecar = sidecar->substr(std::strlen(scheme));
+    }
+  }
+  if (!sidecar->empty() && sidecar->back() == '/') sidecar->pop_back();
+  trainscope::TlsFiles use = tls;
+  if (https && !use.enabled()) use.ca_file = "/etc/ssl/certs/ca-certificates.crt";
+  return use;
+}
+
 // Exit codes: 0 every task up or done, 1 some task in another state, 2 the sidecar cannot be
 // asked.
 int Status(std::string sidecar, bool json, const trainscope::TlsFiles& tls) {
   namespace ts = trainscope::sidecar;
-  // "https://host:port" or "http://host:port" as well as "host:port"; https or a --tls_* flag:
-  // TLS.
-  bool https = tls.enabled();
-  for (const char* scheme : {"https://", "http://"}) {
-    if (sidecar.rfind(scheme, 0) == 0) {
-      https = https || scheme[4] == 's';
-      sidecar = sidecar.substr(std::strlen(scheme));
-    }
-  }
-  if (!sidecar.empty() && sidecar.back() == '/') sidecar.pop_back();
-  trainscope::TlsFiles use = tls;
-  if (https && !use.enabled()) use.ca_file = "/etc/ssl/certs/ca-certificates.crt";
+  const trainscope::TlsFiles use = SidecarAddress(&sidecar, tls);
   auto resp = ts::HttpGet(sidecar, std::string(ts::names::kPathTasks), 3000, 8 << 20, use);
   if (!resp.ok()) {
     std::cerr << "trainscopectl: cannot ask the sidecar at " << sidecar << ": "
@@ -149,7 +155,41 @@ int Status(std::string sidecar, bool json, const trainscope::TlsFiles& tls) {
   return problems ? 1 : 0;
 }
 
-int Fault(const std::string& task, int64_t parameter_delay_ms, int64_t heartbeat_delay_ms,
+// The snapshots of a task's threads, like eu-stack: exit 0 with at least one snapshot, 1 with
+// none kept, 2 when the sidecar cannot be asked or refuses (an unknown task, one that exited).
+int Stacks(const std::string& task, std::string sidecar, bool fresh, bool json,
+           const trainscope::TlsFiles& tls) {
+  namespace ts = trainscope::sidecar;
+  const trainscope::TlsFiles use = SidecarAddress(&sidecar, tls);
+  std::string path = std::string(ts::names::kPathStacks) + "?task=" + task;
+  if (fresh) path += "&fresh=1";
+  auto resp = ts::HttpGet(sidecar, path, fresh ? 20000 : 5000, 16 << 20, use);
+  if (!resp.ok()) {
+    std::cerr << "trainscopectl: cannot ask the sidecar at " << sidecar << ": "
+              << resp.status().message() << "\n";
+    return 2;
+  }
+  if (resp->status != 200) {
+    std::cerr << "trainscopectl: " << resp->body;
+    return 2;
+  }
+  auto list = ts::ParseStackListJson(resp->body);
+  if (!list.ok()) {
+    std::cerr << "trainscopectl: the sidecar at " << sidecar << " sent no snapshots: "
+              << list.status().message() << "\n";
+    return 2;
+  }
+  if (json) {
+    std::cout << resp->body << "\n";
+  } else {
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    std::cout << ts::StacksToText(*list, now);
+  }
+  return list->snapshots_size() > 0 ? 0 : 1;
+}
+
+int Fault(const std::string& task, const trainscope::v1::InjectFaultRequest& req,
           const trainscope::TlsFiles& tls) {
   auto credentials = trainscope::MakeChannelCredentials(tls);
   if (!credentials.ok()) {
@@ -160,9 +200,6 @@ int Fault(const std::string& task, int64_t parameter_delay_ms, int64_t heartbeat
   auto stub = trainscope::v1::TaskService::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  trainscope::v1::InjectFaultRequest req;
-  req.set_parameter_delay_ms(parameter_delay_ms);
-  req.set_heartbeat_delay_ms(heartbeat_delay_ms);
   trainscope::v1::InjectFaultResponse resp;
   grpc::Status s = stub->InjectFault(&ctx, req, &resp);
   if (!s.ok()) {
@@ -176,7 +213,9 @@ int Fault(const std::string& task, int64_t parameter_delay_ms, int64_t heartbeat
     return 1;
   }
   std::cout << task << ": parameter_delay_ms=" << resp.parameter_delay_ms()
-            << " heartbeat_delay_ms=" << resp.heartbeat_delay_ms() << "\n";
+            << " heartbeat_delay_ms=" << resp.heartbeat_delay_ms()
+            << (req.deadlock_training() ? " deadlock_training armed" : "")
+            << (req.block_parameter_service() ? " block_parameter_service armed" : "") << "\n";
   return 0;
 }
 
@@ -202,6 +241,8 @@ int main(int argc, char** argv) {
   std::string task;
   int64_t parameter_delay_ms = 0;
   int64_t heartbeat_delay_ms = 0;
+  bool deadlock_training = false;
+  bool block_parameter_service = false;
   auto* fault = app.add_subcommand(
       "fault", "Set delays on a task started with --enable_fault_injection (0 clears)");
   fault->add_option("--task", task, "HOST:PORT of the task's gRPC address")->required();
@@ -213,12 +254,37 @@ int main(int argc, char** argv) {
       ->add_option("--heartbeat_delay_ms", heartbeat_delay_ms,
                    "Delay added to every Heartbeat answer")
       ->capture_default_str();
+  fault->add_flag("--deadlock_training", deadlock_training,
+                  "Wedge: the training thread's next parameter call deadlocks with a second "
+                  "thread on two mutexes (a worker; restart the task to undo)");
+  fault->add_flag("--block_parameter_service", block_parameter_service,
+                  "Wedge: the next ParameterService call blocks forever and every later one waits "
+                  "behind it (a ps; restart the task to undo)");
+  std::string stacks_task;
+  bool fresh = false;
+  auto* stacks = app.add_subcommand(
+      "stacks",
+      "Where a task is stuck: every thread's state and stack (innermost frame first) and the "
+      "calls in flight, from the snapshots its node's sidecar took when it turned hung, stalled "
+      "or blocked; any node's sidecar answers for any task");
+  stacks->add_option("task", stacks_task, "The task, e.g. worker:0")->required();
+  stacks->add_option("--sidecar", sidecar, "HOST:PORT of a sidecar's HTTP port (or https://)")
+      ->capture_default_str();
+  stacks->add_flag("--fresh", fresh, "Take a snapshot now first");
+  stacks->add_flag("--json", json, "Print the sidecar's JSON");
   trainscope::TlsFiles tls;
   trainscope::AddTlsFlags(app, tls);
   // The --tls_* flags may also follow the subcommand.
   status->fallthrough();
   fault->fallthrough();
+  stacks->fallthrough();
   CLI11_PARSE(app, argc, argv);
   if (status->parsed()) return Status(sidecar, json, tls);
-  return Fault(task, parameter_delay_ms, heartbeat_delay_ms, tls);
+  if (stacks->parsed()) return Stacks(stacks_task, sidecar, fresh, json, tls);
+  trainscope::v1::InjectFaultRequest req;
+  req.set_parameter_delay_ms(parameter_delay_ms);
+  req.set_heartbeat_delay_ms(heartbeat_delay_ms);
+  req.set_deadlock_training(deadlock_training);
+  req.set_block_parameter_service(block_parameter_service);
+  return Fault(task, req, tls);
 }

@@ -134,6 +134,23 @@ int main(int argc, char** argv) {
   app.add_option("--alert_resend_interval_s", o.alert_resend_interval_s,
                  "Re-send a firing alert this often; it expires 4 intervals after the last send")
       ->capture_default_str();
+  app.add_option("--stack_snapshots", o.stack_snapshots,
+                 "Snapshots of stuck tasks include every thread's stack (ptrace; needs root or "
+                 "CAP_SYS_PTRACE); false: what /proc says only")
+      ->capture_default_str();
+  app.add_option("--snapshots_per_task", o.snapshots_per_task,
+                 "Snapshots kept per task (taken when it turns hung, stalled or blocked, and on "
+                 "demand)")
+      ->capture_default_str();
+  app.add_option("--snapshot_memory_bytes", o.snapshot_memory_bytes,
+                 "Memory for all the snapshots kept")
+      ->capture_default_str();
+  app.add_option("--snapshot_blocked_after_s", o.snapshot_blocked_after_s,
+                 "A blocked task is captured once it has been blocked this long")
+      ->capture_default_str();
+  app.add_option("--snapshot_fetch_max_bytes", o.snapshot_fetch_max_bytes,
+                 "Largest snapshot answer taken from another node's sidecar")
+      ->capture_default_str();
   bool check_config = false;
   app.add_flag("--check_config", check_config,
                "Check the cluster spec and flags and exit: 0 and what would be watched when they "

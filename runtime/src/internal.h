@@ -28,6 +28,8 @@ std::shared_ptr<grpc::Channel> MakePeerChannel(
     const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials);
 
 // The ps tasks a worker reached in CreateSession. Immutable after creation; thread-safe.
+class FaultInjector;
+
 class Session {
  public:
   struct Peer {
@@ -38,11 +40,12 @@ class Session {
     int index = -1;  // Its telemetry peer index (RpcMetrics::PeerIndex).
   };
   Session(std::vector<Peer> ps, telemetry::Telemetry* telemetry, TaskStatus* status,
-          v1::TaskIdentity identity)
+          v1::TaskIdentity identity, FaultInjector* faults = nullptr)
       : ps_(std::move(ps)),
         telemetry_(telemetry),
         status_(status),
-        identity_(std::move(identity)) {}
+        identity_(std::move(identity)),
+        faults_(faults) {}
   const Peer& ps(int index) const { return ps_[index]; }
   int num_ps() const { return static_cast<int>(ps_.size()); }
   // May be null.
@@ -51,12 +54,15 @@ class Session {
   TaskStatus* status() const { return status_; }
   // Who this task is, as its handshakes say.
   const v1::TaskIdentity& identity() const { return identity_; }
+  // The wedges InjectFault arms; may be null.
+  FaultInjector* faults() const { return faults_; }
 
  private:
   std::vector<Peer> ps_;
   telemetry::Telemetry* telemetry_;
   TaskStatus* status_;
   v1::TaskIdentity identity_;
+  FaultInjector* faults_;
 };
 
 // One handshake with `peer` as `identity`, waiting at most `deadline_ms`; records the peer's

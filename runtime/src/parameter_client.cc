@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "fault_injector.h"
 #include "internal.h"
 #include "net_util.h"
 #include "spdlog/spdlog.h"
@@ -159,6 +160,11 @@ void ParameterClient::ReportWaiting(const char* method, std::vector<TaskRef> fai
 
 absl::Status ParameterClient::RunAll(std::vector<Call>& calls) {
   telemetry::Telemetry* telemetry = session_->telemetry();
+  TaskStatus* status = session_->status();
+  // Each call is listed in flight from its first attempt until it ends, retries included.
+  InflightCalls* registry = status != nullptr ? &status->inflight() : nullptr;
+  std::vector<uint64_t> inflight(calls.size(), 0);  // Ids in `registry`; 0: not listed.
+  const double started = MonotonicSeconds();
   std::vector<size_t> pending(calls.size());
   std::iota(pending.begin(), pending.end(), 0);
   std::vector<TaskRef> failing;
@@ -185,6 +191,16 @@ absl::Status ParameterClient::RunAll(std::vector<Call>& calls) {
         ++finished;
         cv.notify_all();
       });
+      if (registry != nullptr && inflight[i] == 0) {
+        InflightCalls::Call registered;
+        registered.method = calls[i].method;
+        registered.peer = calls[i].ps->peer->task;
+        registered.start = started;
+        registered.traced = attempt->context().valid();
+        registered.trace_id = attempt->context().trace_id;
+        registered.tid = CurrentTid();
+        inflight[i] = registry->Add(registered);
+      }
       contexts.push_back(std::move(ctx));
       attempts.push_back(std::move(attempt));
     }
@@ -192,6 +208,7 @@ absl::Status ParameterClient::RunAll(std::vector<Call>& calls) {
       std::unique_lock lock(mu);
       cv.wait(lock, [&] { return finished == pending.size(); });
     }
+
     std::vector<size_t> retry;
     failing.clear();
     for (size_t i : pending) {
@@ -213,6 +230,10 @@ absl::Status ParameterClient::RunAll(std::vector<Call>& calls) {
       }
     }
     ReportWaiting(calls[pending[0]].method, failing);
+    for (size_t i : pending) {
+      const bool again = std::find(retry.begin(), retry.end(), i) != retry.end();
+      if (!again && registry != nullptr && inflight[i] != 0) registry->Remove(inflight[i]);
+    }
     pending = std::move(retry);
     if (!pending.empty()) {
       const int attempt = calls[pending[0]].attempts;
@@ -335,6 +356,7 @@ absl::Status ParameterClient::CreateVariables(const std::vector<VariableDef>& va
 }
 
 absl::Status ParameterClient::PullAll(std::vector<std::string>* values) {
+  if (FaultInjector* faults = session_->faults()) faults->MaybeDeadlock();
   values->resize(variables_.size());
   std::vector<v1::PullResponse> responses(ps_.size());
   std::vector<Call> calls;

@@ -8,6 +8,7 @@
 #include "task_impl.h"
 #include "trainscope/common/clock.h"
 #include "trainscope/runtime/status_macros.h"
+#include "trainscope/telemetry/context.h"
 #include "trainscope/telemetry/grpc_instrumentation.h"
 #include "trainscope/telemetry/telemetry.h"
 #include "trainscope/v1/runtime.grpc.pb.h"
@@ -47,16 +48,33 @@ absl::Status CheckPullNames(const v1::PullRequest& request, size_t held) {
 // What a ParameterService handler records: in-flight count, the trace id on its log lines, and
 // where its time went (queue, read/apply) as child spans of the call's server span and as
 // histograms.
-// Counts a ParameterService call in flight for its lifetime.
+// Counts a ParameterService call in flight for its lifetime, and lists it for the heartbeat
+// (method, caller, trace, the thread serving it).
 class Inflight {
  public:
-  explicit Inflight(TaskMetrics* m) : m_(m) {
+  Inflight(Task::Impl* task, const char* method, const v1::TaskId& from)
+      : m_(task->metrics_.get()), scope_(&task->status_.inflight(), Registered(method, from)) {
     m_->ps_inflight().fetch_add(1, std::memory_order_relaxed);
   }
   ~Inflight() { m_->ps_inflight().fetch_sub(1, std::memory_order_relaxed); }
 
  private:
+  static InflightCalls::Call Registered(const char* method, const v1::TaskId& from) {
+    InflightCalls::Call c;
+    c.method = method;
+    c.peer = TaskIdFromProto(from);
+    c.start = MonotonicSeconds();
+    if (const telemetry::SpanContext* span = telemetry::CurrentSpanContext()) {
+      c.traced = span->valid();
+      c.trace_id = span->trace_id;
+    }
+    c.tid = CurrentTid();
+    c.served = true;
+    return c;
+  }
+
   TaskMetrics* m_;
+  InflightScope scope_;
 };
 
 class ParameterServiceImpl final : public v1::ParameterService::Service {
@@ -70,7 +88,7 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
     telemetry::ServerCall call(
         task_->telemetry_.get(), *context, telemetry::methods::kCreateVariable,
         task_->CallerIndex(request->from()), GetTrace(*request, &remote), MessageBytes(*request));
-    Inflight inflight(task_->metrics_.get());
+    Inflight inflight(task_, "CreateVariable", request->from());
     if (absl::Status st =
             task_->CheckCallerCertificate(*context, request->from(), "CreateVariable");
         !st.ok()) {
@@ -101,7 +119,7 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
     telemetry::ServerCall call(task_->telemetry_.get(), *context, telemetry::methods::kPull,
                                task_->CallerIndex(request->from()), GetTrace(*request, &remote),
                                MessageBytes(*request));
-    Inflight inflight(task_->metrics_.get());
+    Inflight inflight(task_, "Pull", request->from());
     const double start = MonotonicSeconds();
     task_->InjectedParameterDelay();
     call.Phase("ps.queue");
@@ -132,7 +150,7 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
     telemetry::ServerCall call(task_->telemetry_.get(), *context, telemetry::methods::kPush,
                                task_->CallerIndex(request->from()), GetTrace(*request, &remote),
                                MessageBytes(*request));
-    Inflight inflight(task_->metrics_.get());
+    Inflight inflight(task_, "Push", request->from());
     const double start = MonotonicSeconds();
     if (absl::Status st = task_->CheckCallerCertificate(*context, request->from(), "Push");
         !st.ok()) {

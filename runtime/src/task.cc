@@ -109,6 +109,7 @@ int Task::Impl::CallerIndex(const v1::TaskId& from) const {
 
 void Task::Impl::InjectedParameterDelay() {
   SleepFor(parameter_delay_ms_.load(std::memory_order_relaxed));
+  faults_.MaybeBlockParameterCall();
   const double p = random_delay_probability_.load(std::memory_order_relaxed);
   if (p <= 0) return;
   thread_local std::mt19937_64 random{std::random_device{}()};
@@ -299,6 +300,7 @@ absl::Status Task::Impl::Start() {
 
 void Task::Impl::Stop() {
   stopping_.store(true);
+  faults_.Release();
   std::lock_guard lock(mu_);
   cv_.notify_all();
 }

@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "checkpoint.h"
+#include "fault_injector.h"
 #include "internal.h"
 #include "parameter_store.h"
 #include "signals.h"
@@ -115,6 +116,7 @@ class Task::Impl {
   std::atomic<double> random_delay_probability_{0};
   std::atomic<int64_t> random_delay_ms_{0};
   std::atomic<int64_t> random_delays_{0};
+  FaultInjector faults_;  // The wedges (InjectFault).
   TaskStatus status_;
   // Before everything that records into them, so that they outlive it; the task's collector
   // before the telemetry that calls it.

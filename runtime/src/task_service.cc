@@ -101,6 +101,13 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     task_->heartbeat_delay_ms_.store(std::max<int64_t>(0, request->heartbeat_delay_ms()));
     task_->random_delay_ms_.store(request->random_delay_ms());
     task_->random_delay_probability_.store(request->random_delay_ms() > 0 ? p : 0);
+    if (request->deadlock_training()) task_->faults_.ArmDeadlock();
+    if (request->block_parameter_service()) task_->faults_.ArmBlockParameterService();
+    if (request->deadlock_training() || request->block_parameter_service()) {
+      spdlog::warn("fault injected: armed {}{}",
+                   request->deadlock_training() ? "a deadlock of the training thread " : "",
+                   request->block_parameter_service() ? "a ParameterService call that blocks" : "");
+    }
     spdlog::warn(
         "fault injected: parameter calls delayed {} ms, heartbeats delayed {} ms, one parameter "
         "call in {:.0f} delayed {} ms",
@@ -148,6 +155,20 @@ void Task::Impl::FillHeartbeat(v1::HeartbeatResponse* response) const {
   }
   response->set_steps(s.steps);
   for (const auto& peer : s.peers) FillPeerView(peer, response->add_peers());
+  const double now = MonotonicSeconds();
+  for (const InflightCalls::Call& c : status_.inflight().Oldest(64)) {
+    v1::InflightCall* out = response->add_inflight();
+    out->set_method(c.method);
+    *out->mutable_peer() = TaskIdToProto(c.peer);
+    out->set_age_seconds(std::max(0.0, now - c.start));
+    if (c.traced) {
+      telemetry::SpanContext context;
+      context.trace_id = c.trace_id;
+      out->set_trace_id(context.TraceIdHex());
+    }
+    out->set_tid(c.tid);
+    out->set_served(c.served);
+  }
   ResourceUsage usage = ReadResourceUsage();
   v1::ResourceUsage* resources = response->mutable_resources();
   resources->set_cpu_seconds(usage.cpu_seconds);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "inflight_calls.h"
 #include "trainscope/common/clock.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/common/phase.h"
@@ -114,7 +115,12 @@ class TaskStatus {
   };
   Snapshot Read() const;
 
+  // The calls in flight, made and served (the heartbeat lists them).
+  InflightCalls& inflight() { return inflight_; }
+  const InflightCalls& inflight() const { return inflight_; }
+
  private:
+  InflightCalls inflight_;
   std::atomic<Phase> phase_{Phase::kStarting};
   std::atomic<int64_t> steps_{0};
   std::atomic<double> last_step_seconds_{0};

@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "trainscope/common/clock.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace trainscope::sidecar {
@@ -216,6 +218,87 @@ absl::StatusOr<pb::TaskList> ParseTaskListJson(std::string_view body) {
         absl::StrCat("not a task list: ", CleanText(std::string(status.message()), 200)));
   }
   return list;
+}
+
+std::string ToJson(const pb::StackList& list) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string out;
+  if (!google::protobuf::util::MessageToJsonString(list, &out, options).ok()) {
+    return absl::StrCat("{\"task\":\"", CleanText(list.task()),
+                        "\",\"snapshots\":[],\"error\":\"could not render\"}");
+  }
+  return out;
+}
+
+absl::StatusOr<pb::StackList> ParseStackListJson(std::string_view body) {
+  pb::StackList list;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  auto status = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(body.data(), body.size()), &list, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a list of snapshots: ", CleanText(std::string(status.message()), 200)));
+  }
+  return list;
+}
+
+namespace {
+
+std::string CallText(const pb::CallInFlight& c) {
+  return absl::StrCat(c.served() ? "serving " : "", c.method(), c.served() ? " from " : " to ",
+                      c.peer(), ", ", HumanDuration(c.age_seconds()),
+                      c.trace_id().empty() ? "" : absl::StrCat(" [trace ", c.trace_id(), "]"));
+}
+
+void ThreadText(const pb::ThreadStack& t, std::string* out) {
+  absl::StrAppend(out, "Thread ", t.tid(), " \"", t.name(), "\" (", t.state(),
+                  t.wchan().empty() ? "" : ", " + t.wchan(),
+                  t.syscall().empty() ? "" : ", " + t.syscall(), ")\n");
+  for (const pb::CallInFlight& c : t.calls()) absl::StrAppend(out, "  in flight: ", CallText(c), "\n");
+  int i = 0;
+  for (const pb::StackFrame& f : t.frames()) {
+    absl::StrAppendFormat(out, "  #%-2d 0x%016x %s (%s)", i++, f.pc(),
+                          f.function().empty() ? "??" : f.function(), f.module());
+    if (!f.file().empty()) absl::StrAppend(out, " at ", f.file(), ":", f.line());
+    out->push_back('\n');
+  }
+  if (!t.stack_error().empty()) absl::StrAppend(out, "  (", t.stack_error(), ")\n");
+}
+
+}  // namespace
+
+std::string StacksToText(const pb::StackList& list, double now_unix) {
+  std::string out;
+  if (list.snapshots_size() == 0) {
+    absl::StrAppend(&out, "no snapshot of ", list.task(),
+                    " kept (one is taken when it turns hung, stalled or blocked; add fresh=1 or "
+                    "--fresh to take one now)\n");
+  }
+  for (const pb::StackSnapshot& s : list.snapshots()) {
+    absl::StrAppend(&out, "=== ", s.task(), " pid ", s.pid(), " (", s.command(), ", state ",
+                    s.process_state(), ") on ", s.node(), ", taken ",
+                    HumanDuration(now_unix - s.taken_unix()), " ago (", s.trigger(), ")\n");
+    if (!s.reason().empty()) absl::StrAppend(&out, "reason: ", s.reason(), "\n");
+    if (!s.summary().empty()) absl::StrAppend(&out, "stuck: ", s.summary(), "\n");
+    for (const pb::CallInFlight& c : s.inflight()) {
+      absl::StrAppend(&out, "in flight: ", CallText(c), " (thread ", c.tid(), ")\n");
+    }
+    if (s.stacks()) {
+      absl::StrAppendFormat(&out, "%d threads, paused %.1f ms at most (%.1f ms in all)\n",
+                            s.threads_size(), s.pause_ms_max(), s.pause_ms_total());
+    } else {
+      absl::StrAppend(&out, "no stacks: ", s.stacks_error(), "\n");
+    }
+    for (const pb::ThreadStack& t : s.threads()) {
+      out.push_back('\n');
+      ThreadText(t, &out);
+    }
+    out.push_back('\n');
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<TaskView>> ParseTaskViews(std::string_view body, int* skipped) {

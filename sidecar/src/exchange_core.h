@@ -124,10 +124,11 @@ class ExchangeCore {
   std::vector<std::string> TakeLog();
   // This node leaves: the goodbye rides on the next messages.
   void Leave();
+  // Who sends: every exchange message starts with this header.
+  void FillHeader(v1::Header* header) const;
 
  private:
   void Drain();
-  void FillHeader(v1::Header* header) const;
   void FillGossip(const std::string& target, v1::Gossip* gossip);
   std::string Refuse(const v1::Header& header, size_t bytes);
   std::string Canonical(const std::string& node) const;

@@ -5,11 +5,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
 #include "spdlog/spdlog.h"
+#include "trainscope/common/call_gate.h"
 #include "trainscope/common/clock.h"
 #include "trainscope/common/grpc_channel.h"
 #include "trainscope/common/rpc_error.h"
@@ -81,8 +84,12 @@ class PeerExchange::Impl {
       closing_ = true;
       for (grpc::ClientContext* c : inflight_) c->TryCancel();
     }
-    WaitIdle(milliseconds(700));
+    // A cancelled call's callback runs promptly; each one uses this object, so wait for all.
+    WaitIdle(std::nullopt);
   }
+
+  // Waits for the handlers still running; the server serving service() must be shut down.
+  void CloseService() { gate_.Close(); }
 
   void Poke() {
     {
@@ -134,6 +141,8 @@ class PeerExchange::Impl {
     grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* ctx, const v1::PingRequest* req,
                                    v1::PingResponse* resp) override {
       auto* reactor = ctx->DefaultReactor();
+      CallGate::Pass pass = impl_->gate_.Enter();
+      if (!pass) return Stopping(reactor);
       reactor->Finish(impl_->Serve([&](Now now) { return impl_->core_.OnPing(*req, resp, now); }));
       return reactor;
     }
@@ -141,17 +150,38 @@ class PeerExchange::Impl {
                                       const v1::PingReqRequest* req,
                                       v1::PingReqResponse* resp) override {
       auto* reactor = ctx->DefaultReactor();
+      CallGate::Pass pass = impl_->gate_.Enter();
+      if (!pass) return Stopping(reactor);
       impl_->ServePingReq(*req, resp, reactor);
       return reactor;
     }
     grpc::ServerUnaryReactor* Sync(grpc::CallbackServerContext* ctx, const v1::SyncRequest* req,
                                    v1::SyncResponse* resp) override {
       auto* reactor = ctx->DefaultReactor();
+      CallGate::Pass pass = impl_->gate_.Enter();
+      if (!pass) return Stopping(reactor);
       reactor->Finish(impl_->Serve([&](Now now) { return impl_->core_.OnSync(*req, resp, now); }));
       return reactor;
     }
 
+    grpc::ServerUnaryReactor* Stacks(grpc::CallbackServerContext* ctx,
+                                     const v1::StacksRequest* req, v1::StackList* resp) override {
+      auto* reactor = ctx->DefaultReactor();
+      CallGate::Pass pass = impl_->gate_.Enter();
+      if (!pass) return Stopping(reactor);
+      // A fresh snapshot takes up to seconds: not on gRPC's callback thread.
+      std::thread([impl = impl_, req, resp, reactor, pass = std::move(pass)] {
+        reactor->Finish(impl->ServeStacks(*req, resp));
+      }).detach();
+      return reactor;
+    }
+
    private:
+    static grpc::ServerUnaryReactor* Stopping(grpc::ServerUnaryReactor* reactor) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "this sidecar is stopping"));
+      return reactor;
+    }
+
     Impl* impl_;
   };
 
@@ -247,9 +277,14 @@ class PeerExchange::Impl {
     inflight_.erase(ctx);
     if (inflight_.empty()) idle_cv_.notify_all();
   }
-  void WaitIdle(milliseconds bound) {
+  // Waits until no client call is in flight, for at most `bound` (none: until then).
+  void WaitIdle(std::optional<milliseconds> bound) {
     std::unique_lock lock(mu_);
-    idle_cv_.wait_for(lock, bound, [&] { return inflight_.empty(); });
+    if (bound) {
+      idle_cv_.wait_for(lock, *bound, [&] { return inflight_.empty(); });
+    } else {
+      idle_cv_.wait(lock, [&] { return inflight_.empty(); });
+    }
   }
 
   void SendPing(const std::string& target, Kind kind, int timeout_ms,
@@ -349,6 +384,71 @@ class PeerExchange::Impl {
     End(&call->ctx);
   }
 
+  // ---- Stacks of stuck tasks, between nodes. ----
+
+ public:
+  void SetStacksProvider(StacksProvider provider) { stacks_ = std::move(provider); }
+
+  grpc::Status ServeStacks(const v1::StacksRequest& req, v1::StackList* resp) {
+    if (!stacks_) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no snapshots here");
+    if (req.header().cluster() != core_.options().cluster) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat("this sidecar watches cluster '", core_.options().cluster,
+                                       "', not '", req.header().cluster(), "'"));
+    }
+    auto list = stacks_(req.task(), req.fresh());
+    if (!list.ok()) {
+      return grpc::Status(static_cast<grpc::StatusCode>(list.status().code()),
+                          std::string(list.status().message()));
+    }
+    // Newest first; drop the oldest until the answer fits the asker's bound.
+    const int64_t bound = req.max_bytes() > 0 ? req.max_bytes() : (4 << 20);
+    while (list->snapshots_size() > 1 && static_cast<int64_t>(list->ByteSizeLong()) > bound) {
+      list->mutable_snapshots()->RemoveLast();
+    }
+    if (static_cast<int64_t>(list->ByteSizeLong()) > bound) {
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrCat("the snapshot of ", req.task(), " is ",
+                                       list->ByteSizeLong(), " bytes, over the asker's limit of ",
+                                       bound));
+    }
+    *resp = *std::move(list);
+    return grpc::Status::OK;
+  }
+
+  absl::StatusOr<v1::StackList> FetchStacks(const std::string& node, const std::string& task,
+                                            bool fresh, int deadline_ms, int64_t max_bytes) {
+    v1::StacksRequest req;
+    req.set_task(task);
+    req.set_fresh(fresh);
+    req.set_max_bytes(max_bytes);
+    v1::Exchange::Stub* stub = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      core_.FillHeader(req.mutable_header());
+      stub = StubFor(node);
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(After(deadline_ms));
+    v1::StackList resp;
+    grpc::Status s = stub->Stacks(&ctx, req, &resp);
+    if (!s.ok()) {
+      const bool theirs = s.error_code() == grpc::StatusCode::NOT_FOUND ||
+                          s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+                          s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+      const std::string why = theirs ? s.error_message() : Words(s, deadline_ms);
+      return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                          absl::StrCat("the sidecar of node ", node, " (which watches ", task,
+                                       ") answered: ", why));
+    }
+    if (static_cast<int64_t>(resp.ByteSizeLong()) > max_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat("the snapshot of ", task, " from node ",
+                                                       node, " is over ", max_bytes, " bytes"));
+    }
+    return resp;
+  }
+
+ private:
   // ---- Server side. ----
 
   template <typename Handle>
@@ -402,18 +502,31 @@ class PeerExchange::Impl {
   bool poked_ = false;
   std::thread thread_;
 
+  StacksProvider stacks_;  // Set before Start.
+  CallGate gate_;  // The service's handlers pass it; closed before this object goes.
   Service service_;
 };
 
 PeerExchange::PeerExchange(ExchangeOptions options, LocalViews local,
                            std::shared_ptr<grpc::ChannelCredentials> credentials)
     : impl_(std::make_unique<Impl>(std::move(options), std::move(local), std::move(credentials))) {}
-PeerExchange::~PeerExchange() { Stop(); }
+PeerExchange::~PeerExchange() {
+  Stop();
+  impl_->CloseService();
+}
 grpc::Service* PeerExchange::service() { return impl_->service(); }
 void PeerExchange::Start() { impl_->Start(); }
 void PeerExchange::Stop() { impl_->Stop(); }
 void PeerExchange::Poke() { impl_->Poke(); }
 std::shared_ptr<const ExchangeSnapshot> PeerExchange::snapshot() const { return impl_->snapshot(); }
 ExchangeStats PeerExchange::stats() const { return impl_->stats(); }
+void PeerExchange::SetStacksProvider(StacksProvider provider) {
+  impl_->SetStacksProvider(std::move(provider));
+}
+absl::StatusOr<pb::StackList> PeerExchange::FetchStacks(const std::string& node,
+                                                        const std::string& task, bool fresh,
+                                                        int deadline_ms, int64_t max_bytes) {
+  return impl_->FetchStacks(node, task, fresh, deadline_ms, max_bytes);
+}
 
 }  // namespace trainscope::sidecar

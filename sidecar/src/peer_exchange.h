@@ -18,7 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "exchange_core.h"
+#include "trainscope/sidecar/api.h"
 #include "trainscope/sidecar/task_view.h"
 
 namespace grpc {
@@ -50,6 +52,17 @@ class PeerExchange {
   std::shared_ptr<const ExchangeSnapshot> snapshot() const;
   // The counters as they are now.
   ExchangeStats stats() const;
+
+  // What Exchange.Stacks answers: the snapshots this node keeps of one of its tasks (fresh:
+  // take one now). Set before Start; without it, Stacks answers UNIMPLEMENTED.
+  using StacksProvider =
+      std::function<absl::StatusOr<pb::StackList>(const std::string& task, bool fresh)>;
+  void SetStacksProvider(StacksProvider provider);
+  // Asks the sidecar of `node` (its exchange's host:port) for its snapshots of `task`, waiting
+  // at most `deadline_ms`; an answer over `max_bytes` is refused. Errors in words, naming the
+  // node. Blocks the caller.
+  absl::StatusOr<pb::StackList> FetchStacks(const std::string& node, const std::string& task,
+                                            bool fresh, int deadline_ms, int64_t max_bytes);
 
   class Impl;
 

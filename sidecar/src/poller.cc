@@ -28,6 +28,7 @@ namespace pb = ::trainscope::v1;
 
 constexpr size_t kMaxString = 512;
 constexpr int kMaxPeers = 4096;
+constexpr int kMaxInflight = 64;
 
 std::string Bound(const std::string& s) {
   return s.size() <= kMaxString ? s : s.substr(0, kMaxString - 3) + "...";
@@ -77,6 +78,17 @@ HeartbeatInfo Convert(const pb::HeartbeatResponse& r) {
   hb.threads = r.resources().threads();
   hb.open_fds = r.resources().open_fds();
   hb.unix_seconds = r.unix_seconds();
+  for (int i = 0; i < std::min(r.inflight_size(), kMaxInflight); ++i) {
+    const pb::InflightCall& c = r.inflight(i);
+    CallInFlight call;
+    call.method = Bound(c.method());
+    call.peer = {Bound(c.peer().role()), c.peer().index()};
+    call.age_seconds = std::isfinite(c.age_seconds()) ? std::max(0.0, c.age_seconds()) : 0;
+    call.trace_id = Bound(c.trace_id());
+    call.tid = c.tid();
+    call.served = c.served();
+    hb.inflight.push_back(std::move(call));
+  }
   hb.metrics_address = Bound(r.metrics_address());
   hb.last_step_seconds = r.last_step_seconds();
   hb.expects_progress = r.expects_progress();

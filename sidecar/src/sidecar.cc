@@ -24,6 +24,7 @@
 #include "nlohmann/json.hpp"
 #include "peer_exchange.h"
 #include "spdlog/spdlog.h"
+#include "stack_keeper.h"
 #include "status_page.h"
 #include "task_watcher.h"
 #include "trace_receiver.h"
@@ -77,6 +78,12 @@ absl::Status Validate(const SidecarOptions& o) {
   }
   if (o.otlp_max_request_bytes < 1024) {
     return absl::InvalidArgumentError("--otlp_max_request_bytes must be at least 1024");
+  }
+  if (o.snapshots_per_task < 1 || o.snapshots_per_task > 100 || o.snapshot_memory_bytes < 0 ||
+      !(o.snapshot_blocked_after_s >= 0) || o.snapshot_fetch_max_bytes < 256) {
+    return absl::InvalidArgumentError(
+        "--snapshots_per_task must be within 1..100, --snapshot_memory_bytes and "
+        "--snapshot_blocked_after_s not negative, --snapshot_fetch_max_bytes at least 256");
   }
   if (o.alert_resend_interval_s < 1 || o.alert_resend_interval_s > 3600) {
     return absl::InvalidArgumentError("--alert_resend_interval_s must be within 1..3600");
@@ -262,6 +269,23 @@ std::string SdJson(const std::vector<TaskView>& views, bool local_only) {
 
 HttpServer::Response Json(std::string body) { return {200, "application/json", std::move(body)}; }
 
+int HttpStatusOf(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      return 400;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kFailedPrecondition:
+      return 409;
+    case absl::StatusCode::kResourceExhausted:
+      return 413;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 503;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> CheckConfig(const SidecarOptions& options) {
@@ -315,6 +339,7 @@ class Sidecar::Impl {
       forwarder_ = std::move(*f);
     }
     trace_receiver_ = std::make_unique<TraceReceiver>(&trace_store_, forwarder_.get());
+    BuildKeeper();
     AddRoutes();
     if (!options_.tls.cert_file.empty()) {
       auto tls = HttpTls::Create(options_.tls, [](const std::string& m) {
@@ -339,20 +364,26 @@ class Sidecar::Impl {
                  http_tls_ ? "https" : "http", absl::StrJoin(plan_.bind, ", "), http_->port(),
                  grpc_port_ >= 0 ? std::to_string(grpc_port_) : "off");
     watcher_->Start();
+    keeper_->Start();
     if (exchange_) exchange_->Start();
     if (notifier_) notifier_->Start();
   }
 
+  // Stops the parts in the reverse of their start: first what acts on its own (alerts, the
+  // exchange's timer and calls, the polls), then the servers, each shut down and destroyed
+  // before the services it serves go (they go with this object).
   void Stop() {
     if (stopped_.exchange(true)) return;
     spdlog::info("trainscope-sidecar: stopping");
     if (notifier_) notifier_->Stop();
     if (exchange_) exchange_->Stop();
+    if (keeper_) keeper_->Stop();
     if (watcher_) watcher_->Stop();
     if (grpc_server_) {
       grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
       idle_cq_->Shutdown();
       if (idle_cq_thread_.joinable()) idle_cq_thread_.join();
+      grpc_server_.reset();
     }
     http_.reset();
   }
@@ -398,13 +429,65 @@ class Sidecar::Impl {
     return t;
   }
 
-  std::vector<TaskView> LocalViews() const {
+  // This node's tasks as the watcher decided them; with `explained`, a stuck task's reason also
+  // says where it is stuck (stack_keeper.h).
+  std::vector<TaskView> LocalViews(bool explained = true) const {
     std::vector<TaskView> views = watcher_->snapshot()->views;
     for (TaskView& v : views) {
       v.node = plan_.self;
       v.node_hostname = plan_.hostname;
+      if (!explained || !keeper_) continue;
+      if (std::string e = keeper_->Explanation(v.task.ShortName()); !e.empty()) {
+        absl::StrAppend(&v.reason, v.reason.empty() ? "" : "; ", e);
+      }
     }
     return views;
+  }
+
+  // Snapshots of this node's stuck tasks; other nodes fetch them over the exchange.
+  void BuildKeeper() {
+    KeeperOptions k;
+    k.node = plan_.self.empty() ? plan_.hostname : plan_.self;
+    k.per_task = options_.snapshots_per_task;
+    k.memory_bytes = options_.snapshot_memory_bytes;
+    k.blocked_after_s = options_.snapshot_blocked_after_s;
+    k.capture.stacks = options_.stack_snapshots;
+    keeper_ = std::make_unique<StackKeeper>(
+        std::move(k), [this] { return LocalViews(false); },
+        [this] { return CurrentView().tasks; });
+    if (exchange_) {
+      exchange_->SetStacksProvider(
+          [this](const std::string& task, bool fresh) { return keeper_->Stacks(task, fresh); });
+    }
+  }
+
+  // /api/v1/stacks: the kept snapshots of a task of this node, or fetched from the sidecar of
+  // the node that watches it.
+  absl::StatusOr<pb::StackList> StacksOf(const std::string& task, bool fresh) const {
+    if (task.empty()) {
+      return absl::InvalidArgumentError(
+          "name a task: /api/v1/stacks?task=worker:0 (&fresh=1 takes a snapshot now, "
+          "&format=text gives text)");
+    }
+    ClusterView view = CurrentView();
+    const TaskView* found = nullptr;
+    std::vector<std::string> names;
+    for (const TaskView& v : view.tasks) {
+      names.push_back(v.task.ShortName());
+      if (v.task.ShortName() == task) found = &v;
+    }
+    if (found == nullptr) {
+      std::sort(names.begin(), names.end());
+      return absl::NotFoundError(absl::StrCat("no task ", task, " in the cluster spec (tasks: ",
+                                              absl::StrJoin(names, ", "), ")"));
+    }
+    if (found->source.empty()) return keeper_->Stacks(task, fresh);
+    if (!exchange_ || found->node.empty()) {
+      return absl::UnavailableError(absl::StrCat(
+          task, " is watched by another node's sidecar, and this one does not know which"));
+    }
+    return exchange_->FetchStacks(found->node, task, fresh, fresh ? 15000 : 3000,
+                                  options_.snapshot_fetch_max_bytes);
   }
 
   ClusterView CurrentView() const {
@@ -509,6 +592,18 @@ class Sidecar::Impl {
       }
       return Json(TraceDetailToJson(*detail));
     });
+    routes_.Exact(std::string(names::kPathStacks), [this](const HttpServer::Request& r) {
+      auto list = StacksOf(QueryParam(r.query, "task"), QueryParam(r.query, "fresh") == "1");
+      if (!list.ok()) {
+        return HttpServer::Response{HttpStatusOf(list.status()), "text/plain; charset=utf-8",
+                                    absl::StrCat(list.status().message(), "\n")};
+      }
+      if (QueryParam(r.query, "format") == "text") {
+        return HttpServer::Response{200, "text/plain; charset=utf-8",
+                                    StacksToText(*list, UnixSeconds())};
+      }
+      return Json(ToJson(*list));
+    });
     routes_.Exact(std::string(names::kPathHealthz), [](const HttpServer::Request&) {
       return HttpServer::Response{200, "text/plain; charset=utf-8", "ok\n"};
     });
@@ -597,6 +692,7 @@ class Sidecar::Impl {
   const Plan plan_;
   const std::string summary_;
   std::unique_ptr<TaskWatcher> watcher_;
+  std::unique_ptr<StackKeeper> keeper_;
   std::unique_ptr<PeerExchange> exchange_;
   mutable TraceStore trace_store_;  // Thread-safe; its stats() is not const.
   std::unique_ptr<OtlpForwarder> forwarder_;

@@ -75,8 +75,15 @@ async function refresh(){
    :bad.length?`${bad.length} of ${tasks.length} tasks need attention`
    :(done===tasks.length&&done?`all ${tasks.length} tasks finished training`
    :done?`all ${tasks.length} tasks up or done (${done} finished)`:`all ${tasks.length} tasks up`);
+  // A stuck task's snapshot (where every thread waits), or a fresh one of a running task.
+  const stacks=t=>{const n=encodeURIComponent(t.role+':'+t.task);
+   const stuck=['hung','stalled','blocked'].includes(t.state);
+   if(!stuck&&!['up','slow','dead'].includes(t.state))return '';
+   const fresh=(t.state==='up'||t.state==='slow')?'&fresh=1':'';
+   const words=stuck?'where it is stuck':fresh?'stacks now':'last snapshots';
+   return `<div><a href="/api/v1/stacks?task=${n}&format=text${fresh}" target="_blank">${words}</a></div>`;};
   document.getElementById('rows').innerHTML=tasks.map(t=>`<tr>
-   <td><b>${esc(t.role)}:${esc(t.task)}</b>${t.source?`<div class="muted">via ${esc(t.source)}</div>`:''}</td>
+   <td><b>${esc(t.role)}:${esc(t.task)}</b>${t.source?`<div class="muted">via ${esc(t.source)}</div>`:''}${stacks(t)}</td>
    <td><span class="st ${esc(t.state)}">${esc(t.state)}</span></td>
    <td class="muted">${ago(t.since)}</td>
    <td class="reason">${esc(t.reason)}</td>

@@ -171,6 +171,8 @@ void TaskTracker::ApplyHeartbeat(const HeartbeatInfo& hb, double t) {
   view_.resident_bytes = hb.resident_bytes;
   view_.threads = hb.threads;
   view_.open_fds = hb.open_fds;
+  view_.inflight = hb.inflight;
+  view_.inflight_reported_unix = hb.unix_seconds;
 }
 
 void TaskTracker::ApplyServing(const HeartbeatInfo& hb, double t) {
@@ -285,6 +287,23 @@ TaskTracker::Decision TaskTracker::DecideAnswering(double now_s, double now_unix
                                               HumanDuration(now_s - last_progress_s_), " while ",
                                               hb.phase.empty() ? "training" : hb.phase,
                                               " (answers heartbeats, makes no progress)")};
+  }
+  // A call this task serves (a ps's Pull) that has run as long as a stall: its serving is stuck,
+  // and the callers wait behind it; the blame is this task's.
+  const CallInFlight* stuck_call = nullptr;
+  for (const CallInFlight& c : hb.inflight) {
+    if (c.served && (stuck_call == nullptr || c.age_seconds > stuck_call->age_seconds)) {
+      stuck_call = &c;
+    }
+  }
+  if (stuck_call != nullptr && stuck_call->age_seconds + age >= options_.stall_after_s) {
+    int served = 0;
+    for (const CallInFlight& c : hb.inflight) served += c.served;
+    return {TaskState::kStalled,
+            absl::StrCat("a ", stuck_call->method, " it serves (from ",
+                         stuck_call->peer.ShortName(), ") has run ",
+                         HumanDuration(stuck_call->age_seconds + age), "; ", served,
+                         " call(s) in flight (answers heartbeats, its serving is stuck)")};
   }
   if (latency_samples_ >= 10 && !recent_latency_.empty()) {
     double recent = Median(recent_latency_);

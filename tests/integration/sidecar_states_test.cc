@@ -132,7 +132,15 @@ TEST(SidecarStates, StalledWhenStepsStopMoving) {
   auto stalled = sidecar.WaitForState("worker:0", TaskState::kStalled, seconds(15));
   ASSERT_TRUE(stalled) << sidecar.Describe();
   EXPECT_NE(stalled->reason.find("steps stuck at"), std::string::npos) << stalled->reason;
-  EXPECT_EQ(sidecar.Task("ps:0")->state, TaskState::kUp) << sidecar.Describe();
+  // The blame is the ps's: a call it serves has run longer than a stall, and the worker's
+  // reason names the call it waits in and the ps's state.
+  auto ps_view = sidecar.WaitForState("ps:0", TaskState::kStalled, seconds(15), "has run");
+  ASSERT_TRUE(ps_view) << sidecar.Describe();
+  EXPECT_NE(ps_view->reason.find("its serving is stuck"), std::string::npos) << ps_view->reason;
+  auto blamed = sidecar.WaitForState("worker:0", TaskState::kStalled, seconds(15),
+                                     "to ps:0 (ps:0 is stalled");
+  ASSERT_TRUE(blamed) << sidecar.Describe();
+  EXPECT_NE(blamed->reason.find("main thread waiting"), std::string::npos) << blamed->reason;
 }
 
 TEST(SidecarStates, SlowWhenHeartbeatsAreLate) {

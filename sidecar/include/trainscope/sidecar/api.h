@@ -45,4 +45,13 @@ absl::StatusOr<pb::TaskList> ParseTaskListJson(std::string_view body);
 // The same, as views; entries that are not a task are skipped and counted in `skipped`.
 absl::StatusOr<std::vector<TaskView>> ParseTaskViews(std::string_view body, int* skipped = nullptr);
 
+// JSON of /api/v1/stacks (never fails).
+std::string ToJson(const pb::StackList& list);
+// Parses /api/v1/stacks; InvalidArgument naming what is wrong.
+absl::StatusOr<pb::StackList> ParseStackListJson(std::string_view body);
+// The snapshots as a person reads them in a terminal, like eu-stack or py-spy dump: a header per
+// snapshot (task, pid, when, why, where it is stuck, the calls in flight), then one block per
+// thread, innermost frame first. `now_unix` makes "12 s ago".
+std::string StacksToText(const pb::StackList& list, double now_unix);
+
 }  // namespace trainscope::sidecar

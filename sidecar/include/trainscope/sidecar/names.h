@@ -143,6 +143,8 @@ inline constexpr std::string_view kPathMetrics = "/metrics";
 // ?local=1: this node's tasks only; ?task=ps:0: that task only.
 inline constexpr std::string_view kPathTasks = "/api/v1/tasks";
 inline constexpr std::string_view kPathSd = "/api/v1/sd";
+// Snapshots of a stuck task's threads: ?task=worker:0[&fresh=1][&format=text].
+inline constexpr std::string_view kPathStacks = "/api/v1/stacks";
 inline constexpr std::string_view kPathHealthz = "/healthz";
 inline constexpr std::string_view kPathStatusPage = "/";
 // Slow ps requests (?method=&ps=&limit=), failed ones, and one trace (/api/v1/traces/<32 hex>).

@@ -71,6 +71,16 @@ struct SidecarOptions {
   // last send.
   std::vector<std::string> alertmanager_urls;
   double alert_resend_interval_s = 10;
+  // Snapshots of stuck local tasks (every thread's stack, with ptrace): taken when a task turns
+  // hung or stalled (blocked after snapshot_blocked_after_s) and on demand; the last
+  // snapshots_per_task of each kept within snapshot_memory_bytes. stack_snapshots=false: /proc
+  // only, no ptrace.
+  bool stack_snapshots = true;
+  int snapshots_per_task = 4;
+  int64_t snapshot_memory_bytes = 8 << 20;
+  double snapshot_blocked_after_s = 2;
+  // The largest answer taken from another node's sidecar for a task it watches.
+  int64_t snapshot_fetch_max_bytes = 4 << 20;
 };
 
 // Thread-safe.

@@ -57,6 +57,7 @@ struct HeartbeatInfo {
   int32_t threads = 0;
   int32_t open_fds = 0;
   double unix_seconds = 0;  // The task's clock.
+  std::vector<CallInFlight> inflight;
   std::string metrics_address;
   double last_step_seconds = 0;
   bool expects_progress = false;

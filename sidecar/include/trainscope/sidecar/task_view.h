@@ -53,6 +53,16 @@ struct PeerInfo {
   double step_share = 0;
 };
 
+// A call in flight, as the task's last heartbeat listed it.
+struct CallInFlight {
+  std::string method;  // "Pull"
+  TaskRef peer;        // The ps called, or (served) the caller.
+  double age_seconds = 0;  // When the task answered.
+  std::string trace_id;
+  int64_t tid = 0;  // The thread waiting for it or serving it.
+  bool served = false;
+};
+
 // A peer a blocked task waits on, with the sidecar's knowledge of that peer.
 struct BlockedPeer {
   TaskRef peer;
@@ -96,6 +106,9 @@ struct TaskView {
   int64_t resident_bytes = 0;
   int32_t threads = 0;
   int32_t open_fds = 0;
+  // The calls in flight at the last heartbeat, and when the task answered it (its clock).
+  std::vector<CallInFlight> inflight;
+  double inflight_reported_unix = 0;
 
   // Detector facts.
   double heartbeat_age_seconds = -1;  // -1 when never answered.

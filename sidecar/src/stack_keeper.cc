@@ -1,0 +1,324 @@
+// StackKeeper: a thread that looks at the local views every tick, captures a task when it enters
+// a stuck state (once per incident) or when asked, keeps the newest snapshots within bounds, and
+// refreshes the explanation of every stuck task.
+#include "stack_keeper.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+#include "stuck_explain.h"
+#include "trainscope/common/clock.h"
+
+namespace trainscope::sidecar {
+namespace {
+
+bool IsStuck(TaskState s) {
+  return s == TaskState::kHung || s == TaskState::kStalled || s == TaskState::kBlocked;
+}
+
+const TaskView* Find(const std::vector<TaskView>& views, const std::string& task) {
+  for (const TaskView& v : views) {
+    if (v.task.ShortName() == task) return &v;
+  }
+  return nullptr;
+}
+
+pb::CallInFlight CallToProto(const CallInFlight& c, double extra_age) {
+  pb::CallInFlight out;
+  out.set_method(c.method);
+  out.set_peer(c.peer.ShortName());
+  out.set_age_seconds(c.age_seconds + std::max(0.0, extra_age));
+  out.set_trace_id(c.trace_id);
+  out.set_tid(c.tid);
+  out.set_served(c.served);
+  return out;
+}
+
+}  // namespace
+
+StackKeeper::StackKeeper(KeeperOptions options, Views local, Views cluster, Capturer capture)
+    : options_(std::move(options)),
+      local_(std::move(local)),
+      cluster_(std::move(cluster)),
+      capture_(capture ? std::move(capture) : [o = options_.capture](int64_t pid) {
+        return forensics::Capture(pid, o);
+      }) {}
+
+StackKeeper::~StackKeeper() { Stop(); }
+
+void StackKeeper::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void StackKeeper::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    for (auto& d : demands_) {
+      d->done = true;
+      d->status = absl::UnavailableError("the sidecar is stopping");
+    }
+    demands_.clear();
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void StackKeeper::Loop() {
+  while (true) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, std::chrono::duration<double>(options_.tick_s),
+                   [&] { return stop_ || !demands_.empty(); });
+      if (stop_) return;
+    }
+    Tick();
+  }
+}
+
+void StackKeeper::Tick() {
+  const std::vector<TaskView> local = local_();
+  ServeDemands(local);
+  const double now = UnixSeconds();
+  for (const TaskView& v : local) {
+    const std::string name = v.task.ShortName();
+    Incident& incident = incidents_[name];
+    if (!IsStuck(v.state)) {
+      incident.taken = false;
+      continue;
+    }
+    if (incident.since != v.since) {  // A new incident (or a change between stuck states).
+      incident.since = v.since;
+      incident.taken = false;
+    }
+    const bool due = v.state != TaskState::kBlocked || now - v.since >= options_.blocked_after_s;
+    if (incident.taken || !due || v.pid <= 0 ||
+        MonotonicSeconds() - incident.last_auto < options_.auto_min_interval_s) {
+      continue;
+    }
+    incident.taken = true;
+    incident.last_auto = MonotonicSeconds();
+    if (Take(v, std::string(StateName(v.state))).ok()) {
+      std::lock_guard lock(mu_);
+      ++stats_.automatic;
+    }
+  }
+  Explain(local);
+}
+
+void StackKeeper::ServeDemands(const std::vector<TaskView>& local) {
+  while (true) {
+    std::shared_ptr<Demand> d;
+    {
+      std::lock_guard lock(mu_);
+      if (demands_.empty()) return;
+      d = demands_.front();
+      demands_.pop_front();
+    }
+    absl::Status st;
+    const TaskView* v = Find(local, d->task);
+    if (v == nullptr) {
+      st = absl::NotFoundError(absl::StrCat(d->task, " is not watched by this sidecar"));
+    } else {
+      st = Take(*v, "demand");
+    }
+    {
+      std::lock_guard lock(mu_);
+      d->status = st;
+      d->done = true;
+    }
+    cv_.notify_all();
+  }
+}
+
+absl::Status StackKeeper::Take(const TaskView& view, const std::string& trigger) {
+  const std::string name = view.task.ShortName();
+  auto s = capture_(view.pid);
+  if (!s.ok()) {
+    std::lock_guard lock(mu_);
+    ++stats_.failures;
+    spdlog::warn("trainscope-sidecar: no snapshot of {} (pid {}): {}", name, view.pid,
+                 std::string(s.status().message()));
+    return s.status();
+  }
+  pb::StackSnapshot snapshot = ToProto(view, *s, trigger);
+  spdlog::info("trainscope-sidecar: snapshot of {} ({}, {} threads, longest pause {:.1f} ms){}{}",
+               name, trigger, s->threads.size(), s->pause_ms_max,
+               snapshot.summary().empty() ? "" : ": ", snapshot.summary());
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.captures;
+    stats_.last_pause_ms = s->pause_ms_max;
+  }
+  Keep(name, std::move(snapshot));
+  return absl::OkStatus();
+}
+
+pb::StackSnapshot StackKeeper::ToProto(const TaskView& view, const forensics::ProcessSnapshot& s,
+                                       const std::string& trigger) const {
+  pb::StackSnapshot out;
+  out.set_task(view.task.ShortName());
+  out.set_node(options_.node);
+  out.set_pid(s.pid);
+  out.set_command(s.command);
+  out.set_process_state(std::string(1, s.state));
+  out.set_taken_unix(s.taken_unix);
+  out.set_trigger(trigger);
+  out.set_reason(view.reason);
+  out.set_stacks(s.stacks);
+  out.set_stacks_error(s.stacks_error);
+  out.set_pause_ms_max(s.pause_ms_max);
+  out.set_pause_ms_total(s.pause_ms_total);
+  const double extra = view.inflight_reported_unix > 0 ? s.taken_unix - view.inflight_reported_unix
+                                                       : 0;
+  for (const forensics::ThreadSnapshot& t : s.threads) {
+    pb::ThreadStack* thread = out.add_threads();
+    thread->set_tid(t.tid);
+    thread->set_name(t.name);
+    thread->set_state(std::string(1, t.state));
+    thread->set_wchan(t.wchan);
+    thread->set_syscall(t.syscall);
+    thread->set_stack_error(t.stack_error);
+    for (const forensics::Frame& f : t.frames) {
+      pb::StackFrame* frame = thread->add_frames();
+      frame->set_pc(f.pc);
+      frame->set_function(f.function);
+      frame->set_module(f.module);
+      frame->set_file(f.file);
+      frame->set_line(f.line);
+    }
+    for (const CallInFlight& c : view.inflight) {
+      if (c.tid == t.tid) *thread->add_calls() = CallToProto(c, extra);
+    }
+  }
+  for (const CallInFlight& c : view.inflight) *out.add_inflight() = CallToProto(c, extra);
+  out.set_inflight_reported_unix(view.inflight_reported_unix);
+  out.set_summary(ExplainStuck(view, &out, s.taken_unix, nullptr));
+  out.set_bytes(static_cast<int64_t>(out.ByteSizeLong()));
+  return out;
+}
+
+void StackKeeper::Keep(const std::string& task, pb::StackSnapshot snapshot) {
+  std::lock_guard lock(mu_);
+  std::deque<pb::StackSnapshot>& list = kept_[task];
+  stats_.bytes_kept += snapshot.bytes();
+  ++stats_.kept;
+  list.push_front(std::move(snapshot));
+  auto drop_oldest = [&](std::deque<pb::StackSnapshot>& from) {
+    stats_.bytes_kept -= from.back().bytes();
+    --stats_.kept;
+    from.pop_back();
+  };
+  while (static_cast<int>(list.size()) > std::max(1, options_.per_task)) drop_oldest(list);
+  // Over the memory bound: drop the oldest snapshot of the task holding the most, never the one
+  // just taken.
+  while (stats_.bytes_kept > options_.memory_bytes) {
+    std::deque<pb::StackSnapshot>* largest = nullptr;
+    int64_t largest_bytes = 0;
+    for (auto& [name, l] : kept_) {
+      int64_t bytes = 0;
+      for (const pb::StackSnapshot& s : l) bytes += s.bytes();
+      if (l.size() > (name == task ? 1u : 0u) && bytes > largest_bytes) {
+        largest = &l;
+        largest_bytes = bytes;
+      }
+    }
+    if (largest == nullptr) break;
+    drop_oldest(*largest);
+  }
+}
+
+void StackKeeper::Explain(const std::vector<TaskView>& local) {
+  std::map<std::string, std::string> explanations;
+  std::vector<TaskView> cluster;
+  bool have_cluster = false;
+  const double now = UnixSeconds();
+  for (const TaskView& v : local) {
+    if (!IsStuck(v.state)) continue;
+    if (!have_cluster) {
+      cluster = cluster_ ? cluster_() : local;
+      have_cluster = true;
+    }
+    PeerStateWords peer_state = [&](const std::string& peer) -> std::string {
+      const TaskView* p = Find(cluster, peer);
+      if (p == nullptr || IsHealthy(p->state)) return "";
+      // The state and the first clause of its reason: what it is, not where it is stuck.
+      std::string words(StateName(p->state));
+      const std::string first = p->reason.substr(0, p->reason.find("; "));
+      if (!first.empty()) absl::StrAppend(&words, ": ", first.substr(0, 160));
+      return words;
+    };
+    const std::string name = v.task.ShortName();
+    std::lock_guard lock(mu_);
+    const pb::StackSnapshot* newest = nullptr;
+    if (auto it = kept_.find(name); it != kept_.end() && !it->second.empty() &&
+                                    it->second.front().pid() == v.pid) {
+      newest = &it->second.front();
+    }
+    explanations[name] = ExplainStuck(v, newest, now, peer_state);
+  }
+  std::lock_guard lock(mu_);
+  explanations_ = std::move(explanations);
+}
+
+absl::StatusOr<pb::StackList> StackKeeper::Stacks(const std::string& task, bool fresh) {
+  const std::vector<TaskView> local = local_();
+  const TaskView* v = Find(local, task);
+  if (v == nullptr) return absl::NotFoundError(absl::StrCat(task, " is not watched here"));
+  if (fresh) {
+    if (v->pid <= 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          task, " has not answered a heartbeat yet: its process is not known, nothing to capture"));
+    }
+    if (v->state == TaskState::kDead || v->state == TaskState::kDone) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(task, " has exited (", std::string(StateName(v->state)), ": ", v->reason,
+                       "): no process to capture; the kept snapshots are at this URL without "
+                       "fresh=1"));
+    }
+    bool recent = false;
+    {
+      std::lock_guard lock(mu_);
+      auto it = kept_.find(task);
+      recent = it != kept_.end() && !it->second.empty() &&
+               it->second.front().pid() == v->pid &&
+               UnixSeconds() - it->second.front().taken_unix() < options_.demand_min_interval_s;
+    }
+    if (!recent) {
+      auto d = std::make_shared<Demand>();
+      d->task = task;
+      std::unique_lock lock(mu_);
+      if (stop_) return absl::UnavailableError("the sidecar is stopping");
+      demands_.push_back(d);
+      cv_.notify_all();
+      if (!cv_.wait_for(lock, std::chrono::seconds(10), [&] { return d->done; })) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("the snapshot of ", task, " took longer than 10 s"));
+      }
+      if (!d->status.ok()) return d->status;
+    }
+  }
+  pb::StackList out;
+  out.set_task(task);
+  out.set_node(options_.node);
+  std::lock_guard lock(mu_);
+  if (auto it = kept_.find(task); it != kept_.end()) {
+    for (const pb::StackSnapshot& s : it->second) *out.add_snapshots() = s;
+  }
+  return out;
+}
+
+std::string StackKeeper::Explanation(const std::string& task) const {
+  std::lock_guard lock(mu_);
+  auto it = explanations_.find(task);
+  return it == explanations_.end() ? "" : it->second;
+}
+
+KeeperStats StackKeeper::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+}  // namespace trainscope::sidecar

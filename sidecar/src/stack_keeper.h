@@ -1,0 +1,105 @@
+#pragma once
+// Snapshots of this node's stuck tasks: every thread's state, stack and wait, with the calls in
+// flight. Taken once per incident when a task enters hung or stalled (blocked after a while),
+// and on demand; the last few per task are kept within a memory bound. Captures run on the
+// keeper's own thread (ptrace ties a tracee to the thread that attached it).
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "trainscope/forensics/capture.h"
+#include "trainscope/sidecar/api.h"
+#include "trainscope/sidecar/task_view.h"
+
+namespace trainscope::sidecar {
+
+struct KeeperOptions {
+  std::string node;                  // This sidecar's id, put in every snapshot.
+  int per_task = 4;                  // Snapshots kept per task.
+  int64_t memory_bytes = 8 << 20;    // All snapshots together.
+  double auto_min_interval_s = 10;   // Between automatic snapshots of one task.
+  double demand_min_interval_s = 1;  // A fresh one on demand within this returns the newest.
+  double blocked_after_s = 2;        // A blocked task is captured after this long.
+  double tick_s = 0.1;
+  forensics::CaptureOptions capture;
+};
+
+struct KeeperStats {
+  int64_t captures = 0;         // Snapshots taken (automatic and on demand).
+  int64_t automatic = 0;
+  int64_t failures = 0;         // Captures that failed (no process, ...).
+  int64_t kept = 0;
+  int64_t bytes_kept = 0;
+  double last_pause_ms = 0;     // The longest thread pause of the last capture.
+};
+
+// Thread-safe.
+class StackKeeper {
+ public:
+  using Views = std::function<std::vector<TaskView>()>;
+  using Capturer = std::function<absl::StatusOr<forensics::ProcessSnapshot>(int64_t pid)>;
+
+  // `local`: this node's tasks (the watcher's views); `cluster`: every task's view, for blame
+  // across tasks. `capture` defaults to forensics::Capture with options.capture.
+  StackKeeper(KeeperOptions options, Views local, Views cluster, Capturer capture = nullptr);
+  ~StackKeeper();
+  void Start();
+  // Returns once the keeper's thread has stopped (a capture in progress finishes first).
+  void Stop();
+
+  // The snapshots kept of local `task`, newest first. With `fresh`, takes one first (or returns
+  // the newest when it is younger than demand_min_interval_s). NotFound when `task` is not
+  // watched here; FailedPrecondition (in words) when a fresh one cannot be taken: the task
+  // never answered (no pid) or has exited.
+  absl::StatusOr<pb::StackList> Stacks(const std::string& task, bool fresh);
+  // Where a stuck local task is stuck, in words (stuck_explain.h); "" when unknown or not stuck.
+  std::string Explanation(const std::string& task) const;
+  KeeperStats stats() const;
+
+ private:
+  struct Demand {
+    std::string task;
+    bool done = false;
+    absl::Status status;
+  };
+  struct Incident {
+    double since = 0;     // The state's start (TaskView.since).
+    bool taken = false;   // Captured for this incident.
+    double last_auto = -1e300;
+  };
+
+  void Loop();
+  void Tick();
+  void ServeDemands(const std::vector<TaskView>& local);
+  absl::Status Take(const TaskView& view, const std::string& trigger);
+  pb::StackSnapshot ToProto(const TaskView& view, const forensics::ProcessSnapshot& s,
+                            const std::string& trigger) const;
+  void Keep(const std::string& task, pb::StackSnapshot snapshot);
+  void Explain(const std::vector<TaskView>& local);
+
+  const KeeperOptions options_;
+  const Views local_;
+  const Views cluster_;
+  const Capturer capture_;
+
+  mutable std::mutex mu_;  // Guards everything below.
+  std::condition_variable cv_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<std::shared_ptr<Demand>> demands_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::deque<pb::StackSnapshot>> kept_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> explanations_ ABSL_GUARDED_BY(mu_);
+  KeeperStats stats_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Incident> incidents_;  // The keeper's thread only.
+  std::thread thread_;
+};
+
+}  // namespace trainscope::sidecar
