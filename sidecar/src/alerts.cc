@@ -47,6 +47,11 @@ FiringAlert DeadOrHung(const TaskView& v, const AlertContext& c) {
   a.annotations["reason"] = v.reason;
   a.annotations["runbook_url"] =
       absl::StrCat(kRunbook, dead ? "trainscopetaskdead" : "trainscopetaskhung");
+  // Where its threads are stuck: the snapshot its node's sidecar took when it turned hung.
+  if (!dead) {
+    a.annotations["stacks_url"] =
+        absl::StrCat(c.sidecar_url, "api/v1/stacks?task=", name, "&format=text");
+  }
   a.starts_at = v.since;
   return a;
 }

@@ -79,8 +79,8 @@ void StackKeeper::Loop() {
 }
 
 void StackKeeper::Tick() {
+  ServeDemands();
   const std::vector<TaskView> local = local_();
-  ServeDemands(local);
   const double now = UnixSeconds();
   for (const TaskView& v : local) {
     const std::string name = v.task.ShortName();
@@ -108,7 +108,7 @@ void StackKeeper::Tick() {
   Explain(local);
 }
 
-void StackKeeper::ServeDemands(const std::vector<TaskView>& local) {
+void StackKeeper::ServeDemands() {
   while (true) {
     std::shared_ptr<Demand> d;
     {
@@ -118,9 +118,13 @@ void StackKeeper::ServeDemands(const std::vector<TaskView>& local) {
       demands_.pop_front();
     }
     absl::Status st;
+    const std::vector<TaskView> local = local_();  // As the demand was made, not a tick ago.
     const TaskView* v = Find(local, d->task);
     if (v == nullptr) {
       st = absl::NotFoundError(absl::StrCat(d->task, " is not watched by this sidecar"));
+    } else if (v->pid <= 0) {
+      st = absl::FailedPreconditionError(
+          absl::StrCat(d->task, " has not answered a heartbeat yet: nothing to capture"));
     } else {
       st = Take(*v, "demand");
     }

@@ -79,7 +79,7 @@ class StackKeeper {
 
   void Loop();
   void Tick();
-  void ServeDemands(const std::vector<TaskView>& local);
+  void ServeDemands();
   absl::Status Take(const TaskView& view, const std::string& trigger);
   pb::StackSnapshot ToProto(const TaskView& view, const forensics::ProcessSnapshot& s,
                             const std::string& trigger) const;
