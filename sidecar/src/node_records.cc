@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "trainscope/sidecar/api.h"
 
@@ -24,6 +25,10 @@ void AppendKey(const TaskView& v, std::string* key) {
                   v.incarnation, "|", v.restarts, "|", v.pid, "|", v.listen_address, "|",
                   v.metrics_address, "|");
   for (const BlockedPeer& b : v.blocked_on) absl::StrAppend(key, "b", b.peer.ShortName(), ",");
+  // Where a stuck task is stuck, in words: "waiting 2.1 s" and "waiting 3.4 s" are the same news.
+  for (char c : v.stuck_where) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c)) && c != '.') key->push_back(c);
+  }
   for (const PeerInfo& p : v.peers) {
     if (!p.connected) absl::StrAppend(key, "f", p.peer.ShortName(), p.network_failure, ",");
     if (p.step_share >= 0.5) absl::StrAppend(key, "s", p.peer.ShortName(), ",");

@@ -439,6 +439,7 @@ class Sidecar::Impl {
       if (!explained || !keeper_) continue;
       if (std::string e = keeper_->Explanation(v.task.ShortName()); !e.empty()) {
         absl::StrAppend(&v.reason, v.reason.empty() ? "" : "; ", e);
+        v.stuck_where = std::move(e);
       }
     }
     return views;

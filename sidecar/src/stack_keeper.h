@@ -26,7 +26,7 @@ struct KeeperOptions {
   std::string node;                  // This sidecar's id, put in every snapshot.
   int per_task = 4;                  // Snapshots kept per task.
   int64_t memory_bytes = 8 << 20;    // All snapshots together.
-  double auto_min_interval_s = 10;   // Between automatic snapshots of one task.
+  double auto_min_interval_s = 2;    // Between automatic snapshots of one task.
   double demand_min_interval_s = 1;  // A fresh one on demand within this returns the newest.
   double blocked_after_s = 2;        // A blocked task is captured after this long.
   double tick_s = 0.1;

@@ -260,7 +260,34 @@ class TrainingCluster:
             del self.delays[task]
         return dict(delays)
 
+    def wedge(self, task, deadlock_training=False, block_parameter_service=False):
+        """Wedges task for real through `trainscopectl fault` inside its node: its training
+        thread deadlocks on two mutexes, or its ParameterService blocks (restart it to undo)."""
+        if task not in self.task_node:
+            raise netns.HarnessError(f"no task {task!r}: the tasks are "
+                                     f"{', '.join(self.task_node)}")
+        flags = (["--deadlock_training"] if deadlock_training else []) + (
+            ["--block_parameter_service"] if block_parameter_service else [])
+        r = self.c.run(self.task_node[task], [
+            os.path.join(self.bin, "trainscopectl"), *self.tls_flags(self.task_node[task]),
+            "fault", "--task", self.task_address[task], *flags], timeout=15)
+        if r.returncode != 0:
+            raise netns.HarnessError(f"trainscopectl fault on {task}: "
+                                     f"{(r.stdout + r.stderr).strip()}")
+
     # ------------------------------------------------------------ looking
+
+    def stacks(self, task, node, timeout=5.0):
+        """/api/v1/stacks?task=task from node's sidecar, asked inside node (JSON)."""
+        url = self.sidecar_url(node, f"/api/v1/stacks?task={task}")
+        return self.c.http_json(node, url, timeout, self.ssl_context)
+
+    def ctl_stacks(self, node, task, fresh=False, timeout=30):
+        """`trainscopectl stacks task` run inside node against node's own sidecar."""
+        tls = self.tls.flags(tls_certs.HARNESS) if self.tls else []
+        argv = [os.path.join(self.bin, "trainscopectl"), *tls, "stacks", task, "--sidecar",
+                self.sidecar_url(node, "").replace("http://", ""), *(["--fresh"] if fresh else [])]
+        return self.c.run(node, argv, timeout=timeout)
 
     def sidecar_url(self, node, path="/"):
         scheme = "https" if self.tls else "http"

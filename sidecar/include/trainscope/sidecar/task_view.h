@@ -109,6 +109,9 @@ struct TaskView {
   // The calls in flight at the last heartbeat, and when the task answered it (its clock).
   std::vector<CallInFlight> inflight;
   double inflight_reported_unix = 0;
+  // A stuck task of this node: where it is stuck (also at the end of `reason`), from its
+  // snapshot and calls in flight; its words (not its numbers) changing is news for the exchange.
+  std::string stuck_where;
 
   // Detector facts.
   double heartbeat_age_seconds = -1;  // -1 when never answered.
