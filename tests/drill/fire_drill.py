@@ -702,6 +702,9 @@ class Drill:
         ("TrainscopeDeadlineExceededRateHigh", "ps", "1"):
             "sigstop-ps: calls to the stopped ps:1 exceeded their deadline",
         ("TrainscopePsLatencyHigh", "ps", "1"): "sigstop-ps: calls to the stopped ps:1 were slow",
+        # The workers wait on the stopped ps:1 (inhibited while its alert fires; may outlive it).
+        ("TrainscopeTaskStalled", "worker", "0"): "sigstop-ps: worker:0 waits on the stopped ps:1",
+        ("TrainscopeTaskStalled", "worker", "1"): "sigstop-ps: worker:1 waits on the stopped ps:1",
         # Killed and restarted 1 s later: the sidecar may see the process gone and page first-hand
         # before the new one answers (resolved when it does).
         ("TrainscopeTaskDead", "ps", "1"): "ps-kill-restore: ps:1 was dead until restarted",
