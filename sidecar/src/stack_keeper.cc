@@ -3,6 +3,8 @@
 // refreshes the explanation of every stuck task.
 #include "stack_keeper.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -147,6 +149,9 @@ absl::Status StackKeeper::Take(const TaskView& view, const std::string& trigger)
                  std::string(s.status().message()));
     return s.status();
   }
+  // libdw's symbol tables and line info (tens of MiB for a program with debug info) were freed
+  // with the capture's session; give the memory back rather than keep the peak.
+  malloc_trim(0);
   pb::StackSnapshot snapshot = ToProto(view, *s, trigger);
   spdlog::info("trainscope-sidecar: snapshot of {} ({}, {} threads, longest pause {:.1f} ms){}{}",
                name, trigger, s->threads.size(), s->pause_ms_max,

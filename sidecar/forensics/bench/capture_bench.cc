@@ -112,5 +112,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "N must be a positive number\n");
     return 2;
   }
+  if (geteuid() != 0) {
+    std::fprintf(stderr, "skipped: the capture needs ptrace permission (run as root)\n");
+    return 77;
+  }
   return Run(options);
 }
