@@ -247,6 +247,32 @@ absl::StatusOr<pb::StackList> ParseStackListJson(std::string_view body) {
 
 namespace {
 
+// A demangled name as a person reads it: std::string for std::basic_string<char, ...>, and no
+// default allocators ("std::vector<std::string>").
+std::string Readable(std::string fn) {
+  static constexpr std::string_view kString =
+      "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >";
+  for (size_t at; (at = fn.find(kString)) != std::string::npos;) {
+    fn.replace(at, kString.size(), "std::string");
+  }
+  static constexpr std::string_view kAllocator = ", std::allocator<";
+  for (size_t at; (at = fn.find(kAllocator)) != std::string::npos;) {
+    size_t end = at + kAllocator.size();
+    int depth = 1;
+    while (end < fn.size() && depth > 0) {
+      if (fn[end] == '<') ++depth;
+      if (fn[end] == '>') --depth;
+      ++end;
+    }
+    if (depth != 0) break;
+    while (end < fn.size() && fn[end] == ' ') ++end;  // "> >": the space before the close.
+    fn.erase(at, end - at);
+    const size_t close = at;
+    while (close > 0 && fn[close - 1] == ' ') fn.erase(close - 1, 1);
+  }
+  return fn;
+}
+
 std::string CallText(const pb::CallInFlight& c) {
   return absl::StrCat(c.served() ? "serving " : "", c.method(), c.served() ? " from " : " to ",
                       c.peer(), ", ", HumanDuration(c.age_seconds()),
@@ -261,7 +287,7 @@ void ThreadText(const pb::ThreadStack& t, std::string* out) {
   int i = 0;
   for (const pb::StackFrame& f : t.frames()) {
     absl::StrAppendFormat(out, "  #%-2d 0x%016x %s (%s)", i++, f.pc(),
-                          f.function().empty() ? "??" : f.function(), f.module());
+                          f.function().empty() ? "??" : Readable(f.function()), f.module());
     if (!f.file().empty()) absl::StrAppend(out, " at ", f.file(), ":", f.line());
     out->push_back('\n');
   }

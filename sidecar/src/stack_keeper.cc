@@ -251,6 +251,10 @@ void StackKeeper::Explain(const std::vector<TaskView>& local) {
       have_cluster = true;
     }
     PeerStateWords peer_state = [&](const std::string& peer) -> std::string {
+      // A blocked task's reason names the state of each peer it waits on already.
+      for (const BlockedPeer& b : v.blocked_on) {
+        if (b.peer.ShortName() == peer) return "";
+      }
       const TaskView* p = Find(cluster, peer);
       if (p == nullptr || IsHealthy(p->state)) return "";
       // The state and the first clause of its reason: what it is, not where it is stuck.

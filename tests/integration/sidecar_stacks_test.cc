@@ -214,11 +214,19 @@ TEST_F(SidecarStacks, StoppedPsStaysStoppedIsShownAndTrainsOnAfterSigcont) {
   // Still stopped after the capture: a snapshot must not resume what was stopped.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(ProcState(ps->pid()), 'T');
-  auto w = sidecar.WaitForState("worker:0", TaskState::kStalled, seconds(20), "(ps:0 is hung");
-  EXPECT_TRUE(w) << sidecar.Describe();
-  if (w) {
-    EXPECT_NE(w->reason.find("to ps:0"), std::string::npos) << w->reason;
+  // The worker, stalled (its call waits) or blocked (its calls fail), names the call it waits in
+  // and the stopped ps.
+  bool blamed = false;
+  const auto until = std::chrono::steady_clock::now() + seconds(20);
+  while (!blamed && std::chrono::steady_clock::now() < until) {
+    auto w = sidecar.Task("worker:0");
+    blamed = w && (w->state == TaskState::kStalled || w->state == TaskState::kBlocked) &&
+             w->reason.find("main thread waiting") != std::string::npos &&
+             w->reason.find("to ps:0") != std::string::npos &&
+             w->reason.find("ps:0 is hung") != std::string::npos;
+    if (!blamed) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  EXPECT_TRUE(blamed) << sidecar.Describe();
 
   kill(ps->pid(), SIGCONT);
   ASSERT_TRUE(sidecar.WaitForState("ps:0", TaskState::kUp, seconds(20))) << sidecar.Describe();

@@ -14,6 +14,10 @@
     cluster.py kill TASK [SIG]                   SIGKILL (or SIG) a task or sidecar:n2
     cluster.py stop TASK / cont TASK             SIGSTOP / SIGCONT
     cluster.py slow TASK MS [--heartbeat]        delay its parameter calls (0 clears)
+    cluster.py wedge TASK --deadlock | --block   deadlock a worker's training thread, or block
+                                                 a ps's ParameterService (restart to undo)
+    cluster.py stacks TASK [--from NODE]         where it is stuck: trainscopectl stacks inside
+                                                 a node (default n1), through its own sidecar
     cluster.py start TASK                        start a task (or sidecar:n2) that exited again
     cluster.py info | logs TASK [-f] | exec NODE [-- CMD...] | forward NODE [--port P]
     cluster.py destroy                           kill everything, remove the namespaces
@@ -233,6 +237,11 @@ class Keeper:
             calls = DELAYED[req["what"]]
             what = (f"{req['who']}: {calls} delayed {req['ms']} ms" if req["ms"]
                     else f"{req['who']}: {calls} no longer delayed")
+        elif op == "wedge":
+            t.wedge(req["who"], deadlock_training=req["deadlock"],
+                    block_parameter_service=req["block"])
+            what = (f"{req['who']}: training thread deadlocked" if req["deadlock"]
+                    else f"{req['who']}: ParameterService blocked")
         elif op == "destroy":
             self.stop = True
             return "tearing down"
@@ -404,6 +413,7 @@ HOWTO = [
     ("look:", [("status", "trainscopectl status, inside every node"),
                ("page 1", "node 1's sidecar page (screenshot with chromium, else text)"),
                ("get 3 /api/v1/tasks", "any sidecar endpoint, asked inside node 3"),
+               ("stacks ps:0 --from 3", "where ps:0 is stuck (its threads), read on node 3"),
                ("exec 2", "a shell inside node 2 (its network, host name n2)"),
                ("logs worker:0 [-f]", "a task's log (sidecar:n1 for a sidecar's)"),
                ("forward 1", "node 1's sidecar on 127.0.0.1:PORT here, for a browser")]),
@@ -413,7 +423,9 @@ HOWTO = [
                 ("down 3 [--at switch]", "n3's link down; up-link 3 brings it back"),
                 ("kill worker:0 [SIG]", "SIGKILL (or SIG); start worker:0 starts it again"),
                 ("stop ps:0", "SIGSTOP; cont ps:0 for SIGCONT"),
-                ("slow ps:0 700", "every parameter call of ps:0 700 ms late (0 clears)")]),
+                ("slow ps:0 700", "every parameter call of ps:0 700 ms late (0 clears)"),
+                ("wedge worker:0 --deadlock", "its training thread deadlocks (--block: a ps's "
+                                              "service blocks)")]),
     ("end:", [("destroy", "stop everything, remove the namespaces (logs are kept)")]),
 ]
 
@@ -687,6 +699,25 @@ def cmd_slow(run, a):
     return 0
 
 
+def cmd_wedge(run, a):
+    if a.deadlock == a.block:
+        raise UserError("say --deadlock (a worker's training thread) or --block (a ps's "
+                        "ParameterService)")
+    print(run.ask("wedge", who=a.task, deadlock=a.deadlock, block=a.block))
+    return 0
+
+
+def cmd_stacks(run, a):
+    st, c, t = run.attach()
+    node = c.node(a.from_node or 1)
+    print(f"== trainscopectl stacks {a.task}, asked inside {node} ({c.address(node)}) of its "
+          f"own sidecar ==", flush=True)
+    r = t.ctl_stacks(node, a.task, fresh=a.fresh, timeout=a.timeout)
+    sys.stdout.write(r.stdout)
+    sys.stderr.write(r.stderr)
+    return r.returncode
+
+
 def cmd_start(run, a):
     print(run.ask("start", who=a.task))
     return 0
@@ -834,6 +865,17 @@ def add_break(add):
     p.add_argument("ms", type=int, metavar="MS")
     p.add_argument("--heartbeat", action="store_true",
                    help="delay its heartbeat answers instead")
+    p = add("wedge", cmd_wedge, "wedge a task for real (trainscopectl fault): --deadlock a "
+                                "worker's training thread, --block a ps's ParameterService")
+    p.add_argument("task", metavar="TASK")
+    p.add_argument("--deadlock", action="store_true")
+    p.add_argument("--block", action="store_true")
+    p = add("stacks", cmd_stacks, "where a task is stuck: trainscopectl stacks inside a node")
+    p.add_argument("task", metavar="TASK")
+    p.add_argument("--from", dest="from_node", metavar="NODE", help="ask inside this node "
+                   "(default n1)")
+    p.add_argument("--fresh", action="store_true", help="take a snapshot now")
+    p.add_argument("--timeout", type=float, default=30)
     p = add("start", cmd_start, "start a task or sidecar:nK that is not running")
     p.add_argument("task", metavar="TASK")
 

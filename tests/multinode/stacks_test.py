@@ -90,7 +90,8 @@ def stopped_ps(c, t):
         assert snap["node"].startswith(c.address(1)), f"taken by n1's sidecar: {snap['node']}"
         assert any("ServeUntilDone" in f for f in frames(snap)), frames(snap)[:20]
         d.wait("each worker, in every view, waits in a call to ps:0, which is hung", lambda: every(
-            t, lambda n, v: all("to ps:0 (ps:0 is hung" in d.task(v, w)["reason"]
+            t, lambda n, v: all("to ps:0" in d.task(v, w)["reason"]
+                                and "ps:0 is hung" in d.task(v, w)["reason"]
                                 for w in ("worker:0", "worker:1"))), 20)
         log(f"ok: n3 says worker:0 {d.task(t.view(3), 'worker:0')['reason'][:240]}")
         r = t.ctl_stacks(3, "ps:0")
