@@ -344,6 +344,20 @@ void AddAlertFamilies(const SidecarStats& stats, std::vector<MetricFamily>& out)
          MetricType::Gauge, stats.alerts_firing);
 }
 
+void AddSnapshotFamilies(const SidecarStats& stats, std::vector<MetricFamily>& out) {
+  Single(out, names::kSidecarSnapshots,
+         "Snapshots taken of this node's tasks' threads (stuck tasks, and on demand).",
+         MetricType::Counter, static_cast<double>(stats.snapshots));
+  Single(out, names::kSidecarSnapshotFailures,
+         "Snapshots that could not be taken (the process was gone).", MetricType::Counter,
+         static_cast<double>(stats.snapshot_failures));
+  Single(out, names::kSidecarSnapshotBytes, "Bytes of the snapshots kept now.", MetricType::Gauge,
+         static_cast<double>(stats.snapshot_bytes));
+  Single(out, names::kSidecarSnapshotPause,
+         "The longest one thread was held stopped in the last snapshot.", MetricType::Gauge,
+         stats.snapshot_pause_s);
+}
+
 }  // namespace
 
 std::string RenderMetrics(const LocalSnapshot& local, const SidecarStats& stats,
@@ -354,6 +368,7 @@ std::string RenderMetrics(const LocalSnapshot& local, const SidecarStats& stats,
   AddSidecarFamilies(local, stats, out);
   AddTraceFamilies(stats, out);
   AddAlertFamilies(stats, out);
+  AddSnapshotFamilies(stats, out);
   AddProcessMetrics(out);
   std::ostringstream text;
   prometheus::TextSerializer().Serialize(text, out);

@@ -42,6 +42,11 @@ struct SidecarStats {
   int64_t alerts_failed = 0;
   int64_t alerts_dropped = 0;
   int alerts_firing = 0;
+  // Snapshots of stuck tasks (see names.h, kSidecarSnapshot*).
+  int64_t snapshots = 0;
+  int64_t snapshot_failures = 0;
+  int64_t snapshot_bytes = 0;
+  double snapshot_pause_s = 0;
 };
 
 // The text exposition format (version 0.0.4) of everything: `local` is this node's tasks,

@@ -536,6 +536,11 @@ class Sidecar::Impl {
       stats.forward_dropped_spans = f.dropped_spans;
       stats.forward_failures = f.failures;
     }
+    const KeeperStats k = keeper_->stats();
+    stats.snapshots = k.captures;
+    stats.snapshot_failures = k.failures;
+    stats.snapshot_bytes = k.bytes_kept;
+    stats.snapshot_pause_s = k.last_pause_ms / 1000;
     if (notifier_) {
       NotifierStats n = notifier_->stats();
       stats.alerts_sent = n.sent;

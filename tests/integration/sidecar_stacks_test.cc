@@ -149,6 +149,10 @@ TEST_F(SidecarStacks, DeadlockedWorkerNamesBothThreadsAndTheirLocks) {
   EXPECT_EQ(text_code, 200);
   EXPECT_NE(text.find("TakeBThenA"), std::string::npos) << text;
   EXPECT_NE(sidecar.Get("/").find("/api/v1/stacks?task="), std::string::npos);
+  const std::string metrics = sidecar.Get("/metrics");
+  EXPECT_NE(metrics.find("trainscope_sidecar_snapshots_total "), std::string::npos) << metrics;
+  EXPECT_EQ(metrics.find("trainscope_sidecar_snapshots_total 0"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("trainscope_sidecar_snapshot_bytes "), std::string::npos);
 }
 
 TEST_F(SidecarStacks, BlockedParameterServiceIsBlamedByItsWorker) {

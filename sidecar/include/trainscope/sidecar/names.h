@@ -80,6 +80,14 @@ inline constexpr std::string_view kSidecarIsolated = "trainscope_sidecar_isolate
 inline constexpr std::string_view kSidecarAlertsSent = "trainscope_sidecar_alerts_sent_total";
 inline constexpr std::string_view kSidecarAlertsDropped = "trainscope_sidecar_alerts_dropped_total";
 inline constexpr std::string_view kSidecarAlertsFiring = "trainscope_sidecar_alerts_firing";
+// Snapshots of stuck tasks' threads (stack_keeper.h): taken (automatic and on demand), failed,
+// the bytes kept now, and the longest pause of one thread in the last capture.
+inline constexpr std::string_view kSidecarSnapshots = "trainscope_sidecar_snapshots_total";
+inline constexpr std::string_view kSidecarSnapshotFailures =
+    "trainscope_sidecar_snapshot_failures_total";
+inline constexpr std::string_view kSidecarSnapshotBytes = "trainscope_sidecar_snapshot_bytes";
+inline constexpr std::string_view kSidecarSnapshotPause =
+    "trainscope_sidecar_snapshot_last_pause_seconds";
 // 1, labelled with this sidecar's cluster, node id (`node`) and `hostname`: what joins a
 // scrape target (job, instance) to its node, so an alert on a target can be inhibited by one on
 // the node.
