@@ -2,6 +2,7 @@
 #include "peer_exchange.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -20,6 +21,9 @@
 
 namespace trainscope::sidecar {
 namespace {
+
+// Stacks requests answered at once (each on a thread of its own); more are refused.
+constexpr int kMaxConcurrentStacks = 4;
 
 using std::chrono::milliseconds;
 
@@ -169,9 +173,17 @@ class PeerExchange::Impl {
       auto* reactor = ctx->DefaultReactor();
       CallGate::Pass pass = impl_->gate_.Enter();
       if (!pass) return Stopping(reactor);
+      if (impl_->stacks_serving_.fetch_add(1) >= kMaxConcurrentStacks) {
+        impl_->stacks_serving_.fetch_sub(1);
+        reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                     "too many snapshot requests at once; ask again"));
+        return reactor;
+      }
       // A fresh snapshot takes up to seconds: not on gRPC's callback thread.
       std::thread([impl = impl_, req, resp, reactor, pass = std::move(pass)] {
-        reactor->Finish(impl->ServeStacks(*req, resp));
+        grpc::Status status = impl->ServeStacks(*req, resp);
+        impl->stacks_serving_.fetch_sub(1);
+        reactor->Finish(std::move(status));
       }).detach();
       return reactor;
     }
@@ -503,6 +515,7 @@ class PeerExchange::Impl {
   std::thread thread_;
 
   StacksProvider stacks_;  // Set before Start.
+  std::atomic<int> stacks_serving_{0};  // Stacks requests being answered, each on a thread.
   CallGate gate_;  // The service's handlers pass it; closed before this object goes.
   Service service_;
 };
