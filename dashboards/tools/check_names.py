@@ -2,7 +2,7 @@
 """Checks that every metric name the alert rules and dashboards use is one the code exports.
 
 Names come from the constants headers (sidecar/include/trainscope/sidecar/names.h and
-runtime/telemetry/include/trainscope/telemetry/names.h); a histogram family may be used with
+telemetry/include/trainscope/telemetry/names.h); a histogram family may be used with
 _bucket, _sum or _count; `up` and `ALERTS` belong to Prometheus. No expression may pin a scrape
 job (`job="..."`): any job names must work. Names proposed but not yet in a
 header are listed in dashboards/prometheus/pending_metrics.txt: they are reported, and fail the
@@ -26,7 +26,7 @@ from promql_names import metric_names, pinned_jobs  # noqa: E402
 
 HEADERS = [
     "sidecar/include/trainscope/sidecar/names.h",
-    "runtime/telemetry/include/trainscope/telemetry/names.h",
+    "telemetry/include/trainscope/telemetry/names.h",
 ]
 PROMETHEUS_OWN = {"up", "ALERTS", "ALERTS_FOR_STATE", "scrape_duration_seconds",
                   "scrape_samples_scraped"}

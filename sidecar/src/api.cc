@@ -194,54 +194,55 @@ absl::StatusOr<TaskView> FromProto(const pb::TaskView& p) {
   return v;
 }
 
-std::string ToJson(const pb::TaskList& list) {
+namespace {
+
+// `message` in protobuf's JSON mapping with its proto field names, every field printed; false
+// when it cannot be rendered (only invalid UTF-8 fails, and strings go through CleanText).
+bool ToJsonString(const google::protobuf::Message& message, std::string* out) {
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
   options.always_print_primitive_fields = true;
+  return google::protobuf::util::MessageToJsonString(message, out, options).ok();
+}
+
+// Parses `body` into `message`, ignoring fields it does not know (a newer sidecar's);
+// InvalidArgument "not WHAT: why" when it is not one.
+absl::Status FromJsonString(std::string_view body, const char* what,
+                            google::protobuf::Message* message) {
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  auto status = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(body.data(), body.size()), message, options);
+  if (status.ok()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("not ", what, ": ", CleanText(std::string(status.message()), 200)));
+}
+
+}  // namespace
+
+std::string ToJson(const pb::TaskList& list) {
   std::string out;
-  if (!google::protobuf::util::MessageToJsonString(list, &out, options).ok()) {
-    // Only invalid UTF-8 can fail here, and every string went through CleanText.
-    return absl::StrCat("{\"cluster\":\"", CleanText(list.cluster()),
-                        "\",\"tasks\":[],\"error\":\"could not render\"}");
-  }
-  return out;
+  if (ToJsonString(list, &out)) return out;
+  return absl::StrCat("{\"cluster\":\"", CleanText(list.cluster()),
+                      "\",\"tasks\":[],\"error\":\"could not render\"}");
 }
 
 absl::StatusOr<pb::TaskList> ParseTaskListJson(std::string_view body) {
   pb::TaskList list;
-  google::protobuf::util::JsonParseOptions options;
-  options.ignore_unknown_fields = true;
-  auto status = google::protobuf::util::JsonStringToMessage(
-      google::protobuf::StringPiece(body.data(), body.size()), &list, options);
-  if (!status.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("not a task list: ", CleanText(std::string(status.message()), 200)));
-  }
+  if (absl::Status st = FromJsonString(body, "a task list", &list); !st.ok()) return st;
   return list;
 }
 
 std::string ToJson(const pb::StackList& list) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
   std::string out;
-  if (!google::protobuf::util::MessageToJsonString(list, &out, options).ok()) {
-    return absl::StrCat("{\"task\":\"", CleanText(list.task()),
-                        "\",\"snapshots\":[],\"error\":\"could not render\"}");
-  }
-  return out;
+  if (ToJsonString(list, &out)) return out;
+  return absl::StrCat("{\"task\":\"", CleanText(list.task()),
+                      "\",\"snapshots\":[],\"error\":\"could not render\"}");
 }
 
 absl::StatusOr<pb::StackList> ParseStackListJson(std::string_view body) {
   pb::StackList list;
-  google::protobuf::util::JsonParseOptions options;
-  options.ignore_unknown_fields = true;
-  auto status = google::protobuf::util::JsonStringToMessage(
-      google::protobuf::StringPiece(body.data(), body.size()), &list, options);
-  if (!status.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("not a list of snapshots: ", CleanText(std::string(status.message()), 200)));
-  }
+  if (absl::Status st = FromJsonString(body, "a list of snapshots", &list); !st.ok()) return st;
   return list;
 }
 

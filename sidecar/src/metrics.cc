@@ -7,6 +7,7 @@
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
 #include "trainscope/common/proc.h"
+#include "trainscope/telemetry/metrics.h"
 #include "trainscope/sidecar/names.h"
 
 namespace trainscope::sidecar {
@@ -44,42 +45,6 @@ void AddCounter(MetricFamily& f, std::vector<ClientMetric::Label> labels, double
   f.metric.push_back(std::move(m));
 }
 
-void AddProcessMetrics(std::vector<MetricFamily>& out) {
-  const ResourceUsage u = ReadResourceUsage();
-  const double cpu = u.cpu_seconds;
-  const double rss = static_cast<double>(u.resident_bytes);
-  const double vsize = static_cast<double>(u.virtual_bytes);
-  const double threads = u.threads;
-  auto cpu_f = Family(names::kProcessCpuSeconds, "Total user and system CPU time spent in seconds.",
-                      MetricType::Counter);
-  AddCounter(cpu_f, {}, cpu);
-  out.push_back(std::move(cpu_f));
-  auto rss_f =
-      Family(names::kProcessResidentBytes, "Resident memory size in bytes.", MetricType::Gauge);
-  AddGauge(rss_f, {}, rss);
-  out.push_back(std::move(rss_f));
-  auto vm_f =
-      Family(names::kProcessVirtualBytes, "Virtual memory size in bytes.", MetricType::Gauge);
-  AddGauge(vm_f, {}, vsize);
-  out.push_back(std::move(vm_f));
-  auto fds_f =
-      Family(names::kProcessOpenFds, "Number of open file descriptors.", MetricType::Gauge);
-  AddGauge(fds_f, {}, u.open_fds);
-  out.push_back(std::move(fds_f));
-  auto max_f =
-      Family(names::kProcessMaxFds, "Maximum number of open file descriptors.", MetricType::Gauge);
-  AddGauge(max_f, {}, static_cast<double>(u.max_fds));
-  out.push_back(std::move(max_f));
-  auto start_f =
-      Family(names::kProcessStartTime, "Start time of the process since unix epoch in seconds.",
-             MetricType::Gauge);
-  AddGauge(start_f, {}, u.start_time_unix);
-  out.push_back(std::move(start_f));
-  auto thr_f =
-      Family(names::kProcessThreads, "Number of OS threads in the process.", MetricType::Gauge);
-  AddGauge(thr_f, {}, threads);
-  out.push_back(std::move(thr_f));
-}
 
 // One family holding one sample.
 void Single(std::vector<MetricFamily>& out, std::string_view name, std::string help,
@@ -369,7 +334,7 @@ std::string RenderMetrics(const LocalSnapshot& local, const SidecarStats& stats,
   AddTraceFamilies(stats, out);
   AddAlertFamilies(stats, out);
   AddSnapshotFamilies(stats, out);
-  AddProcessMetrics(out);
+  telemetry::AddProcessFamilies(&out);  // The one process collector, shared with the runtime.
   std::ostringstream text;
   prometheus::TextSerializer().Serialize(text, out);
   return text.str();

@@ -1,4 +1,4 @@
-// libFuzzer target: W3C `traceparent` parsing (runtime/telemetry tracing.cc), which reads
+// libFuzzer target: W3C `traceparent` parsing (telemetry/src/tracing.cc), which reads
 // metadata any gRPC peer sends. What parses must format back to a header that parses to the same
 // context.
 #include <cstddef>

@@ -125,14 +125,8 @@ inline constexpr std::string_view kReasonEvicted = "evicted";
 inline constexpr std::string_view kReasonTraceFull = "trace_full";
 inline constexpr std::string_view kReasonDuplicate = "duplicate";
 
-// Standard process metrics of the sidecar process.
-inline constexpr std::string_view kProcessCpuSeconds = "process_cpu_seconds_total";
-inline constexpr std::string_view kProcessResidentBytes = "process_resident_memory_bytes";
-inline constexpr std::string_view kProcessVirtualBytes = "process_virtual_memory_bytes";
-inline constexpr std::string_view kProcessOpenFds = "process_open_fds";
-inline constexpr std::string_view kProcessMaxFds = "process_max_fds";
-inline constexpr std::string_view kProcessStartTime = "process_start_time_seconds";
-inline constexpr std::string_view kProcessThreads = "process_threads";
+// The standard process_* metrics of the sidecar come from the telemetry layer's one process
+// collector (telemetry/include/trainscope/telemetry/names.h).
 
 // Task states, as they appear in the API and in the `state` label.
 inline constexpr std::string_view kStateMissing = "missing";

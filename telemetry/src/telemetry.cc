@@ -14,13 +14,8 @@
 #include "trainscope/telemetry/names.h"
 
 namespace trainscope::telemetry {
-namespace {
 
-using prometheus::ClientMetric;
-using prometheus::MetricFamily;
-using prometheus::MetricType;
-
-void CollectProcess(std::vector<MetricFamily>* out) {
+void AddProcessFamilies(std::vector<prometheus::MetricFamily>* out) {
   ResourceUsage u = ReadResourceUsage();
   AddCounter(out, names::kProcessCpuSeconds, "Total user and system CPU time spent in seconds.",
              u.cpu_seconds);
@@ -34,7 +29,16 @@ void CollectProcess(std::vector<MetricFamily>* out) {
   AddGauge(out, names::kProcessStartTime, "Start time of the process since unix epoch in seconds.",
            u.start_time_unix);
   AddGauge(out, names::kProcessThreads, "Number of OS threads in the process.", u.threads);
+}
 
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+void CollectProcess(std::vector<MetricFamily>* out) {
+  AddProcessFamilies(out);
   NodeUsage node = ReadNodeUsage();
   auto& cpu = AddFamily(out, names::kNodeCpuSeconds, "CPU time of the whole node by mode.",
                         MetricType::Counter);

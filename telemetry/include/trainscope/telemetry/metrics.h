@@ -132,4 +132,8 @@ void AddGauge(std::vector<prometheus::MetricFamily>* families, const char* name,
 void AddCounter(std::vector<prometheus::MetricFamily>* families, const char* name, const char* help,
                 double value);
 
+// Prometheus' standard process_* families of this process (CPU, memory, file descriptors,
+// threads, start time): the one process collector of every trainscope binary.
+void AddProcessFamilies(std::vector<prometheus::MetricFamily>* families);
+
 }  // namespace trainscope::telemetry
