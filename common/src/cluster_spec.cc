@@ -68,6 +68,11 @@ absl::StatusOr<TaskRef> ParseTaskRef(absl::string_view text) {
   return TaskRef{std::string(t.substr(0, colon)), index};
 }
 
+std::string JoinHostPort(absl::string_view host, int port) {
+  const bool v6 = host.find(':') != absl::string_view::npos;
+  return absl::StrCat(v6 ? "[" : "", host, v6 ? "]" : "", ":", port);
+}
+
 absl::StatusOr<HostPort> ParseHostPort(absl::string_view address) {
   absl::string_view h;
   absl::string_view p;

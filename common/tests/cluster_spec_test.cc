@@ -129,6 +129,18 @@ TEST(ParseHostPortTest, AcceptsNamesV4AndV6) {
   }
 }
 
+TEST(JoinHostPortTest, BracketsV6AndParsesBack) {
+  EXPECT_EQ(JoinHostPort("10.0.0.1", 2222), "10.0.0.1:2222");
+  EXPECT_EQ(JoinHostPort("ps-0.train.svc", 1), "ps-0.train.svc:1");
+  EXPECT_EQ(JoinHostPort("::1", 4317), "[::1]:4317");
+  for (const char* host : {"10.0.0.1", "::1", "fe80::1%eth0", "n1"}) {
+    auto back = ParseHostPort(JoinHostPort(host, 9400));
+    ASSERT_TRUE(back.ok()) << host;
+    EXPECT_EQ(back->host, host);
+    EXPECT_EQ(back->port, 9400);
+  }
+}
+
 TEST(TaskRefTest, ParsesShortNamesAndLists) {
   EXPECT_EQ(ParseTaskRef(" ps:3 ")->ShortName(), "ps:3");
   for (const char* bad : {"ps", "ps:-1", ":0", "ps:x", "p s:0", "ps:1.5", "a:b:0"}) {

@@ -3,22 +3,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
+#include "civetweb.h"
 
 namespace trainscope::sidecar {
-namespace {
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-}  // namespace
 
 void HttpRoutes::Exact(std::string path, Handler handler) {
   exact_[std::move(path)] = std::move(handler);
@@ -42,27 +33,14 @@ HttpServer::Response HttpRoutes::Serve(const HttpServer::Request& request) const
 }
 
 std::string QueryParam(std::string_view query, std::string_view name) {
-  for (absl::string_view part :
-       absl::StrSplit(absl::string_view(query.data(), query.size()), '&')) {
-    size_t eq = part.find('=');
-    if (part.substr(0, eq) != absl::string_view(name.data(), name.size())) continue;
-    if (eq == absl::string_view::npos) return "";
-    std::string out;
-    absl::string_view v = part.substr(eq + 1);
-    for (size_t i = 0; i < v.size() && out.size() < 512; ++i) {
-      if (v[i] == '+') {
-        out.push_back(' ');
-      } else if (v[i] == '%' && i + 2 < v.size() && HexValue(v[i + 1]) >= 0 &&
-                 HexValue(v[i + 2]) >= 0) {
-        out.push_back(static_cast<char>(HexValue(v[i + 1]) * 16 + HexValue(v[i + 2])));
-        i += 2;
-      } else {
-        out.push_back(v[i]);
-      }
-    }
-    return out;
-  }
-  return "";
+  // civetweb's own decoding (percent escapes, '+' for a space); its buffer holds the whole
+  // query, so no value is refused as too long, then the value is cut.
+  const std::string q(query);
+  const std::string n(name);
+  std::vector<char> value(q.size() + 1);
+  const int length = mg_get_var(q.data(), q.size(), n.c_str(), value.data(), value.size());
+  if (length < 0) return "";
+  return std::string(value.data(), std::min<size_t>(static_cast<size_t>(length), 512));
 }
 
 }  // namespace trainscope::sidecar

@@ -141,8 +141,7 @@ absl::Status PlanPeers(const SidecarOptions& o, const std::set<std::string>& rem
     }
   } else {
     for (const std::string& h : remote_hosts) {
-      std::string id =
-          absl::StrCat(h.find(':') != std::string::npos ? "[" + h + "]" : h, ":", o.grpc_port);
+      std::string id = JoinHostPort(h, o.grpc_port);
       plan.peers.push_back(id);
       plan.node_of_host[h] = id;
     }
@@ -213,8 +212,7 @@ absl::StatusOr<Plan> MakePlan(const SidecarOptions& o) {
   } else {
     std::string host = bound ? o.http_address : first_local_host;
     if (host.empty()) host = plan.hostname;
-    plan.self = absl::StrCat(host.find(':') != std::string::npos ? "[" + host + "]" : host, ":",
-                             std::max(0, o.grpc_port));
+    plan.self = JoinHostPort(host, std::max(0, o.grpc_port));
   }
   if (absl::Status s = PlanPeers(o, remote_hosts, plan); !s.ok()) return s;
   return plan;
@@ -409,9 +407,8 @@ class Sidecar::Impl {
     n.tls = options_.tls;
     if (n.urls.empty()) return;
     const std::string host = IsWildcard(plan_.bind.front()) ? plan_.hostname : plan_.bind.front();
-    n.generator_url = absl::StrCat(http_tls_ ? "https://" : "http://",
-                                   host.find(':') != std::string::npos ? "[" + host + "]" : host,
-                                   ":", http_->port(), "/");
+    n.generator_url =
+        absl::StrCat(http_tls_ ? "https://" : "http://", JoinHostPort(host, http_->port()), "/");
     n.resend_interval_s = options_.alert_resend_interval_s;
     AlertContext context{options_.cluster_name, n.generator_url};
     notifier_ = std::make_unique<AlertNotifier>(
@@ -646,10 +643,8 @@ class Sidecar::Impl {
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
     for (const std::string& host : ForPort(plan_.bind, options_.grpc_port)) {
-      builder.AddListeningPort(
-          absl::StrCat(host.find(':') != std::string::npos ? "[" + host + "]" : host, ":",
-                       options_.grpc_port),
-          server_credentials_, &grpc_port_);
+      builder.AddListeningPort(JoinHostPort(host, options_.grpc_port), server_credentials_,
+                               &grpc_port_);
     }
     builder.SetMaxReceiveMessageSize(options_.otlp_max_request_bytes);
     // Bounds on what peers and tasks can make this server hold: 32 calls at once on one

@@ -9,6 +9,7 @@
 #include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
 #include "system_metrics.h"
+#include "trainscope/common/cluster_spec.h"
 #include "trainscope/common/http_tls.h"
 #include "trainscope/common/proc.h"
 #include "trainscope/telemetry/names.h"
@@ -209,8 +210,7 @@ absl::Status Telemetry::Serve() {
   std::vector<int> ports = exposer_->GetListeningPorts();
   const int port = ports.empty() ? options_.metrics_port : ports.front();
   const std::string& shown = options_.advertised_host.empty() ? host : options_.advertised_host;
-  metrics_address_ =
-      absl::StrCat(shown.find(':') != std::string::npos ? "[" + shown + "]" : shown, ":", port);
+  metrics_address_ = JoinHostPort(shown, port);
   return absl::OkStatus();
 }
 

@@ -42,6 +42,8 @@ struct HostPort {
 // Splits "host:port" or "[v6]:port"; an unbracketed IPv6 address, an empty host, a host with
 // characters no host name has, or a port outside 1-65535 is an error that quotes the text.
 absl::StatusOr<HostPort> ParseHostPort(absl::string_view address);
+// The inverse: "host:port", or "[v6]:port" for a host with a ':' (an IPv6 address).
+std::string JoinHostPort(absl::string_view host, int port);
 
 // The jobs of a cluster and their task addresses. Immutable once built; thread-compatible.
 class ClusterSpec {
