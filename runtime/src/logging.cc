@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/spdlog.h"
 #include "trainscope/runtime/task.h"
@@ -27,38 +28,6 @@ class TraceIdFlag final : public spdlog::custom_flag_formatter {
   }
 };
 
-void AppendJsonString(spdlog::memory_buf_t& dest, absl::string_view s) {
-  dest.push_back('"');
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        dest.append(std::string_view("\\\""));
-        break;
-      case '\\':
-        dest.append(std::string_view("\\\\"));
-        break;
-      case '\n':
-        dest.append(std::string_view("\\n"));
-        break;
-      case '\r':
-        dest.append(std::string_view("\\r"));
-        break;
-      case '\t':
-        dest.append(std::string_view("\\t"));
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          snprintf(buf, sizeof(buf), "\\u%04x", c);
-          dest.append(std::string_view(buf));
-        } else {
-          dest.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  dest.push_back('"');
-}
-
 // One JSON object per line: time, level, task, trace_id (when any), msg.
 class JsonFormatter final : public spdlog::formatter {
  public:
@@ -73,22 +42,19 @@ class JsonFormatter final : public spdlog::formatter {
     char time[40];
     const size_t n = std::strftime(time, sizeof(time), "%Y-%m-%dT%H:%M:%S", &tm);
     snprintf(time + n, sizeof(time) - n, ".%06lldZ", static_cast<long long>(micros % 1000000));
-    dest.append(std::string_view("{\"time\":\""));
-    dest.append(std::string_view(time));
-    dest.append(std::string_view("\",\"level\":\""));
+    nlohmann::ordered_json line;
+    line["time"] = time;
     const auto level = spdlog::level::to_string_view(msg.level);
-    dest.append(level.data(), level.data() + level.size());
-    dest.append(std::string_view("\",\"task\":"));
-    AppendJsonString(dest, task_);
-    const std::string trace_id = telemetry::CurrentTraceId();
-    if (!trace_id.empty()) {
-      dest.append(std::string_view(",\"trace_id\":\""));
-      dest.append(trace_id.data(), trace_id.data() + trace_id.size());
-      dest.push_back('"');
+    line["level"] = std::string(level.data(), level.size());
+    line["task"] = task_;
+    if (std::string trace_id = telemetry::CurrentTraceId(); !trace_id.empty()) {
+      line["trace_id"] = std::move(trace_id);
     }
-    dest.append(std::string_view(",\"msg\":"));
-    AppendJsonString(dest, absl::string_view(msg.payload.data(), msg.payload.size()));
-    dest.append(std::string_view("}\n"));
+    line["msg"] = std::string(msg.payload.data(), msg.payload.size());
+    // Bytes that are not UTF-8 become U+FFFD: every line stays valid JSON.
+    const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    dest.append(text.data(), text.data() + text.size());
+    dest.push_back('\n');
   }
 
   std::unique_ptr<spdlog::formatter> clone() const override {

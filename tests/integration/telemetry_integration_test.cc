@@ -8,8 +8,10 @@
 #include <cstdio>
 #include <fstream>
 #include <regex>
+#include <sstream>
 #include <thread>
 
+#include "nlohmann/json.hpp"
 #include "process.h"
 #include "trainscope/v1/runtime.grpc.pb.h"
 
@@ -176,6 +178,43 @@ TEST(TelemetryIntegration, TaskMetricsCoverCallsDeadlinesProcessAndTraining) {
   EXPECT_TRUE(PromtoolAccepts(w, &promtool)) << promtool;
   promtool.clear();
   EXPECT_TRUE(PromtoolAccepts(p, &promtool)) << promtool;
+}
+
+}  // namespace
+}  // namespace trainscope
+
+namespace trainscope {
+namespace {
+
+// --log_format json: every line a task writes is one JSON object (time, level, task, msg, and
+// trace_id on lines about a traced call), whatever bytes the message holds.
+TEST(TelemetryIntegration, JsonLogLinesAreEachOneObject) {
+  const std::map<std::string, std::vector<std::string>> jobs = {
+      {"ps", {Addr(testing::FreePort())}}, {"worker", {Addr(testing::FreePort())}}};
+  Process ps(testing::BinPath("linear_regression"), {"--log_format", "json"},
+             {{"TF_CONFIG", testing::TfConfig(jobs, "ps", 0)}});
+  Process worker(testing::BinPath("linear_regression"),
+                 {"--log_format", "json", "--steps", "60", "--log_every", "20"},
+                 {{"TF_CONFIG", testing::TfConfig(jobs, "worker", 0)}});
+  ASSERT_EQ(worker.Wait(60s), 0) << worker.Output();
+  ASSERT_EQ(ps.Wait(30s), 0) << ps.Output();
+  for (const std::string& output : {worker.Output(), ps.Output()}) {
+    std::istringstream lines(output);
+    std::string line;
+    int parsed = 0;
+    while (std::getline(lines, line)) {
+      if (line.empty()) continue;
+      auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      ASSERT_TRUE(j.is_object()) << line;
+      for (const char* key : {"time", "level", "task", "msg"}) {
+        EXPECT_TRUE(j.contains(key)) << key << " in " << line;
+      }
+      ++parsed;
+    }
+    EXPECT_GT(parsed, 3) << output;
+  }
+  EXPECT_NE(worker.Output().find("\"task\":\"worker:0\""), std::string::npos)
+      << worker.Output();
 }
 
 }  // namespace
