@@ -127,13 +127,16 @@ TEST_F(SidecarStacks, DeadlockedWorkerNamesBothThreadsAndTheirLocks) {
     EXPECT_EQ(t->syscall(), "futex");
     EXPECT_TRUE(HasFrame(*t, "ParameterClient::PullAll") || t != a) << t->DebugString();
   }
-  // The frames of our own code carry file and line.
+#ifndef __clang__
+  // The frames of our own code carry file and line (gcc's DWARF; elfutils 0.188 finds no line
+  // in clang's without .debug_aranges, as in the sanitizer builds).
   bool lined = false;
   for (const pb::StackFrame& f : a->frames()) {
     lined |= f.function().find("TakeAThenB") != std::string::npos && f.line() > 0 &&
              f.file().find("fault_injector.cc") != std::string::npos;
   }
   EXPECT_TRUE(lined) << a->DebugString();
+#endif
 
   // trainscopectl stacks: one block per thread, innermost frame first.
   out = Ctl({"stacks", "worker:0", "--sidecar", sidecar.http()}, &code);

@@ -379,23 +379,25 @@ bool SetCallSite(Dwarf_Die* cu, Dwarf_Die* inlined, Frame* frame) {
   return true;
 }
 
-// Sets file:line from pc's own line-table row.
-void SetOwnLine(Dwfl_Module* mod, Dwarf_Addr pc, Frame* frame) {
+// Sets file:line from pc's own line-table row; with `function_start` (non-zero), only when that
+// row starts inside the function (at or after its start): else it is another function's row.
+void SetOwnLine(Dwfl_Module* mod, Dwarf_Addr pc, Frame* frame, Dwarf_Addr function_start = 0) {
   Dwfl_Line* row = dwfl_module_getsrc(mod, pc);
   Dwarf_Addr addr = 0;
   int line = 0;
   const char* file =
       row == nullptr ? nullptr : dwfl_lineinfo(row, &addr, &line, nullptr, nullptr, nullptr);
-  if (file == nullptr) return;
+  if (file == nullptr || line <= 0 || addr < function_start) return;
   frame->file = file;
   frame->line = line;
 }
 
 // Sets file:line to the line in the function that owns `pc`: when other functions are inlined
 // at pc, the line of the outermost inlined call (what was written in that function), else pc's
-// own line. Nothing when DWARF places pc in no function: libdw would then answer with the
-// nearest row of some other function (as for _start, which has no DWARF).
-void SetLine(Dwfl_Module* mod, Dwarf_Addr pc, Frame* frame) {
+// own line. When DWARF places pc in no function (libdw 0.188 finds none in clang's DWARF 5),
+// pc's own row only if it lies within the function the symbol table names (`function_start`):
+// libdw would otherwise answer with the nearest row of some other function (as for _start).
+void SetLine(Dwfl_Module* mod, Dwarf_Addr pc, Frame* frame, Dwarf_Addr function_start) {
   Dwarf_Addr bias = 0;
   Dwarf_Die* cu = dwfl_module_addrdie(mod, pc, &bias);
   Dwarf_Die* scopes = nullptr;
@@ -417,6 +419,8 @@ void SetLine(Dwfl_Module* mod, Dwarf_Addr pc, Frame* frame) {
   }
   if (i < n && (outermost == nullptr || !SetCallSite(cu, outermost, frame))) {
     SetOwnLine(mod, pc, frame);
+  } else if (i >= n && function_start != 0) {
+    SetOwnLine(mod, pc, frame, function_start);
   }
   free(chain);
   free(scopes);
@@ -446,7 +450,7 @@ Frame Symbolize(Dwfl* dwfl, const RawFrame& raw) {
   const char* symbol =
       dwfl_module_addrinfo(mod, frame.pc, &offset, &sym, nullptr, nullptr, nullptr);
   if (symbol != nullptr) frame.function = Demangle(symbol);
-  SetLine(mod, frame.pc, &frame);
+  SetLine(mod, frame.pc, &frame, symbol != nullptr ? frame.pc - offset : 0);
   return frame;
 }
 
