@@ -22,7 +22,7 @@
 namespace trainscope::sidecar {
 namespace {
 
-// Stacks requests answered at once (each on a thread of its own); more are refused.
+// Snapshots.Stacks requests answered at once; more are refused.
 constexpr int kMaxConcurrentStacks = 4;
 
 using std::chrono::milliseconds;
@@ -165,26 +165,6 @@ class PeerExchange::Impl {
       CallGate::Pass pass = impl_->gate_.Enter();
       if (!pass) return Stopping(reactor);
       reactor->Finish(impl_->Serve([&](Now now) { return impl_->core_.OnSync(*req, resp, now); }));
-      return reactor;
-    }
-
-    grpc::ServerUnaryReactor* Stacks(grpc::CallbackServerContext* ctx,
-                                     const v1::StacksRequest* req, v1::StackList* resp) override {
-      auto* reactor = ctx->DefaultReactor();
-      CallGate::Pass pass = impl_->gate_.Enter();
-      if (!pass) return Stopping(reactor);
-      if (impl_->stacks_serving_.fetch_add(1) >= kMaxConcurrentStacks) {
-        impl_->stacks_serving_.fetch_sub(1);
-        reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                     "too many snapshot requests at once; ask again"));
-        return reactor;
-      }
-      // A fresh snapshot takes up to seconds: not on gRPC's callback thread.
-      std::thread([impl = impl_, req, resp, reactor, pass = std::move(pass)] {
-        grpc::Status status = impl->ServeStacks(*req, resp);
-        impl->stacks_serving_.fetch_sub(1);
-        reactor->Finish(std::move(status));
-      }).detach();
       return reactor;
     }
 
@@ -400,9 +380,21 @@ class PeerExchange::Impl {
 
  public:
   void SetStacksProvider(StacksProvider provider) { stacks_ = std::move(provider); }
+  grpc::Service* snapshots_service() { return &snapshots_; }
 
   grpc::Status ServeStacks(const v1::StacksRequest& req, v1::StackList* resp) {
     if (!stacks_) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no snapshots here");
+    if (stacks_serving_.fetch_add(1) >= kMaxConcurrentStacks) {
+      stacks_serving_.fetch_sub(1);
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "too many snapshot requests at once; ask again");
+    }
+    grpc::Status status = AnswerStacks(req, resp);
+    stacks_serving_.fetch_sub(1);
+    return status;
+  }
+
+  grpc::Status AnswerStacks(const v1::StacksRequest& req, v1::StackList* resp) {
     if (req.header().cluster() != core_.options().cluster) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           absl::StrCat("this sidecar watches cluster '", core_.options().cluster,
@@ -434,11 +426,18 @@ class PeerExchange::Impl {
     req.set_task(task);
     req.set_fresh(fresh);
     req.set_max_bytes(max_bytes);
-    v1::Exchange::Stub* stub = nullptr;
+    v1::Snapshots::Stub* stub = nullptr;
     {
       std::lock_guard lock(mu_);
       core_.FillHeader(req.mutable_header());
-      stub = StubFor(node);
+      auto& slot = snapshot_stubs_[node];
+      if (slot == nullptr) {
+        ChannelOptions channel;
+        channel.max_receive_bytes = static_cast<int>(std::max<int64_t>(max_bytes, 1 << 20));
+        channel.keepalive_without_calls = false;
+        slot = v1::Snapshots::NewStub(MakeChannel(node, channel, credentials_));
+      }
+      stub = slot.get();
     }
     grpc::ClientContext ctx;
     ctx.set_deadline(After(deadline_ms));
@@ -514,8 +513,23 @@ class PeerExchange::Impl {
   bool poked_ = false;
   std::thread thread_;
 
+  // Snapshots.Stacks, a synchronous service (its handlers run on the server's threads, and the
+  // server's shutdown waits for them).
+  class SnapshotsService final : public v1::Snapshots::Service {
+   public:
+    explicit SnapshotsService(Impl* impl) : impl_(impl) {}
+    grpc::Status Stacks(grpc::ServerContext*, const v1::StacksRequest* req,
+                        v1::StackList* resp) override {
+      return impl_->ServeStacks(*req, resp);
+    }
+
+   private:
+    Impl* impl_;
+  };
   StacksProvider stacks_;  // Set before Start.
-  std::atomic<int> stacks_serving_{0};  // Stacks requests being answered, each on a thread.
+  std::atomic<int> stacks_serving_{0};  // Stacks requests being answered.
+  std::map<std::string, std::unique_ptr<v1::Snapshots::Stub>> snapshot_stubs_;  // Guarded by mu_.
+  SnapshotsService snapshots_{this};
   CallGate gate_;  // The service's handlers pass it; closed before this object goes.
   Service service_;
 };
@@ -533,6 +547,7 @@ void PeerExchange::Stop() { impl_->Stop(); }
 void PeerExchange::Poke() { impl_->Poke(); }
 std::shared_ptr<const ExchangeSnapshot> PeerExchange::snapshot() const { return impl_->snapshot(); }
 ExchangeStats PeerExchange::stats() const { return impl_->stats(); }
+grpc::Service* PeerExchange::snapshots_service() { return impl_->snapshots_service(); }
 void PeerExchange::SetStacksProvider(StacksProvider provider) {
   impl_->SetStacksProvider(std::move(provider));
 }

@@ -53,7 +53,9 @@ class PeerExchange {
   // The counters as they are now.
   ExchangeStats stats() const;
 
-  // What Exchange.Stacks answers: the snapshots this node keeps of one of its tasks (fresh:
+  // The Snapshots service to register on the same server (synchronous; owned by this object).
+  grpc::Service* snapshots_service();
+  // What Snapshots.Stacks answers: the snapshots this node keeps of one of its tasks (fresh:
   // take one now). Set before Start; without it, Stacks answers UNIMPLEMENTED.
   using StacksProvider =
       std::function<absl::StatusOr<pb::StackList>(const std::string& task, bool fresh)>;

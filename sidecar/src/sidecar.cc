@@ -657,6 +657,7 @@ class Sidecar::Impl {
     AcceptKeepalive(&builder);
     builder.RegisterService(trace_receiver_.get());
     if (exchange_) builder.RegisterService(exchange_->service());
+    if (exchange_) builder.RegisterService(exchange_->snapshots_service());
     // A completion queue the health service's async machinery may use; a thread drains it.
     idle_cq_ = builder.AddCompletionQueue();
     builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
