@@ -175,8 +175,8 @@ int Stacks(const std::string& task, std::string sidecar, bool fresh, bool json,
   }
   auto list = ts::ParseStackListJson(resp->body);
   if (!list.ok()) {
-    std::cerr << "trainscopectl: the sidecar at " << sidecar << " sent no snapshots: "
-              << list.status().message() << "\n";
+    std::cerr << "trainscopectl: the sidecar at " << sidecar
+              << " sent no snapshots: " << list.status().message() << "\n";
     return 2;
   }
   if (json) {

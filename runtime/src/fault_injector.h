@@ -37,7 +37,7 @@ class FaultInjector {
   std::mutex lock_a_;
   std::mutex lock_b_;
   std::atomic<int> first_locks_taken_{0};
-  std::mutex serve_mu_;  // Held by the blocked call: later calls wait for it.
+  std::mutex serve_mu_;    // Held by the blocked call: later calls wait for it.
   std::mutex release_mu_;  // Guards released_.
   std::condition_variable release_cv_;
   bool released_ = false;

@@ -169,8 +169,8 @@ absl::StatusOr<ParameterClient*> Task::Impl::CreateSession() {
   status_.SetExpectsProgress(true);
   spdlog::info("CreateSession: {} reached all {} ps tasks in {:.1f} s", me, ps.size(),
                MonotonicSeconds() - start);
-  session_ = std::make_unique<Session>(std::move(ps), telemetry_.get(), &status_, Identity(),
-                                       &faults_);
+  session_ =
+      std::make_unique<Session>(std::move(ps), telemetry_.get(), &status_, Identity(), &faults_);
   client_ = std::make_unique<ParameterClient>(session_.get(), self_, options_.rpc_deadline_ms,
                                               options_.max_attempts);
   // A ps that restarted and restored a checkpoint: the run goes on from its step.

@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "trainscope/common/clock.h"
 #include "google/protobuf/util/json_util.h"
+#include "trainscope/common/clock.h"
 
 namespace trainscope::sidecar {
 namespace {
@@ -284,7 +284,8 @@ void ThreadText(const pb::ThreadStack& t, std::string* out) {
   absl::StrAppend(out, "Thread ", t.tid(), " \"", t.name(), "\" (", t.state(),
                   t.wchan().empty() ? "" : ", " + t.wchan(),
                   t.syscall().empty() ? "" : ", " + t.syscall(), ")\n");
-  for (const pb::CallInFlight& c : t.calls()) absl::StrAppend(out, "  in flight: ", CallText(c), "\n");
+  for (const pb::CallInFlight& c : t.calls())
+    absl::StrAppend(out, "  in flight: ", CallText(c), "\n");
   int i = 0;
   for (const pb::StackFrame& f : t.frames()) {
     absl::StrAppendFormat(out, "  #%-2d 0x%016x %s (%s)", i++, f.pc(),

@@ -7,8 +7,8 @@
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
 #include "trainscope/common/proc.h"
-#include "trainscope/telemetry/metrics.h"
 #include "trainscope/sidecar/names.h"
+#include "trainscope/telemetry/metrics.h"
 
 namespace trainscope::sidecar {
 namespace {
@@ -44,7 +44,6 @@ void AddCounter(MetricFamily& f, std::vector<ClientMetric::Label> labels, double
   m.counter.value = value;
   f.metric.push_back(std::move(m));
 }
-
 
 // One family holding one sample.
 void Single(std::vector<MetricFamily>& out, std::string_view name, std::string help,

@@ -412,9 +412,8 @@ class PeerExchange::Impl {
     }
     if (static_cast<int64_t>(list->ByteSizeLong()) > bound) {
       return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          absl::StrCat("the snapshot of ", req.task(), " is ",
-                                       list->ByteSizeLong(), " bytes, over the asker's limit of ",
-                                       bound));
+                          absl::StrCat("the snapshot of ", req.task(), " is ", list->ByteSizeLong(),
+                                       " bytes, over the asker's limit of ", bound));
     }
     *resp = *std::move(list);
     return grpc::Status::OK;
@@ -526,7 +525,7 @@ class PeerExchange::Impl {
    private:
     Impl* impl_;
   };
-  StacksProvider stacks_;  // Set before Start.
+  StacksProvider stacks_;               // Set before Start.
   std::atomic<int> stacks_serving_{0};  // Stacks requests being answered.
   std::map<std::string, std::unique_ptr<v1::Snapshots::Stub>> snapshot_stubs_;  // Guarded by mu_.
   SnapshotsService snapshots_{this};

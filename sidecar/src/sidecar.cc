@@ -451,8 +451,7 @@ class Sidecar::Impl {
     k.blocked_after_s = options_.snapshot_blocked_after_s;
     k.capture.stacks = options_.stack_snapshots;
     keeper_ = std::make_unique<StackKeeper>(
-        std::move(k), [this] { return LocalViews(false); },
-        [this] { return CurrentView().tasks; });
+        std::move(k), [this] { return LocalViews(false); }, [this] { return CurrentView().tasks; });
     if (exchange_) {
       exchange_->SetStacksProvider(
           [this](const std::string& task, bool fresh) { return keeper_->Stacks(task, fresh); });
@@ -476,8 +475,8 @@ class Sidecar::Impl {
     }
     if (found == nullptr) {
       std::sort(names.begin(), names.end());
-      return absl::NotFoundError(absl::StrCat("no task ", task, " in the cluster spec (tasks: ",
-                                              absl::StrJoin(names, ", "), ")"));
+      return absl::NotFoundError(absl::StrCat(
+          "no task ", task, " in the cluster spec (tasks: ", absl::StrJoin(names, ", "), ")"));
     }
     if (found->source.empty()) return keeper_->Stacks(task, fresh);
     if (!exchange_ || found->node.empty()) {

@@ -180,8 +180,8 @@ pb::StackSnapshot StackKeeper::ToProto(const TaskView& view, const forensics::Pr
   out.set_stacks_error(s.stacks_error);
   out.set_pause_ms_max(s.pause_ms_max);
   out.set_pause_ms_total(s.pause_ms_total);
-  const double extra = view.inflight_reported_unix > 0 ? s.taken_unix - view.inflight_reported_unix
-                                                       : 0;
+  const double extra =
+      view.inflight_reported_unix > 0 ? s.taken_unix - view.inflight_reported_unix : 0;
   for (const forensics::ThreadSnapshot& t : s.threads) {
     pb::ThreadStack* thread = out.add_threads();
     thread->set_tid(t.tid);
@@ -266,8 +266,8 @@ void StackKeeper::Explain(const std::vector<TaskView>& local) {
     const std::string name = v.task.ShortName();
     std::lock_guard lock(mu_);
     const pb::StackSnapshot* newest = nullptr;
-    if (auto it = kept_.find(name); it != kept_.end() && !it->second.empty() &&
-                                    it->second.front().pid() == v.pid) {
+    if (auto it = kept_.find(name);
+        it != kept_.end() && !it->second.empty() && it->second.front().pid() == v.pid) {
       newest = &it->second.front();
     }
     explanations[name] = ExplainStuck(v, newest, now, peer_state);
@@ -295,8 +295,7 @@ absl::StatusOr<pb::StackList> StackKeeper::Stacks(const std::string& task, bool 
     {
       std::lock_guard lock(mu_);
       auto it = kept_.find(task);
-      recent = it != kept_.end() && !it->second.empty() &&
-               it->second.front().pid() == v->pid &&
+      recent = it != kept_.end() && !it->second.empty() && it->second.front().pid() == v->pid &&
                UnixSeconds() - it->second.front().taken_unix() < options_.demand_min_interval_s;
     }
     if (!recent) {

@@ -34,12 +34,12 @@ struct KeeperOptions {
 };
 
 struct KeeperStats {
-  int64_t captures = 0;         // Snapshots taken (automatic and on demand).
+  int64_t captures = 0;  // Snapshots taken (automatic and on demand).
   int64_t automatic = 0;
-  int64_t failures = 0;         // Captures that failed (no process, ...).
+  int64_t failures = 0;  // Captures that failed (no process, ...).
   int64_t kept = 0;
   int64_t bytes_kept = 0;
-  double last_pause_ms = 0;     // The longest thread pause of the last capture.
+  double last_pause_ms = 0;  // The longest thread pause of the last capture.
 };
 
 // Thread-safe.
@@ -72,8 +72,8 @@ class StackKeeper {
     absl::Status status;
   };
   struct Incident {
-    double since = 0;     // The state's start (TaskView.since).
-    bool taken = false;   // Captured for this incident.
+    double since = 0;    // The state's start (TaskView.since).
+    bool taken = false;  // Captured for this incident.
     double last_auto = -1e300;
   };
 

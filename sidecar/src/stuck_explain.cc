@@ -59,7 +59,8 @@ const CallInFlight* Oldest(const TaskView& task, bool served, double now_unix, d
     if (oldest == nullptr || c.age_seconds > oldest->age_seconds) oldest = &c;
   }
   if (oldest != nullptr) {
-    const double since = task.inflight_reported_unix > 0 ? now_unix - task.inflight_reported_unix : 0;
+    const double since =
+        task.inflight_reported_unix > 0 ? now_unix - task.inflight_reported_unix : 0;
     *age = oldest->age_seconds + std::max(0.0, since);
   }
   return oldest;
@@ -77,8 +78,9 @@ std::string ExplainLocks(const TaskView& task, const pb::StackSnapshot& s) {
   if (waiting.size() == 1) return absl::StrCat(waiting[0], " waits for a mutex");
   const size_t shown = std::min<size_t>(waiting.size(), 4);
   std::vector<std::string> named(waiting.begin(), waiting.begin() + static_cast<long>(shown));
-  return absl::StrCat("deadlock? ", waiting.size(), " threads wait for mutexes: ",
-                      absl::StrJoin(named, ", "), waiting.size() > shown ? ", ..." : "");
+  return absl::StrCat("deadlock? ", waiting.size(),
+                      " threads wait for mutexes: ", absl::StrJoin(named, ", "),
+                      waiting.size() > shown ? ", ..." : "");
 }
 
 }  // namespace

@@ -299,11 +299,11 @@ TaskTracker::Decision TaskTracker::DecideAnswering(double now_s, double now_unix
   if (stuck_call != nullptr && stuck_call->age_seconds + age >= options_.stall_after_s) {
     int served = 0;
     for (const CallInFlight& c : hb.inflight) served += c.served;
-    return {TaskState::kStalled,
-            absl::StrCat("a ", stuck_call->method, " it serves (from ",
-                         stuck_call->peer.ShortName(), ") has run ",
-                         HumanDuration(stuck_call->age_seconds + age), "; ", served,
-                         " call(s) in flight (answers heartbeats, its serving is stuck)")};
+    return {
+        TaskState::kStalled,
+        absl::StrCat("a ", stuck_call->method, " it serves (from ", stuck_call->peer.ShortName(),
+                     ") has run ", HumanDuration(stuck_call->age_seconds + age), "; ", served,
+                     " call(s) in flight (answers heartbeats, its serving is stuck)")};
   }
   if (latency_samples_ >= 10 && !recent_latency_.empty()) {
     double recent = Median(recent_latency_);

@@ -78,7 +78,7 @@ TEST(StackKeeper, OneSnapshotPerIncidentAndANewOneForTheNext) {
   f.Set("worker:0", TaskState::kUp, 1);
   EXPECT_EQ(f.CapturesAfter(0), 0);
   f.Set("worker:0", TaskState::kStalled, 2);
-  EXPECT_EQ(f.CapturesAfter(1), 1);  // And no more while the incident lasts.
+  EXPECT_EQ(f.CapturesAfter(1), 1);        // And no more while the incident lasts.
   f.Set("worker:0", TaskState::kHung, 3);  // Another stuck state: another snapshot.
   EXPECT_EQ(f.CapturesAfter(2), 2);
   f.Set("worker:0", TaskState::kUp, 4);

@@ -41,19 +41,22 @@ CallInFlight Call(const std::string& method, TaskRef peer, double age, int64_t t
 }
 
 const pb::ThreadStack kDeadlockA =
-    Thread(100, "trainer", {{"__lll_lock_wait", "libc.so.6"},
-                            {"pthread_mutex_lock", "libc.so.6"},
-                            {"trainscope::FaultInjector::TakeAThenB()", "linear_regression"},
-                            {"main", "linear_regression"}});
+    Thread(100, "trainer",
+           {{"__lll_lock_wait", "libc.so.6"},
+            {"pthread_mutex_lock", "libc.so.6"},
+            {"trainscope::FaultInjector::TakeAThenB()", "linear_regression"},
+            {"main", "linear_regression"}});
 const pb::ThreadStack kDeadlockB =
-    Thread(101, "deadlock-peer", {{"__lll_lock_wait", "libc.so.6"},
-                                  {"___pthread_mutex_lock", "libc.so.6"},
-                                  {"std::mutex::lock()", "linear_regression"},
-                                  {"trainscope::FaultInjector::TakeBThenA()", "linear_regression"}});
+    Thread(101, "deadlock-peer",
+           {{"__lll_lock_wait", "libc.so.6"},
+            {"___pthread_mutex_lock", "libc.so.6"},
+            {"std::mutex::lock()", "linear_regression"},
+            {"trainscope::FaultInjector::TakeBThenA()", "linear_regression"}});
 
 TEST(StuckExplain, TheOldestCallWaitedForAndTheCalleesState) {
   TaskView v = Worker(100);
-  v.inflight = {Call("Push", {"ps", 0}, 1.0, 100, false), Call("Pull", {"ps", 1}, 40.0, 100, false)};
+  v.inflight = {Call("Push", {"ps", 0}, 1.0, 100, false),
+                Call("Pull", {"ps", 1}, 40.0, 100, false)};
   v.inflight_reported_unix = 1000;
   auto peer = [](const std::string& p) { return p == "ps:1" ? "hung: process 7 is stopped" : ""; };
   EXPECT_EQ(ExplainStuck(v, nullptr, 1001, peer),
@@ -102,13 +105,14 @@ TEST(StuckExplain, ADeadlockNamesBothThreadsAndTheirFunctions) {
 TEST(StuckExplain, CreateSessionAndOtherwiseWhereTheMainThreadIs) {
   TaskView v = Worker(100);
   pb::StackSnapshot s;
-  *s.add_threads() = Thread(100, "main", {{"clock_nanosleep", "libc.so.6"},
-                                           {"trainscope::SleepFor(long)", "linear_regression"},
-                                           {"trainscope::Task::Impl::CreateSession()", "lr"}});
+  *s.add_threads() = Thread(100, "main",
+                            {{"clock_nanosleep", "libc.so.6"},
+                             {"trainscope::SleepFor(long)", "linear_regression"},
+                             {"trainscope::Task::Impl::CreateSession()", "lr"}});
   EXPECT_EQ(ExplainStuck(v, &s, 0, nullptr), "main thread in CreateSession");
   pb::StackSnapshot t;
-  *t.add_threads() = Thread(100, "main", {{"epoll_wait", "libc.so.6"},
-                                           {"Train(int, char**)", "my_training"}});
+  *t.add_threads() =
+      Thread(100, "main", {{"epoll_wait", "libc.so.6"}, {"Train(int, char**)", "my_training"}});
   EXPECT_EQ(ExplainStuck(v, &t, 0, nullptr), "main thread in Train (futex)");
   EXPECT_EQ(ExplainStuck(v, nullptr, 0, nullptr), "");
 }
@@ -118,7 +122,8 @@ TEST(StuckExplain, ShortFunctionKeepsTheQualifiedName) {
             "trainscope::ParameterClient::PullAll");
   EXPECT_EQ(ShortFunction("void foo<int>(int)"), "foo<int>");
   EXPECT_EQ(ShortFunction("(anonymous namespace)::Train(int)"), "(anonymous namespace)::Train");
-  EXPECT_EQ(ShortFunction("a::(anonymous namespace)::B::c() const"), "a::(anonymous namespace)::B::c");
+  EXPECT_EQ(ShortFunction("a::(anonymous namespace)::B::c() const"),
+            "a::(anonymous namespace)::B::c");
   EXPECT_EQ(ShortFunction("main"), "main");
   EXPECT_EQ(ShortFunction(""), "");
   EXPECT_EQ(ShortFunction("((((("), "");
@@ -126,9 +131,9 @@ TEST(StuckExplain, ShortFunctionKeepsTheQualifiedName) {
 
 TEST(StuckExplain, OnlyTheInnermostFramesDecideALockWait) {
   // A thread that took a lock long ago and now sleeps in epoll does not wait on a lock.
-  pb::ThreadStack t = Thread(1, "t", {{"epoll_wait", "libc.so.6"},
-                                      {"Poll()", "app"},
-                                      {"pthread_mutex_lock", "libc.so.6"}});
+  pb::ThreadStack t =
+      Thread(1, "t",
+             {{"epoll_wait", "libc.so.6"}, {"Poll()", "app"}, {"pthread_mutex_lock", "libc.so.6"}});
   EXPECT_FALSE(WaitsOnLock(t));
   EXPECT_TRUE(WaitsOnLock(kDeadlockA));
   EXPECT_EQ(OwnFunction(kDeadlockB), "trainscope::FaultInjector::TakeBThenA");

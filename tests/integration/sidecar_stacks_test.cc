@@ -24,8 +24,8 @@ using sidecar::TaskState;
 using std::chrono::seconds;
 
 std::vector<std::string> LongTraining(std::vector<std::string> more = {}) {
-  std::vector<std::string> args = {"--steps", "100000000", "--step_delay_ms", "5",
-                                   "--log_every", "100000", "--enable_fault_injection"};
+  std::vector<std::string> args = {"--steps",     "100000000", "--step_delay_ms",         "5",
+                                   "--log_every", "100000",    "--enable_fault_injection"};
   for (auto& m : more) args.push_back(m);
   return args;
 }
@@ -141,9 +141,9 @@ TEST_F(SidecarStacks, DeadlockedWorkerNamesBothThreadsAndTheirLocks) {
   // trainscopectl stacks: one block per thread, innermost frame first.
   out = Ctl({"stacks", "worker:0", "--sidecar", sidecar.http()}, &code);
   EXPECT_EQ(code, 0) << out;
-  for (const char* want : {"=== worker:0 pid", "stuck: deadlock?", "Thread ", "\"deadlock-peer\"",
-                           "#0 ", "trainscope::FaultInjector::TakeAThenB()",
-                           "trainscope::FaultInjector::TakeBThenA()"}) {
+  for (const char* want :
+       {"=== worker:0 pid", "stuck: deadlock?", "Thread ", "\"deadlock-peer\"", "#0 ",
+        "trainscope::FaultInjector::TakeAThenB()", "trainscope::FaultInjector::TakeBThenA()"}) {
     EXPECT_NE(out.find(want), std::string::npos) << want << "\n" << out;
   }
   EXPECT_LT(out.find("lock"), out.find("TakeAThenB")) << out;  // Innermost first.
@@ -197,7 +197,8 @@ TEST_F(SidecarStacks, BlockedParameterServiceIsBlamedByItsWorker) {
   // Both halves of the stuck call carry the same trace id.
   EXPECT_FALSE(main->calls(0).trace_id().empty());
   bool joined = false;
-  for (const pb::CallInFlight& c : ps_snap->inflight()) joined |= c.trace_id() == main->calls(0).trace_id();
+  for (const pb::CallInFlight& c : ps_snap->inflight())
+    joined |= c.trace_id() == main->calls(0).trace_id();
   EXPECT_TRUE(joined) << ps_snap->DebugString() << main->DebugString();
 }
 
@@ -275,7 +276,8 @@ TEST_F(SidecarStacks, BadRequestsGetClearErrors) {
   EXPECT_NE(out.find("trainscope::examples::RunLinearRegression"), std::string::npos) << out;
   // A task that has exited: nothing to capture, said so.
   worker->Signal(SIGKILL);
-  ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kDead, seconds(10))) << sidecar.Describe();
+  ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kDead, seconds(10)))
+      << sidecar.Describe();
   std::tie(code, body) = Get(sidecar, "/api/v1/stacks?task=worker:0&fresh=1");
   EXPECT_EQ(code, 409);
   EXPECT_NE(body.find("worker:0 has exited (dead"), std::string::npos) << body;
@@ -304,10 +306,10 @@ TEST_F(SidecarStacks, AnotherNodesSidecarFetchesTheSnapshot) {
   const std::string a_node = nodes[0];
   Sidecar a(cluster, {"--grpc_port", port(0), "--local_tasks", "worker:0", "--peer_sidecars",
                       peers(0), "--stall_after_s", "1.5"});
-  Sidecar b(cluster, {"--grpc_port", port(1), "--local_tasks", "ps:0", "--peer_sidecars",
-                      peers(1), "--snapshot_fetch_max_bytes", "4096"});
-  Sidecar c(cluster, {"--grpc_port", port(2), "--local_tasks", "worker:1", "--peer_sidecars",
-                      peers(2)});
+  Sidecar b(cluster, {"--grpc_port", port(1), "--local_tasks", "ps:0", "--peer_sidecars", peers(1),
+                      "--snapshot_fetch_max_bytes", "4096"});
+  Sidecar c(cluster,
+            {"--grpc_port", port(2), "--local_tasks", "worker:1", "--peer_sidecars", peers(2)});
   ASSERT_TRUE(b.WaitForState("worker:0", TaskState::kUp, seconds(30))) << b.Describe();
   ASSERT_TRUE(c.WaitForState("worker:0", TaskState::kUp, seconds(30))) << c.Describe();
   int code = 0;

@@ -213,8 +213,7 @@ TEST(TelemetryIntegration, JsonLogLinesAreEachOneObject) {
     }
     EXPECT_GT(parsed, 3) << output;
   }
-  EXPECT_NE(worker.Output().find("\"task\":\"worker:0\""), std::string::npos)
-      << worker.Output();
+  EXPECT_NE(worker.Output().find("\"task\":\"worker:0\""), std::string::npos) << worker.Output();
 }
 
 }  // namespace

@@ -55,8 +55,8 @@ struct PeerInfo {
 
 // A call in flight, as the task's last heartbeat listed it.
 struct CallInFlight {
-  std::string method;  // "Pull"
-  TaskRef peer;        // The ps called, or (served) the caller.
+  std::string method;      // "Pull"
+  TaskRef peer;            // The ps called, or (served) the caller.
   double age_seconds = 0;  // When the task answered.
   std::string trace_id;
   int64_t tid = 0;  // The thread waiting for it or serving it.
