@@ -101,6 +101,19 @@ void StartAttempt(grpc::ClientContext* ctx, telemetry::ClientCall* attempt, Requ
   });
 }
 
+// A call of RunAll as the heartbeat lists it in flight, from its first attempt.
+InflightCalls::Call InflightEntry(const char* method, const TaskRef& ps, double started,
+                                  const telemetry::ClientCall& attempt) {
+  InflightCalls::Call c;
+  c.method = method;
+  c.peer = ps;
+  c.start = started;
+  c.traced = attempt.context().valid();
+  c.trace_id = attempt.context().trace_id;
+  c.tid = CurrentTid();
+  return c;
+}
+
 // A failed call in words that blame the right thing: the ps, or the network to it.
 absl::Status CallError(const char* method, const TaskRef& self, const TaskRef& ps,
                        const std::string& address, const grpc::Status& st, int attempts,
@@ -192,14 +205,8 @@ absl::Status ParameterClient::RunAll(std::vector<Call>& calls) {
         cv.notify_all();
       });
       if (registry != nullptr && inflight[i] == 0) {
-        InflightCalls::Call registered;
-        registered.method = calls[i].method;
-        registered.peer = calls[i].ps->peer->task;
-        registered.start = started;
-        registered.traced = attempt->context().valid();
-        registered.trace_id = attempt->context().trace_id;
-        registered.tid = CurrentTid();
-        inflight[i] = registry->Add(registered);
+        inflight[i] = registry->Add(
+            InflightEntry(calls[i].method, calls[i].ps->peer->task, started, *attempt));
       }
       contexts.push_back(std::move(ctx));
       attempts.push_back(std::move(attempt));
