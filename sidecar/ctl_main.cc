@@ -226,6 +226,7 @@ int main(int argc, char** argv) {
   // that is an error to report, not a reason to die of SIGPIPE.
   signal(SIGPIPE, SIG_IGN);
   CLI::App app{"trainscopectl: ask a trainscope sidecar about the cluster, or inject faults."};
+  app.set_version_flag("--version", "trainscopectl " TRAINSCOPE_VERSION);
   app.require_subcommand(1);
   std::string sidecar = "127.0.0.1:9400";
   bool json = false;

@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "trainscope-sidecar: watches the training tasks of this node, says which are "
       "dead, hung, blocked or slow and why, and exports it over HTTP and gRPC."};
+  app.set_version_flag("--version", "trainscope-sidecar " TRAINSCOPE_VERSION);
   app.add_option("--cluster_spec", o.cluster_spec_file,
                  "File holding the cluster spec as TF_CONFIG JSON (default: $TF_CONFIG)");
   app.add_option("--cluster_name", o.cluster_name,

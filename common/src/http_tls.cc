@@ -20,7 +20,8 @@ namespace {
 thread_local HttpTls* t_current = nullptr;
 
 // Loads civetweb_openssl3_shim.cc's library so that civetweb can use OpenSSL 3: from
-// $TRAINSCOPE_OPENSSL3_SHIM, beside the program, or where the build put it. Its path, or empty.
+// $TRAINSCOPE_OPENSSL3_SHIM, beside the program, where the build put it, or where the packages
+// install it. Its path, or empty.
 std::string LoadOpenSsl3Shim() {
   std::vector<std::string> candidates;
   if (const char* env = std::getenv("TRAINSCOPE_OPENSSL3_SHIM")) candidates.push_back(env);
@@ -31,6 +32,7 @@ std::string LoadOpenSsl3Shim() {
     candidates.push_back(dir.substr(0, dir.rfind('/') + 1) + "libtrainscope_openssl3_shim.so");
   }
   candidates.push_back(TRAINSCOPE_OPENSSL3_SHIM_BUILT);
+  candidates.push_back(TRAINSCOPE_OPENSSL3_SHIM_INSTALLED);
   for (const std::string& path : candidates) {
     if (!path.empty() && dlopen(path.c_str(), RTLD_NOW) != nullptr) return path;
   }
@@ -53,7 +55,9 @@ absl::Status InitCivetwebTls() {
     if ((mg_init_library(MG_FEATURES_TLS) & MG_FEATURES_TLS) != 0) return std::string();
     return absl::StrCat("civetweb cannot load OpenSSL 3 for HTTPS: ",
                         shim.empty() ? "libtrainscope_openssl3_shim.so not found beside the "
-                                       "program (or at $TRAINSCOPE_OPENSSL3_SHIM)"
+                                       "program, in " TRAINSCOPE_OPENSSL3_SHIM_INSTALLED
+                                       " (package trainscope-sidecar) or at "
+                                       "$TRAINSCOPE_OPENSSL3_SHIM"
                                      : "libssl.so and libcrypto.so did not load");
   }();
   if (!error.empty()) return absl::FailedPreconditionError(error);

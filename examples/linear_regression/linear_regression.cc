@@ -178,20 +178,16 @@ absl::Status Train(Task& task, const LinearRegressionOptions& options) {
   spdlog::info("final loss {:.6f} (initial {:.6f}, {:.0f}x lower) after {} steps in {:.1f} s",
                final_loss, initial_loss, initial_loss / std::max(final_loss, 1e-12f), steps_done,
                seconds);
-  return task.FinishTraining();
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::Status RunLinearRegression(const LinearRegressionOptions& options) {
+absl::Status RunLinearRegression(Task& task, const LinearRegressionOptions& options) {
   if (options.features < 1 || options.batch_size < 1 || options.steps < 0) {
     return absl::InvalidArgumentError("--features and --batch_size must be >= 1, --steps >= 0");
   }
-  TS_ASSIGN_OR_RETURN(TfConfig config, ParseTfConfig(options.tf_config, /*require_task=*/true));
-  InitLogging(config.task->ShortName(), options.log_format);
-  TS_ASSIGN_OR_RETURN(std::unique_ptr<Task> task, Task::Start(options.runtime, config));
-  if (task->IsParameterServer()) return task->ServeUntilDone();
-  return Train(*task, options);
+  return Train(task, options);
 }
 
 }  // namespace trainscope::examples

@@ -6,13 +6,16 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "trainscope/runtime/options.h"
+
+namespace trainscope {
+
+class Task;
+
+}  // namespace trainscope
 
 namespace trainscope::examples {
 
 struct LinearRegressionOptions {
-  RuntimeOptions runtime;
-  std::string tf_config;  // The TF_CONFIG JSON.
   int64_t steps = 300;
   int features = 16;
   int batch_size = 64;
@@ -22,10 +25,10 @@ struct LinearRegressionOptions {
   int step_delay_ms = 0;  // Sleep per step, to keep a demo cluster training for longer.
   // Consecutive steps that may fail with DEADLINE_EXCEEDED or UNAVAILABLE before the run fails.
   int max_step_failures = 10;
-  std::string log_format = "text";
 };
 
-// Runs this process's role to the end. OK on success; otherwise the one-line cause.
-absl::Status RunLinearRegression(const LinearRegressionOptions& options);
+// Trains on a worker's or chief's started task (see training_main.h): creates the session and
+// the model's variables, then runs the steps. OK on success; otherwise the one-line cause.
+absl::Status RunLinearRegression(Task& task, const LinearRegressionOptions& options);
 
 }  // namespace trainscope::examples

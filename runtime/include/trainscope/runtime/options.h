@@ -11,6 +11,8 @@ namespace trainscope {
 struct RuntimeOptions {
   // A name for the training run, shown in every label and heartbeat.
   std::string cluster_name = "default";
+  // Log lines as "text" or "json" (one JSON object a line), each with the task's name.
+  std::string log_format = "text";
   // CreateSession gives up after this long; 0 = wait forever (as TensorFlow does).
   int session_timeout_s = 0;
   // How often CreateSession logs who it still waits for.
