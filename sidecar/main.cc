@@ -136,8 +136,8 @@ int main(int argc, char** argv) {
                  "Re-send a firing alert this often; it expires 4 intervals after the last send")
       ->capture_default_str();
   app.add_option("--stack_snapshots", o.stack_snapshots,
-                 "Snapshots of stuck tasks include every thread's stack (ptrace; needs root or "
-                 "CAP_SYS_PTRACE); false: what /proc says only")
+                 "Snapshots of stuck tasks include every thread's stack (ptrace; needs root, or "
+                 "CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and CAP_KILL); false: what /proc says only")
       ->capture_default_str();
   app.add_option("--snapshots_per_task", o.snapshots_per_task,
                  "Snapshots kept per task (taken when it turns hung, stalled or blocked, and on "
