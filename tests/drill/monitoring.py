@@ -10,7 +10,8 @@ drill uses the same rendering; scripts/demo can run this beside its cluster:
         [--prometheus_port 9090] [--alertmanager_port 9093] [--webhook_port 9095] [--interval 1s]
 
 The webhook receiver prints one line per notification (firing/resolved, alert, task, summary).
-Standard library only.
+Also the VictoriaMetrics counterparts (argv_victoria_metrics, argv_vmagent, argv_vmalert,
+render_vmalert_rules) for vm_scale_out_test.py. Standard library only.
 """
 
 import argparse
@@ -139,6 +140,44 @@ def render_store(src, path, promtool, rules_path, alertmanager, interval="1s"):
     check(promtool, "config", path)
 
 
+# Fields of the shipped files that Debian's VictoriaMetrics (1.79) does not read, and why it
+# may do without them. vmagent: intervals of the service discovery and the remote write are
+# flags there (-promscrape.fileSDCheckInterval, -promscrape.httpSDCheckInterval,
+# -remoteWrite.url). vmalert: keep_firing_for came to vmalert after 1.79, which refuses it.
+VMAGENT_SKIPPED_FIELDS = {
+    "refresh_interval not found in type promscrape.FileSDConfig",
+    "refresh_interval not found in type http.SDConfig",
+    "remote_write not found in type promscrape.Config",
+}
+VMALERT_DROPPED = "        keep_firing_for: 1m\n"
+VMALERT_DROPPED_COUNT = 2  # TrainscopePsSlow, TrainscopeTaskOnIsolatedNode
+
+
+def check_vmagent_config(vmagent, path):
+    """vmagent reads path (a Prometheus agent config) with -promscrape.config.strictParse=false;
+    raises RenderError when a field it would skip is not one of VMAGENT_SKIPPED_FIELDS."""
+    r = subprocess.run([vmagent, f"-promscrape.config={path}", "-promscrape.config.dryRun",
+                        "-loggerLevel=ERROR"], capture_output=True, text=True)
+    skipped = set(re.findall(r"field (.+?)(?:;|$)", r.stdout + r.stderr, re.M))
+    if r.returncode == 0 or not skipped or skipped - VMAGENT_SKIPPED_FIELDS:
+        raise RenderError(f"vmagent would skip more of {path} than VMAGENT_SKIPPED_FIELDS (or "
+                          "reads it all: update that list):\n" + r.stdout + r.stderr)
+
+
+def render_vmalert_rules(src, path, promtool, vmalert):
+    """render_rules without keep_firing_for (see VMALERT_DROPPED), checked by vmalert -dryRun."""
+    render_rules(src, path, promtool)
+    with open(path) as f:
+        rules = f.read()
+    rules = replace_counted(rules, VMALERT_DROPPED, "", VMALERT_DROPPED_COUNT, "vmalert rules")
+    with open(path, "w") as f:
+        f.write(rules)
+    r = subprocess.run([vmalert, f"-rule={path}", "-dryRun", "-loggerLevel=ERROR"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RenderError(f"vmalert -dryRun refuses {path}:\n" + r.stdout + r.stderr)
+
+
 def render_alertmanager(src, path, webhook_url, group_wait="1s", group_interval="1s"):
     with open(os.path.join(src, "dashboards/alertmanager/alertmanager.yml")) as f:
         am = f.read()
@@ -174,6 +213,39 @@ def argv_alertmanager(binary, config, data, port):
     return [binary, f"--config.file={config}", f"--storage.path={data}",
             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
             "--log.level=warn"]
+
+
+def argv_victoria_metrics(binary, data, port):
+    """A single-node VictoriaMetrics store: remote_write at /api/v1/write, Prometheus' query
+    API. Fresh samples are queryable after 1 s (-search.latencyOffset, default 30 s)."""
+    return [binary, f"-storageDataPath={data}", f"-httpListenAddr=127.0.0.1:{port}",
+            "-retentionPeriod=1d", "-search.latencyOffset=1s", "-loggerLevel=WARN"]
+
+
+def argv_vmagent(binary, config, data, port, store, interval="1s"):
+    """vmagent with a Prometheus agent config (check_vmagent_config) writing to the store
+    (host:port); its discovery re-read every `interval`. Without keep-alive: the tasks'
+    /metrics (prometheus-cpp's civetweb) close each connection after one answer without saying
+    `Connection: close`, and vmagent would fail every other scrape on the reused connection."""
+    return [binary, f"-promscrape.config={config}", "-promscrape.config.strictParse=false",
+            "-promscrape.disableKeepAlive",
+            f"-promscrape.fileSDCheckInterval={interval}",
+            f"-promscrape.httpSDCheckInterval={interval}",
+            f"-remoteWrite.url=http://{store}/api/v1/write", f"-remoteWrite.tmpDataPath={data}",
+            "-remoteWrite.flushInterval=1s", f"-httpListenAddr=127.0.0.1:{port}",
+            "-loggerLevel=WARN"]
+
+
+def argv_vmalert(binary, rules, port, store, notifier, interval="1s"):
+    """vmalert evaluating rules on the store (host:port) every `interval`, writing ALERTS back
+    to it, notifying the Alertmanager API at notifier (http://host:port). No `alertgroup`
+    label: an alert's labels are the rule's alone, as the sidecars' own alerts expect
+    (docs/alerts.md, "One alert, two senders")."""
+    return [binary, f"-rule={rules}", "-disableAlertgroupLabel",
+            f"-datasource.url=http://{store}", f"-remoteWrite.url=http://{store}",
+            "-remoteWrite.flushInterval=1s", f"-notifier.url={notifier}",
+            f"-evaluationInterval={interval}", f"-httpListenAddr=127.0.0.1:{port}",
+            "-loggerLevel=WARN"]
 
 
 def wait_ready(url, timeout):
