@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "exchange_core.h"
+#include "gossip/exchange_core.h"
 
 namespace trainscope::sidecar {
 

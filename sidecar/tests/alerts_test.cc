@@ -1,6 +1,6 @@
 // First-hand alerts: which ones a cluster view raises and with which labels (the contract with
 // the Prometheus rules), their JSON, and the notifier against a stand-in Alertmanager.
-#include "alerts.h"
+#include "serve/alerts.h"
 
 #include <civetweb.h>
 #include <gtest/gtest.h>
@@ -9,8 +9,8 @@
 #include <mutex>
 #include <thread>
 
-#include "alert_notifier.h"
 #include "nlohmann/json.hpp"
+#include "serve/alert_notifier.h"
 #include "trainscope/common/clock.h"
 
 namespace trainscope::sidecar {

@@ -1,11 +1,11 @@
 // The cluster view from first-hand views and the exchange's records: merging, why a task is
 // unknown, a node cut off (seen from outside, and from inside), a sidecar down, partitions, and
 // blocked-reason annotations.
-#include "cluster_view.h"
+#include "gossip/cluster_view.h"
 
 #include <gtest/gtest.h>
 
-#include "metrics.h"
+#include "serve/metrics.h"
 
 namespace trainscope::sidecar {
 namespace {

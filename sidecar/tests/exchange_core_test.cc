@@ -2,7 +2,7 @@
 // learns everything, a change reaches every node in a few periods, a node that goes down is
 // confirmed silent by all and sees itself cut off, a cut link is reached around, and a peer of
 // another cluster or protocol is refused.
-#include "exchange_core.h"
+#include "gossip/exchange_core.h"
 
 #include <gtest/gtest.h>
 

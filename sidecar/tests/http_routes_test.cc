@@ -1,5 +1,5 @@
 // The HTTP route table and query parameters.
-#include "http_routes.h"
+#include "serve/http_routes.h"
 
 #include <gtest/gtest.h>
 

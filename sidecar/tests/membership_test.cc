@@ -1,6 +1,6 @@
 // SWIM membership with injected time: probe order, suspicion and its timeout, refutation,
 // indirect reachability (a cut link), a cut-off node, and news for the gossip.
-#include "membership.h"
+#include "gossip/membership.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // Node records (newest version wins, nonsense refused), anti-entropy slices, the broadcast
 // queue's bounded retransmissions, and the own record's version rising only on news.
-#include "node_records.h"
+#include "gossip/node_records.h"
 
 #include <gtest/gtest.h>
 

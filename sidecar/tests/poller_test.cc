@@ -1,7 +1,7 @@
 // Heartbeat answers as the poller decodes them (DecodeHeartbeatAnswer, which the heartbeat
 // fuzzer drives too): bytes that do not parse and answers without identity are bad answers,
 // everything from the wire is bounded, and numbers that make no sense are tamed.
-#include "poller.h"
+#include "detect/poller.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // StackKeeper with a scripted capture: one snapshot per incident, a new one for a new incident,
 // blocked only after a while, the bounds per task and in memory, and the errors on demand.
-#include "stack_keeper.h"
+#include "detect/stack_keeper.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // ExplainStuck as a table: what a person reads for each kind of stuck task, from the calls in
 // flight, the snapshot and the peers' states.
-#include "stuck_explain.h"
+#include "detect/stuck_explain.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // OTLP conversion at the sidecar's edge: valid spans become SpanRecords with their resource's
 // task; spans with missing or wrongly sized ids are skipped and counted, never a crash.
-#include "trace_receiver.h"
+#include "traces/trace_receiver.h"
 
 #include <gtest/gtest.h>
 

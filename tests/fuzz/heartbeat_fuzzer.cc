@@ -1,4 +1,4 @@
-// libFuzzer target: heartbeat answers as the sidecar decodes them (sidecar/src/poller.cc,
+// libFuzzer target: heartbeat answers as the sidecar decodes them (sidecar/detect/poller.cc,
 // DecodeHeartbeatAnswer) and then judges them (TaskTracker), over a history of polls: a task's
 // answers are the bytes any process on the watched port can send. Each record of the input
 // (fuzz_records.h) is one poll: the tag gives the delay before it and its latency, the payload
@@ -9,9 +9,9 @@
 #include <optional>
 #include <vector>
 
+#include "detect/poller.h"
 #include "fuzz_records.h"
 #include "google/protobuf/stubs/logging.h"
-#include "poller.h"
 #include "trainscope/sidecar/task_tracker.h"
 
 namespace {

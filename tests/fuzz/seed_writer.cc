@@ -10,8 +10,8 @@
 #include <memory>
 #include <string>
 
-#include "exchange_core.h"
 #include "fuzz_records.h"
+#include "gossip/exchange_core.h"
 #include "opentelemetry/proto/collector/trace/v1/trace_service.pb.h"
 #include "trainscope/v1/runtime.pb.h"
 

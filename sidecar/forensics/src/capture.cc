@@ -256,7 +256,8 @@ absl::StatusOr<ProcessInfo> ReadProcessInfo(int64_t pid) {
 std::string PermissionMessage(int64_t pid, int err) {
   std::string message = absl::StrFormat(
       "cannot attach to pid %d with ptrace (%s): run the sidecar as root, or with "
-      "CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and CAP_KILL (as its systemd unit does); on Kubernetes, shareProcessNamespace: true or a DaemonSet with "
+      "CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and CAP_KILL (as its systemd unit does); on Kubernetes, "
+      "shareProcessNamespace: true or a DaemonSet with "
       "hostPID and securityContext.capabilities.add [SYS_PTRACE]",
       pid, ErrnoText(err));
   std::optional<std::string> yama = ReadProcFile("/proc/sys/kernel/yama/ptrace_scope");

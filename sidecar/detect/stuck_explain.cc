@@ -1,7 +1,7 @@
 // ExplainStuck: the oldest call the task waits for (and the state of the task it calls), else the
 // oldest call it has served too long, else the threads waiting on locks (a deadlock names two),
 // else where the main thread is.
-#include "stuck_explain.h"
+#include "detect/stuck_explain.h"
 
 #include <algorithm>
 #include <vector>

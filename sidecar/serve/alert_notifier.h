@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "alerts.h"
+#include "serve/alerts.h"
 #include "trainscope/common/tls.h"
 
 namespace trainscope::sidecar {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "peer_exchange.h"
+#include "gossip/exchange_core.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/sidecar/api.h"
 #include "trainscope/sidecar/task_view.h"

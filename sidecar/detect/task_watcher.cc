@@ -1,9 +1,9 @@
 // The poll loop of this node's tasks; see task_watcher.h.
-#include "task_watcher.h"
+#include "detect/task_watcher.h"
 
 #include <algorithm>
 
-#include "poller.h"
+#include "detect/poller.h"
 #include "spdlog/spdlog.h"
 #include "trainscope/common/clock.h"
 #include "trainscope/common/proc.h"

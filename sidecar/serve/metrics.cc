@@ -1,5 +1,5 @@
 // Building and serializing the sidecar's metric families; see metrics.h.
-#include "metrics.h"
+#include "serve/metrics.h"
 
 #include <sstream>
 

@@ -1,5 +1,5 @@
 // The gossip exchange between sidecars over gRPC; see peer_exchange.h.
-#include "peer_exchange.h"
+#include "gossip/peer_exchange.h"
 
 #include <algorithm>
 #include <atomic>

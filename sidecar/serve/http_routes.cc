@@ -1,5 +1,5 @@
 // The HTTP route table; see http_routes.h.
-#include "http_routes.h"
+#include "serve/http_routes.h"
 
 #include <algorithm>
 #include <cctype>

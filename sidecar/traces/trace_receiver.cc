@@ -1,5 +1,5 @@
 // OTLP Export on the sidecar: validation, conversion and forwarding; see trace_receiver.h.
-#include "trace_receiver.h"
+#include "traces/trace_receiver.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,8 +9,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
-#include "poller.h"
 #include "spdlog/spdlog.h"
+#include "trainscope/common/clock.h"
 
 namespace trainscope::sidecar {
 namespace {

@@ -1,5 +1,5 @@
 // Posting first-hand alerts to Alertmanager; see alert_notifier.h.
-#include "alert_notifier.h"
+#include "serve/alert_notifier.h"
 
 #include <algorithm>
 #include <atomic>

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "cluster_view.h"
+#include "gossip/cluster_view.h"
 
 namespace trainscope::sidecar {
 

@@ -1,5 +1,5 @@
 // The first-hand alerts and their JSON; see alerts.h.
-#include "alerts.h"
+#include "serve/alerts.h"
 
 #include <cmath>
 #include <ctime>

@@ -1,5 +1,5 @@
 // The exchange protocol without its transport; see exchange_core.h.
-#include "exchange_core.h"
+#include "gossip/exchange_core.h"
 
 #include <algorithm>
 

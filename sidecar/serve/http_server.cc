@@ -1,5 +1,5 @@
 // civetweb-based HTTP server; see http_server.h.
-#include "http_server.h"
+#include "serve/http_server.h"
 
 #include <civetweb.h>
 #include <netdb.h>

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "cluster_view.h"
-#include "membership.h"
-#include "peer_exchange.h"
-#include "task_watcher.h"
+#include "detect/task_watcher.h"
+#include "gossip/cluster_view.h"
+#include "gossip/exchange_core.h"
+#include "gossip/membership.h"
 #include "trainscope/sidecar/task_tracker.h"
 #include "trainscope/sidecar/task_view.h"
 

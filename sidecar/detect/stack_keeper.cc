@@ -1,7 +1,7 @@
 // StackKeeper: a thread that looks at the local views every tick, captures a task when it enters
 // a stuck state (once per incident) or when asked, keeps the newest snapshots within bounds, and
 // refreshes the explanation of every stuck task.
-#include "stack_keeper.h"
+#include "detect/stack_keeper.h"
 
 #include <malloc.h>
 
@@ -9,8 +9,8 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "detect/stuck_explain.h"
 #include "spdlog/spdlog.h"
-#include "stuck_explain.h"
 #include "trainscope/common/clock.h"
 
 namespace trainscope::sidecar {

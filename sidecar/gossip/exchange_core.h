@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "membership.h"
-#include "node_records.h"
+#include "gossip/membership.h"
+#include "gossip/node_records.h"
 #include "trainscope/sidecar/task_view.h"
 
 namespace trainscope::sidecar {

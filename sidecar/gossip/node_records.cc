@@ -1,5 +1,5 @@
 // Node records, the broadcast queue and the own record; see node_records.h.
-#include "node_records.h"
+#include "gossip/node_records.h"
 
 #include <algorithm>
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "exchange_core.h"
+#include "gossip/exchange_core.h"
 #include "trainscope/sidecar/api.h"
 #include "trainscope/sidecar/task_view.h"
 

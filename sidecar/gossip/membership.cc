@@ -1,5 +1,5 @@
 // SWIM membership as a pure state machine; see membership.h.
-#include "membership.h"
+#include "gossip/membership.h"
 
 #include <algorithm>
 #include <cmath>

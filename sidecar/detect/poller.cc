@@ -1,5 +1,5 @@
 // gRPC heartbeat polling; see poller.h.
-#include "poller.h"
+#include "detect/poller.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "http_server.h"
+#include "serve/http_server.h"
 
 namespace trainscope::sidecar {
 
