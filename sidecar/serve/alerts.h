@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "gossip/cluster_view.h"
+#include "serve/cluster_view.h"
 
 namespace trainscope::sidecar {
 

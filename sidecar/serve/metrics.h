@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "detect/task_watcher.h"
-#include "gossip/cluster_view.h"
 #include "gossip/exchange_core.h"
 #include "gossip/membership.h"
+#include "serve/cluster_view.h"
 #include "trainscope/sidecar/task_tracker.h"
 #include "trainscope/sidecar/task_view.h"
 

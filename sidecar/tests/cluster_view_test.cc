@@ -1,7 +1,7 @@
 // The cluster view from first-hand views and the exchange's records: merging, why a task is
 // unknown, a node cut off (seen from outside, and from inside), a sidecar down, partitions, and
 // blocked-reason annotations.
-#include "gossip/cluster_view.h"
+#include "serve/cluster_view.h"
 
 #include <gtest/gtest.h>
 

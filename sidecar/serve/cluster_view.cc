@@ -1,5 +1,5 @@
 // Building and reading the cluster view; see cluster_view.h.
-#include "gossip/cluster_view.h"
+#include "serve/cluster_view.h"
 
 #include <algorithm>
 #include <map>
