@@ -1,0 +1,134 @@
+// The flags of trainscope-sidecar, by what they set (see main.cc).
+#include "flags.h"
+
+#include <cstdlib>
+
+#include "CLI/CLI.hpp"
+#include "trainscope/common/tls_flags.h"
+
+namespace trainscope::sidecar {
+namespace {
+
+// What is watched, and how a task is judged.
+void AddWatchFlags(CLI::App& app, SidecarOptions& o) {
+  app.add_option("--cluster_spec", o.cluster_spec_file,
+                 "File holding the cluster spec as TF_CONFIG JSON (default: $TF_CONFIG)");
+  app.add_option("--cluster_name", o.cluster_name,
+                 "Name of the training run (default: $TRAINSCOPE_CLUSTER or \"default\")");
+  app.add_option("--local_tasks", o.local_tasks,
+                 "Tasks to watch, e.g. ps:0,worker:1 (default: those whose host is this machine)");
+  app.add_option("--heartbeat_interval_ms", o.heartbeat_interval_ms, "Poll interval per task")
+      ->capture_default_str();
+  app.add_option("--heartbeat_deadline_ms", o.heartbeat_deadline_ms, "Deadline of one poll")
+      ->capture_default_str();
+  app.add_option("--hung_after_ms", o.hung_after_ms,
+                 "Silence before a task counts as hung or unreachable")
+      ->capture_default_str();
+  app.add_option("--blocked_after_ms", o.blocked_after_ms,
+                 "Waiting on peers this long counts as blocked")
+      ->capture_default_str();
+  app.add_option("--stall_after_s", o.stall_after_s,
+                 "Progress frozen this long while training counts as stalled")
+      ->capture_default_str();
+}
+
+// Where the sidecar listens and how it is reached.
+void AddListenFlags(CLI::App& app, SidecarOptions& o) {
+  app.add_option("--http_address", o.http_address,
+                 "Address to serve HTTP and gRPC on (default: the address of this node's tasks "
+                 "in the spec, and 127.0.0.1; 0.0.0.0: every interface); a specific address "
+                 "also says which node this is (the tasks whose host is that address)");
+  app.add_option("--advertise_address", o.advertise_address,
+                 "host:port the other sidecars reach this one's gRPC port at (default: "
+                 "--http_address when specific, else the host of this node's tasks)");
+  AddTlsFlags(app, o.tls);
+  app.add_option("--http_port", o.http_port,
+                 "HTTP port: /metrics, /api/v1/tasks, /api/v1/sd, /api/v1/traces, /, /healthz (0: "
+                 "any free port)")
+      ->capture_default_str();
+  app.add_option("--grpc_port", o.grpc_port,
+                 "gRPC port: the exchange with other sidecars, OTLP TraceService/Export and "
+                 "grpc.health.v1 (-1: off)")
+      ->capture_default_str();
+}
+
+// The spans the tasks send, kept and forwarded.
+void AddTraceFlags(CLI::App& app, SidecarOptions& o) {
+  app.add_option("--trace_memory_bytes", o.trace_memory_bytes,
+                 "Memory for the spans kept (pending joins, slow and failed requests)")
+      ->capture_default_str();
+  app.add_option("--slow_window_s", o.slow_window_s,
+                 "Sliding window of the slow ps request list, seconds")
+      ->capture_default_str();
+  app.add_option("--slow_per_key", o.slow_per_key,
+                 "Slowest requests kept per (method, ps) in the window")
+      ->capture_default_str();
+  app.add_option("--otlp_max_request_bytes", o.otlp_max_request_bytes,
+                 "Largest OTLP Export request accepted")
+      ->capture_default_str();
+  app.add_option("--otlp_upstream", o.otlp_upstream,
+                 "Forward every span received to this OTLP/gRPC endpoint, http://host:port "
+                 "(default: $TRAINSCOPE_OTLP_UPSTREAM; none)");
+  app.add_option("--otlp_queue_bytes", o.otlp_queue_bytes,
+                 "Bound of the forwarding queue; spans beyond it are dropped and counted")
+      ->capture_default_str();
+}
+
+// The other nodes' sidecars, and Alertmanager.
+void AddPeerAndAlertFlags(CLI::App& app, SidecarOptions& o) {
+  app.add_option("--peer_sidecars", o.peer_sidecars,
+                 "Other sidecars' gRPC addresses, host:port,... (default: every other host of "
+                 "the spec at --grpc_port; \"none\": no exchange)");
+  app.add_option("--gossip_interval_ms", o.gossip_interval_ms,
+                 "The exchange's period: one probe of one peer, news to a few")
+      ->capture_default_str();
+  app.add_option("--sync_interval_s", o.sync_interval_s,
+                 "How often to compare a slice of the cluster state with one peer")
+      ->capture_default_str();
+  app.add_option("--alertmanager_url", o.alertmanager_urls,
+                 "Alertmanager to post first-hand alerts to (dead, hung, partitioned, a node cut "
+                 "off), within a second of knowing: host:port or http(s)://host:port[/prefix]; "
+                 "repeatable or comma-separated (default: $TRAINSCOPE_ALERTMANAGER_URL; none: only "
+                 "Prometheus's rules page)");
+  app.add_option("--alert_resend_interval_s", o.alert_resend_interval_s,
+                 "Re-send a firing alert this often; it expires 4 intervals after the last send")
+      ->capture_default_str();
+}
+
+// The stacks of stuck tasks.
+void AddSnapshotFlags(CLI::App& app, SidecarOptions& o) {
+  app.add_option("--stack_snapshots", o.stack_snapshots,
+                 "Snapshots of stuck tasks include every thread's stack (ptrace; needs root, or "
+                 "CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and CAP_KILL); false: what /proc says only")
+      ->capture_default_str();
+  app.add_option("--snapshots_per_task", o.snapshots_per_task,
+                 "Snapshots kept per task (taken when it turns hung, stalled or blocked, and on "
+                 "demand)")
+      ->capture_default_str();
+  app.add_option("--snapshot_memory_bytes", o.snapshot_memory_bytes,
+                 "Memory for all the snapshots kept")
+      ->capture_default_str();
+  app.add_option("--snapshot_blocked_after_s", o.snapshot_blocked_after_s,
+                 "A blocked task is captured once it has been blocked this long")
+      ->capture_default_str();
+  app.add_option("--snapshot_fetch_max_bytes", o.snapshot_fetch_max_bytes,
+                 "Largest snapshot answer taken from another node's sidecar")
+      ->capture_default_str();
+}
+
+}  // namespace
+
+void AddSidecarFlags(CLI::App& app, SidecarOptions& o) {
+  // Defaults from the environment; a flag given wins.
+  if (const char* c = std::getenv("TRAINSCOPE_CLUSTER")) o.cluster_name = c;
+  if (const char* tf = std::getenv("TF_CONFIG")) o.tf_config = tf;
+  if (const char* up = std::getenv("TRAINSCOPE_OTLP_UPSTREAM")) o.otlp_upstream = up;
+  if (const char* am = std::getenv("TRAINSCOPE_ALERTMANAGER_URL")) o.alertmanager_urls = {am};
+  AddWatchFlags(app, o);
+  AddListenFlags(app, o);
+  AddTraceFlags(app, o);
+  AddPeerAndAlertFlags(app, o);
+  AddSnapshotFlags(app, o);
+}
+
+}  // namespace trainscope::sidecar
