@@ -15,9 +15,9 @@
 #include "CLI/CLI.hpp"
 #include "grpcpp/grpcpp.h"
 #include "trainscope/common/grpc_tls.h"
+#include "trainscope/common/http_client.h"
 #include "trainscope/common/tls_flags.h"
 #include "trainscope/sidecar/api.h"
-#include "trainscope/sidecar/http_client.h"
 #include "trainscope/sidecar/names.h"
 #include "trainscope/sidecar/task_view.h"
 #include "trainscope/v1/runtime.grpc.pb.h"
@@ -97,7 +97,7 @@ trainscope::TlsFiles SidecarAddress(std::string* sidecar, const trainscope::TlsF
 int Status(std::string sidecar, bool json, const trainscope::TlsFiles& tls) {
   namespace ts = trainscope::sidecar;
   const trainscope::TlsFiles use = SidecarAddress(&sidecar, tls);
-  auto resp = ts::HttpGet(sidecar, std::string(ts::names::kPathTasks), 3000, 8 << 20, use);
+  auto resp = trainscope::HttpGet(sidecar, std::string(ts::names::kPathTasks), 3000, 8 << 20, use);
   if (!resp.ok()) {
     std::cerr << "trainscopectl: cannot ask the sidecar at " << sidecar << ": "
               << resp.status().message() << "\n";
@@ -163,7 +163,7 @@ int Stacks(const std::string& task, std::string sidecar, bool fresh, bool json,
   const trainscope::TlsFiles use = SidecarAddress(&sidecar, tls);
   std::string path = std::string(ts::names::kPathStacks) + "?task=" + task;
   if (fresh) path += "&fresh=1";
-  auto resp = ts::HttpGet(sidecar, path, fresh ? 20000 : 5000, 16 << 20, use);
+  auto resp = trainscope::HttpGet(sidecar, path, fresh ? 20000 : 5000, 16 << 20, use);
   if (!resp.ok()) {
     std::cerr << "trainscopectl: cannot ask the sidecar at " << sidecar << ": "
               << resp.status().message() << "\n";

@@ -27,8 +27,8 @@
 
 #include "CLI/CLI.hpp"
 #include "process.h"
+#include "trainscope/common/http_client.h"
 #include "trainscope/sidecar/api.h"
-#include "trainscope/sidecar/http_client.h"
 #include "trainscope/sidecar/task_view.h"
 
 namespace {
@@ -63,8 +63,8 @@ struct SidecarProc {
     p->WaitForOutput("http on", std::chrono::seconds(10));
   }
   std::optional<trainscope::sidecar::TaskView> Task(const std::string& name) {
-    auto r = trainscope::sidecar::HttpGet("127.0.0.1:" + std::to_string(port),
-                                          "/api/v1/tasks?local=1", 1000);
+    auto r =
+        trainscope::HttpGet("127.0.0.1:" + std::to_string(port), "/api/v1/tasks?local=1", 1000);
     if (!r.ok()) return std::nullopt;
     auto views = trainscope::sidecar::ParseTaskViews(r->body);
     if (!views.ok()) return std::nullopt;
@@ -87,7 +87,7 @@ struct SidecarProc {
     return -1;
   }
   std::string Metrics() {
-    auto r = trainscope::sidecar::HttpGet("127.0.0.1:" + std::to_string(port), "/metrics", 2000);
+    auto r = trainscope::HttpGet("127.0.0.1:" + std::to_string(port), "/metrics", 2000);
     return r.ok() ? r->body : "";
   }
 };

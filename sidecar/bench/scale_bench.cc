@@ -30,9 +30,9 @@
 #include "exchange_sim.h"
 #include "process.h"
 #include "trainscope/common/clock.h"
+#include "trainscope/common/http_client.h"
 #include "trainscope/common/proc.h"
 #include "trainscope/sidecar/api.h"
-#include "trainscope/sidecar/http_client.h"
 
 namespace {
 
@@ -97,7 +97,7 @@ struct RealRow {
 
 bool AllUp(std::vector<Node>& nodes, int n) {
   for (Node& node : nodes) {
-    auto r = ts::HttpGet(node.http, "/api/v1/tasks", 2000);
+    auto r = trainscope::HttpGet(node.http, "/api/v1/tasks", 2000);
     if (!r.ok()) return false;
     auto views = ts::ParseTaskViews(r->body);
     if (!views.ok() || static_cast<int>(views->size()) != n) return false;
@@ -118,7 +118,7 @@ double ChangeToEveryView(std::vector<Node>& nodes, int victim) {
   const std::string name = "worker:" + std::to_string(victim);
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (!nodes[i].sidecar->Running()) continue;
-    auto r = ts::HttpGet(nodes[i].http, "/api/v1/tasks?task=" + name, 2000);
+    auto r = trainscope::HttpGet(nodes[i].http, "/api/v1/tasks?task=" + name, 2000);
     auto views = r.ok() ? ts::ParseTaskViews(r->body) : absl::StatusOr<std::vector<ts::TaskView>>();
     if (!views.ok() || views->empty() || views->front().state != ts::TaskState::kDead) return -1;
     const ts::TaskView& v = views->front();
@@ -168,7 +168,7 @@ RealRow RunReal(int n, double window_s, int changes, std::mt19937& rng) {
   std::vector<double> cpu0(n), bytes0(n);
   for (int i = 0; i < n; ++i) {
     cpu0[i] = trainscope::ReadProcStat(nodes[i].sidecar->pid())->cpu_seconds;
-    auto m = ts::HttpGet(nodes[i].http, "/metrics", 3000);
+    auto m = trainscope::HttpGet(nodes[i].http, "/metrics", 3000);
     bytes0[i] = m.ok() ? CounterValue(m->body, sent) : 0;
   }
   const double w0 = MonotonicSeconds();
@@ -179,7 +179,7 @@ RealRow RunReal(int n, double window_s, int changes, std::mt19937& rng) {
     auto stat = trainscope::ReadProcStat(nodes[i].sidecar->pid());
     cpu.push_back(100 * (stat->cpu_seconds - cpu0[i]) / elapsed);
     row.rss_max_mib = std::max(row.rss_max_mib, stat->resident_bytes / 1048576.0);
-    auto m = ts::HttpGet(nodes[i].http, "/metrics", 3000);
+    auto m = trainscope::HttpGet(nodes[i].http, "/metrics", 3000);
     bytes.push_back(((m.ok() ? CounterValue(m->body, sent) : 0) - bytes0[i]) / elapsed);
   }
   row.cpu_max = *std::max_element(cpu.begin(), cpu.end());

@@ -13,7 +13,7 @@
 #include "spdlog/spdlog.h"
 #include "trainscope/common/clock.h"
 #include "trainscope/common/cluster_spec.h"
-#include "trainscope/sidecar/http_client.h"
+#include "trainscope/common/http_client.h"
 
 namespace trainscope::sidecar {
 

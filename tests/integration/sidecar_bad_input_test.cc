@@ -12,7 +12,7 @@
 
 #include "grpcpp/grpcpp.h"
 #include "sidecar_harness.h"
-#include "trainscope/sidecar/http_client.h"
+#include "trainscope/common/http_client.h"
 #include "trainscope/sidecar/v1/sidecar.grpc.pb.h"
 
 namespace trainscope::testing {
@@ -180,7 +180,8 @@ TEST(SidecarBadInput, SlowClientsDoNotHoldTheApi) {
   EXPECT_FALSE(answer.empty()) << "the API did not answer while 8 slow clients were connected";
   EXPECT_TRUE(sidecar.process().Running());
 
-  auto big = sidecar::HttpGet(sidecar.http(), "/api/v1/tasks?" + std::string(64 * 1024, 'a'), 2000);
+  auto big =
+      trainscope::HttpGet(sidecar.http(), "/api/v1/tasks?" + std::string(64 * 1024, 'a'), 2000);
   EXPECT_TRUE(!big.ok() || big->status >= 400) << "a 64 KiB request line was served";
   EXPECT_FALSE(sidecar.Get("/api/v1/tasks").empty());
 }

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <thread>
 
+#include "trainscope/common/http_client.h"
 #include "trainscope/sidecar/api.h"
-#include "trainscope/sidecar/http_client.h"
 
 namespace trainscope::testing {
 
@@ -48,7 +48,7 @@ Sidecar::Sidecar(const Cluster& cluster, std::vector<std::string> extra_args) {
 }
 
 std::string Sidecar::Get(const std::string& path) {
-  auto r = sidecar::HttpGet(http(), path, 2000);
+  auto r = trainscope::HttpGet(http(), path, 2000);
   if (!r.ok() || r->status != 200) return "";
   return r->body;
 }

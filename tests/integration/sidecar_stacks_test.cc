@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "sidecar_harness.h"
+#include "trainscope/common/http_client.h"
 #include "trainscope/sidecar/api.h"
-#include "trainscope/sidecar/http_client.h"
 #include "trainscope/sidecar/names.h"
 
 namespace trainscope::testing {
@@ -32,7 +32,7 @@ std::vector<std::string> LongTraining(std::vector<std::string> more = {}) {
 
 // The sidecar's answer to GET `path`: the status code and body.
 std::pair<int, std::string> Get(Sidecar& s, const std::string& path) {
-  auto r = sidecar::HttpGet(s.http(), path, 20000);
+  auto r = trainscope::HttpGet(s.http(), path, 20000);
   if (!r.ok()) return {0, std::string(r.status().message())};
   return {r->status, r->body};
 }

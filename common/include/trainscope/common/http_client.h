@@ -1,14 +1,15 @@
 #pragma once
-// HTTP GET and POST through civetweb's client (the library prometheus-cpp already brings), with
-// a deadline on the answer and a size cap: for trainscopectl and the benches to ask a sidecar,
-// and for the sidecar to post alerts to Alertmanager.
+// HTTP GET and POST on libcurl, with a deadline on the whole exchange and a size cap on the
+// answer: for trainscopectl and the benches to ask a sidecar, and for the sidecar to post alerts
+// to Alertmanager. Proxies from the environment are not used (these are direct, local calls).
 
+#include <cstddef>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "trainscope/common/tls.h"
 
-namespace trainscope::sidecar {
+namespace trainscope {
 
 struct HttpResponse {
   int status = 0;
@@ -19,17 +20,16 @@ struct HttpResponse {
 // chain is verified against tls.ca_file (else the system's CAs; its name is not checked), and
 // tls.cert_file/key_file are presented when set. Fails (Unavailable / DeadlineExceeded /
 // InvalidArgument) when the server cannot be reached, does not answer within `timeout_ms`, or
-// sends more than `max_bytes` or no HTTP at all. Thread-safe (no shared state).
+// sends more than `max_bytes` or no HTTP at all. Any HTTP status is a response (the caller
+// judges it). Thread-safe (no shared state).
 absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::string& path,
                                      int timeout_ms = 3000, size_t max_bytes = 8 << 20,
                                      const TlsFiles& tls = {});
 
-// POSTs `body` to http://`host_port``path` (https:// when `tls` is enabled, as HttpGet); fails
-// as HttpGet does. Any HTTP status is a response (the caller judges it). civetweb bounds the
-// connect itself (its own timeout).
+// POSTs `body` to http://`host_port``path` (https:// when `tls` is enabled), as HttpGet.
 absl::StatusOr<HttpResponse> HttpPost(const std::string& host_port, const std::string& path,
                                       const std::string& content_type, const std::string& body,
                                       int timeout_ms = 3000, size_t max_bytes = 1 << 20,
                                       const TlsFiles& tls = {});
 
-}  // namespace trainscope::sidecar
+}  // namespace trainscope
