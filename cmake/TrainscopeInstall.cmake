@@ -29,7 +29,8 @@ foreach(target ${trainscope_exported})
   endif()" COMPONENT dev)
 endforeach()
 install(DIRECTORY runtime/include/trainscope common/include/trainscope
-  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev FILES_MATCHING PATTERN "*.h")
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev FILES_MATCHING PATTERN "*.h"
+  PATTERN "http_client.h" EXCLUDE)  # The sidecar's and trainscopectl's, not the runtime's.
 install(FILES ${PROJECT_BINARY_DIR}/runtime/include/trainscope/runtime/version.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/trainscope/runtime COMPONENT dev)
 
