@@ -230,19 +230,10 @@ std::string DescribeSpecDifference(const ClusterSpec& a, absl::string_view a_nam
   return absl::StrJoin(diffs, "; ");
 }
 
-absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view text, bool require_task) {
-  if (text.size() > kMaxSpecBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("TF_CONFIG is ", text.size(), " bytes; at most ", kMaxSpecBytes));
-  }
-  nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG is not valid JSON: ", Quote(text)));
-  }
-  if (!doc.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("TF_CONFIG must be a JSON object, got ", QuoteJson(doc)));
-  }
+namespace {
+
+// TF_CONFIG's "cluster": job names to lists of "host:port".
+absl::StatusOr<ClusterSpec> ParseTfConfigCluster(const nlohmann::json& doc) {
   auto cluster_it = doc.find("cluster");
   if (cluster_it == doc.end()) {
     return absl::InvalidArgumentError(
@@ -272,20 +263,11 @@ absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view text, bool require_task
   if (!spec.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG: ", spec.status().message()));
   }
-  TfConfig config;
-  config.cluster = *std::move(spec);
+  return spec;
+}
 
-  auto task_it = doc.find("task");
-  if (task_it == doc.end() || task_it->is_null() ||
-      (task_it->is_object() && task_it->empty() && !require_task)) {
-    if (require_task) {
-      return absl::InvalidArgumentError(
-          "TF_CONFIG has no \"task\": add {\"type\": \"<job>\", \"index\": <n>} to say which "
-          "task this process is");
-    }
-    return config;
-  }
-  const nlohmann::json& task = *task_it;
+// TF_CONFIG's "task" (present and not null): {"type": "<job>", "index": <n>}.
+absl::StatusOr<TaskRef> ParseTfConfigTask(const nlohmann::json& task) {
   auto type = task.is_object() ? task.find("type") : task.end();
   if (!task.is_object() || type == task.end() || !type->is_string()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -306,6 +288,43 @@ absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view text, bool require_task
     }
     ref.index = static_cast<int>(value);
   }
+  return ref;
+}
+
+}  // namespace
+
+absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view text, bool require_task) {
+  if (text.size() > kMaxSpecBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TF_CONFIG is ", text.size(), " bytes; at most ", kMaxSpecBytes));
+  }
+  nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG is not valid JSON: ", Quote(text)));
+  }
+  if (!doc.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TF_CONFIG must be a JSON object, got ", QuoteJson(doc)));
+  }
+  auto cluster = ParseTfConfigCluster(doc);
+  if (!cluster.ok()) return cluster.status();
+  TfConfig config;
+  config.cluster = *std::move(cluster);
+
+  auto task_it = doc.find("task");
+  if (task_it == doc.end() || task_it->is_null() ||
+      (task_it->is_object() && task_it->empty() && !require_task)) {
+    if (require_task) {
+      return absl::InvalidArgumentError(
+          "TF_CONFIG has no \"task\": add {\"type\": \"<job>\", \"index\": <n>} to say which "
+          "task this process is");
+    }
+    return config;
+  }
+  const nlohmann::json& task = *task_it;
+  auto parsed = ParseTfConfigTask(task);
+  if (!parsed.ok()) return parsed.status();
+  const TaskRef& ref = *parsed;
   auto address = config.cluster.AddressOf(ref);
   if (!address.ok()) {
     return absl::InvalidArgumentError(

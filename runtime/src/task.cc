@@ -212,29 +212,11 @@ absl::Status Task::Impl::StartTelemetry(const std::string& host) {
   return absl::OkStatus();
 }
 
-absl::Status Task::Impl::Start() {
-  const std::string name = self_.ShortName();
-  TS_ASSIGN_OR_RETURN(std::string spec_address, cluster_.AddressOf(self_));
-  listen_address_ = options_.listen_address.empty() ? spec_address : options_.listen_address;
-  identity_ = BuildIdentity();
-  auto parsed = ParseHostPort(listen_address_);
-  if (!parsed.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " cannot listen: ", parsed.status().message()));
-  }
-  const std::string host = parsed->host;
-  const int port = parsed->port;
-  // Bind once ourselves first: gRPC reports a failed bind without its cause.
-  absl::Status can_listen = CheckCanListen(host, port);
-  if (!can_listen.ok()) {
-    return absl::Status(can_listen.code(), absl::StrCat(name, " cannot listen on ", listen_address_,
-                                                        ": ", can_listen.message()));
-  }
-
-  // Before any thread of ours starts, so that they all inherit the blocked signals.
-  // Stopping is not finishing: a task stopped by a signal (an eviction, a node drain) says it
-  // is leaving, and a worker does not tell the ps tasks it is done, so they keep serving and
-  // keep its place for when it comes back.
+// Before any thread of ours starts, so that they all inherit the blocked signals.
+// Stopping is not finishing: a task stopped by a signal (an eviction, a node drain) says it
+// is leaving, and a worker does not tell the ps tasks it is done, so they keep serving and
+// keep its place for when it comes back.
+void Task::Impl::WatchSignals() {
   signals_ = std::make_unique<SignalWatcher>([this](const char* signal) {
     if (std::string_view(signal) == "SIGUSR1") {  // Asked to finish: the job ends, done.
       spdlog::info("{} received SIGUSR1: finishing training now", self_.ShortName());
@@ -246,18 +228,11 @@ absl::Status Task::Impl::Start() {
     status_.SetPhase(Phase::kLeaving);
     Stop();
   });
+}
 
-  TS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, SetUpTls());
-  TS_RETURN_IF_ERROR(StartTelemetry(host));
-  if (self_.role == "ps") {
-    store_ = std::make_unique<ParameterStore>(
-        ParameterStoreOptions{name, options_.ps_memory_limit_bytes});
-    metrics_->SetStore(store_.get());
-    TS_RETURN_IF_ERROR(RestoreFromCheckpoint());
-    parameter_service_ = NewParameterService(this);
-  }
-  task_service_ = NewTaskService(this);
-
+// The task's gRPC server on listen_address_, serving its services.
+absl::Status Task::Impl::StartServer(std::shared_ptr<grpc::ServerCredentials> credentials) {
+  const std::string name = self_.ShortName();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   // No SO_REUSEPORT: a second task on the same port must fail, not share it.
@@ -287,6 +262,42 @@ absl::Status Task::Impl::Start() {
     return absl::UnavailableError(
         absl::StrCat(name, " cannot listen on ", listen_address_, ": gRPC could not bind it"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Task::Impl::Start() {
+  const std::string name = self_.ShortName();
+  TS_ASSIGN_OR_RETURN(std::string spec_address, cluster_.AddressOf(self_));
+  listen_address_ = options_.listen_address.empty() ? spec_address : options_.listen_address;
+  identity_ = BuildIdentity();
+  auto parsed = ParseHostPort(listen_address_);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " cannot listen: ", parsed.status().message()));
+  }
+  const std::string host = parsed->host;
+  const int port = parsed->port;
+  // Bind once ourselves first: gRPC reports a failed bind without its cause.
+  absl::Status can_listen = CheckCanListen(host, port);
+  if (!can_listen.ok()) {
+    return absl::Status(can_listen.code(), absl::StrCat(name, " cannot listen on ", listen_address_,
+                                                        ": ", can_listen.message()));
+  }
+
+  WatchSignals();
+
+  TS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, SetUpTls());
+  TS_RETURN_IF_ERROR(StartTelemetry(host));
+  if (self_.role == "ps") {
+    store_ = std::make_unique<ParameterStore>(
+        ParameterStoreOptions{name, options_.ps_memory_limit_bytes});
+    metrics_->SetStore(store_.get());
+    TS_RETURN_IF_ERROR(RestoreFromCheckpoint());
+    parameter_service_ = NewParameterService(this);
+  }
+  task_service_ = NewTaskService(this);
+
+  TS_RETURN_IF_ERROR(StartServer(credentials));
   status_.SetPhase(self_.role == "ps" ? Phase::kServing : Phase::kStarting);
   spdlog::info(
       "{} (incarnation {:016x}, runtime {}, protocol {}) listening on {}{}", self_.FullName(),

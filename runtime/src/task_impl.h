@@ -77,6 +77,10 @@ class Task::Impl {
                                       absl::string_view method);
   // Credentials from options_.tls: sets channel_credentials_ and returns the server's. TLS
   // handshake failures are then logged as this task's (LogTlsRefusalsAs).
+  // SIGINT/SIGTERM: the task leaves; SIGUSR1: it finishes (signals.h).
+  void WatchSignals();
+  // The gRPC server on listen_address_ with the task's services; fails naming the address.
+  absl::Status StartServer(std::shared_ptr<grpc::ServerCredentials> credentials);
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> SetUpTls();
   // The calling task's telemetry peer index, or -1.
   int CallerIndex(const v1::TaskId& from) const;

@@ -272,8 +272,17 @@ void RpcMetrics::ServerCallEnded(int method, int status, int role, double second
 }
 
 std::vector<prometheus::MetricFamily> RpcMetrics::Collect() const {
-  using prometheus::MetricType;
   std::vector<prometheus::MetricFamily> out;
+  CollectCalls(&out);
+  CollectDeadlines(&out);
+  CollectPeers(&out);
+  return out;
+}
+
+// The gRFC A66 families: attempts and calls started, their durations and sizes.
+void RpcMetrics::CollectCalls(std::vector<prometheus::MetricFamily>* families) const {
+  using prometheus::MetricType;
+  std::vector<prometheus::MetricFamily>& out = *families;
   auto labels = [&](int method, int status, int role) {
     std::vector<prometheus::ClientMetric::Label> l = {{names::kLabelMethod, kMethods[method]}};
     if (status >= 0) l.push_back({names::kLabelStatus, StatusName(status)});
@@ -322,7 +331,12 @@ std::vector<prometheus::MetricFamily> RpcMetrics::Collect() const {
              &ServerSeries::sent);
   histograms(names::kServerCallRcvdBytes, "Message bytes received per server call (gRFC A66).",
              server_, &ServerSeries::rcvd);
+}
 
+// Each method's deadlines, and the share of them the attempts used.
+void RpcMetrics::CollectDeadlines(std::vector<prometheus::MetricFamily>* families) const {
+  using prometheus::MetricType;
+  std::vector<prometheus::MetricFamily>& out = *families;
   auto& deadline = AddFamily(&out, names::kClientDeadline,
                              "Deadline given to each client call attempt.", MetricType::Histogram);
   auto& used = AddFamily(&out, names::kClientDeadlineUsed,
@@ -334,7 +348,12 @@ std::vector<prometheus::MetricFamily> RpcMetrics::Collect() const {
     deadline_[m]->CollectInto(&AddMetric(deadline, {{names::kLabelMethod, kMethods[m]}}));
     deadline_used_[m]->CollectInto(&AddMetric(used, {{names::kLabelMethod, kMethods[m]}}));
   }
+}
 
+// Calls, errors, deadlines exceeded and latency per peer task.
+void RpcMetrics::CollectPeers(std::vector<prometheus::MetricFamily>* families) const {
+  using prometheus::MetricType;
+  std::vector<prometheus::MetricFamily>& out = *families;
   auto& calls = AddFamily(&out, names::kPeerCalls, "Client call attempts per peer task.",
                           MetricType::Counter);
   auto& errors =
@@ -364,7 +383,6 @@ std::vector<prometheus::MetricFamily> RpcMetrics::Collect() const {
       AddMetric(latency, l).counter.value = peer_latency_[i].load(std::memory_order_relaxed);
     }
   }
-  return out;
 }
 
 }  // namespace trainscope::telemetry

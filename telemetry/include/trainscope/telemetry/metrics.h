@@ -89,6 +89,10 @@ class RpcMetrics {
   std::vector<prometheus::MetricFamily> Collect() const;
 
  private:
+  void CollectCalls(std::vector<prometheus::MetricFamily>* out) const;
+  void CollectDeadlines(std::vector<prometheus::MetricFamily>* out) const;
+  void CollectPeers(std::vector<prometheus::MetricFamily>* out) const;
+
   struct ClientSeries;
   struct ServerSeries;
   struct CallSeries;
