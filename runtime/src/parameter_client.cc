@@ -171,6 +171,50 @@ void ParameterClient::ReportWaiting(const char* method, std::vector<TaskRef> fai
   }
 }
 
+std::vector<size_t> ParameterClient::TakeRound(std::vector<Call>& calls,
+                                               const std::vector<size_t>& pending,
+                                               const std::vector<double>& ended, double round_start,
+                                               std::vector<TaskRef>* failing) const {
+  std::vector<size_t> retry;
+  failing->clear();
+  for (size_t i : pending) {
+    Call& c = calls[i];
+    const double took = ended[i] - round_start;
+    c.seconds += took;
+    PeerHealth* health = c.ps->peer->health;
+    health->AddWait(took);
+    if (c.status.ok()) {
+      health->RecordSuccess(took);
+      continue;
+    }
+    const RpcErrorSummary e = ClassifyRpcError(static_cast<int>(c.status.error_code()),
+                                               c.status.error_message(), rpc_deadline_ms_);
+    health->RecordFailure(e.words, IsNetworkFailure(e.kind));
+    if (c.status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      failing->push_back(c.ps->peer->task);
+      if (c.attempts < max_attempts_) retry.push_back(i);
+    }
+  }
+  return retry;
+}
+
+absl::Status ParameterClient::EndCalls(std::vector<Call>& calls) const {
+  telemetry::Telemetry* telemetry = session_->telemetry();
+  absl::Status first;
+  for (Call& c : calls) {
+    if (telemetry != nullptr && telemetry->enabled()) {
+      telemetry::RpcMetrics& m = telemetry->rpc();
+      m.ClientCallEnded(c.method_index, c.status.error_code(), m.PeerRoleIndex(c.ps->peer->index),
+                        c.seconds);
+    }
+    if (!c.status.ok() && first.ok()) {
+      first = CallError(c.method, self_, c.ps->peer->task, c.ps->peer->address, c.status,
+                        c.attempts, rpc_deadline_ms_);
+    }
+  }
+  return first;
+}
+
 absl::Status ParameterClient::RunAll(std::vector<Call>& calls) {
   telemetry::Telemetry* telemetry = session_->telemetry();
   TaskStatus* status = session_->status();
@@ -216,26 +260,7 @@ absl::Status ParameterClient::RunAll(std::vector<Call>& calls) {
       cv.wait(lock, [&] { return finished == pending.size(); });
     }
 
-    std::vector<size_t> retry;
-    failing.clear();
-    for (size_t i : pending) {
-      Call& c = calls[i];
-      const double took = ended[i] - round_start;
-      c.seconds += took;
-      PeerHealth* health = c.ps->peer->health;
-      health->AddWait(took);
-      if (c.status.ok()) {
-        health->RecordSuccess(took);
-        continue;
-      }
-      const RpcErrorSummary e = ClassifyRpcError(static_cast<int>(c.status.error_code()),
-                                                 c.status.error_message(), rpc_deadline_ms_);
-      health->RecordFailure(e.words, IsNetworkFailure(e.kind));
-      if (c.status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-        failing.push_back(c.ps->peer->task);
-        if (c.attempts < max_attempts_) retry.push_back(i);
-      }
-    }
+    std::vector<size_t> retry = TakeRound(calls, pending, ended, round_start, &failing);
     ReportWaiting(calls[pending[0]].method, failing);
     for (size_t i : pending) {
       const bool again = std::find(retry.begin(), retry.end(), i) != retry.end();
@@ -248,19 +273,7 @@ absl::Status ParameterClient::RunAll(std::vector<Call>& calls) {
     }
   }
   if (failing.empty()) ReportWaiting("", {});
-  absl::Status first;
-  for (Call& c : calls) {
-    if (telemetry != nullptr && telemetry->enabled()) {
-      telemetry::RpcMetrics& m = telemetry->rpc();
-      m.ClientCallEnded(c.method_index, c.status.error_code(), m.PeerRoleIndex(c.ps->peer->index),
-                        c.seconds);
-    }
-    if (!c.status.ok() && first.ok()) {
-      first = CallError(c.method, self_, c.ps->peer->task, c.ps->peer->address, c.status,
-                        c.attempts, rpc_deadline_ms_);
-    }
-  }
-  return first;
+  return EndCalls(calls);
 }
 
 std::optional<int64_t> ParameterClient::TakeResume() {

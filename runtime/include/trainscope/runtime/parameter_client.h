@@ -71,6 +71,13 @@ class ParameterClient {
   // Runs `calls` at once; those that end UNAVAILABLE are retried together, with backoff, up to
   // max_attempts. The first error that remains, or OK.
   absl::Status RunAll(std::vector<Call>& calls);
+  // Records a round's outcome in each call and its peer's health. The calls to retry
+  // (UNAVAILABLE, with attempts left); in `failing`, the ps tasks that were UNAVAILABLE.
+  std::vector<size_t> TakeRound(std::vector<Call>& calls, const std::vector<size_t>& pending,
+                                const std::vector<double>& ended, double round_start,
+                                std::vector<TaskRef>* failing) const;
+  // Every call's metrics; the first failure in words, or OK.
+  absl::Status EndCalls(std::vector<Call>& calls) const;
   // Says in the heartbeat whom the task waits on while calls fail; nobody once they succeed.
   void ReportWaiting(const char* method, std::vector<TaskRef> failing);
   // A ps answered with `state`: when its incarnation is new, it restarted; handshake with it
