@@ -85,100 +85,134 @@ absl::Status Step(ParameterClient* client, const LinearRegressionOptions& option
   return client->PushAll(std::move(gradients), options.learning_rate);
 }
 
-absl::Status Train(Task& task, const LinearRegressionOptions& options) {
-  TS_ASSIGN_OR_RETURN(ParameterClient * client, task.CreateSession());
-  const int features = options.features;
-  TS_RETURN_IF_ERROR(
-      client->CreateVariables(ModelVariables(features, task.cluster().NumTasks("ps"))));
-  const size_t num_vars = client->variables().size();
-  spdlog::info("training: {} features in {} variables over {} ps tasks, {} steps", features,
-               num_vars, task.cluster().NumTasks("ps"), options.steps);
+// One worker's training: the model's variables on the ps tasks, its own data stream, and the
+// weights it last pulled.
+class Trainer {
+ public:
+  Trainer(Task& task, const LinearRegressionOptions& options, ParameterClient* client)
+      : task_(task),
+        options_(options),
+        client_(client),
+        num_vars_(client->variables().size()),
+        data_(options.features, options.seed,
+              options.seed * 7919 + 1 + task.self().index * 104729ull),
+        w_(options.features) {
+    Data held_out(options.features, options.seed, options.seed + 999);
+    held_out.Batch(1024, &x_eval_, &y_eval_);
+  }
 
-  Data data(features, options.seed, options.seed * 7919 + 1 + task.self().index * 104729ull);
-  Data held_out(features, options.seed, options.seed + 999);
-  Matrix x_eval;
-  Vector y_eval;
-  held_out.Batch(1024, &x_eval, &y_eval);
+  absl::Status Run() {
+    // The loss of the model as created (all zeros), whatever other workers did since.
+    const float initial_loss = Loss(x_eval_, y_eval_, Vector::Zero(options_.features), 0.0f);
+    TS_RETURN_IF_ERROR(Pull());
+    spdlog::info("initial loss {:.6f}, loss now {:.6f}", initial_loss, EvalLoss());
+    const auto start = std::chrono::steady_clock::now();
+    int64_t steps_done = 0;
+    TS_RETURN_IF_ERROR(Steps(&steps_done));
+    TS_RETURN_IF_ERROR(Pull());
+    const float final_loss = EvalLoss();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    spdlog::info("final loss {:.6f} (initial {:.6f}, {:.0f}x lower) after {} steps in {:.1f} s",
+                 final_loss, initial_loss, initial_loss / std::max(final_loss, 1e-12f), steps_done,
+                 seconds);
+    return absl::OkStatus();
+  }
 
-  std::vector<std::string> values;
-  Vector w(features);
-  float b = 0;
-  auto pull = [&]() -> absl::Status {
-    TS_RETURN_IF_ERROR(client->PullAll(&values));
+ private:
+  float EvalLoss() const { return Loss(x_eval_, y_eval_, w_, b_); }
+
+  // The weights as the ps tasks hold them now.
+  absl::Status Pull() {
+    TS_RETURN_IF_ERROR(client_->PullAll(&values_));
     Eigen::Index offset = 0;
-    for (size_t v = 0; v + 1 < num_vars; ++v) {
-      const Eigen::Index n = static_cast<Eigen::Index>(values[v].size() / sizeof(float));
-      w.segment(offset, n) =
-          Eigen::Map<const Vector>(reinterpret_cast<const float*>(values[v].data()), n);
+    for (size_t v = 0; v + 1 < num_vars_; ++v) {
+      const Eigen::Index n = static_cast<Eigen::Index>(values_[v].size() / sizeof(float));
+      w_.segment(offset, n) =
+          Eigen::Map<const Vector>(reinterpret_cast<const float*>(values_[v].data()), n);
       offset += n;
     }
-    b = *reinterpret_cast<const float*>(values[num_vars - 1].data());
+    b_ = *reinterpret_cast<const float*>(values_[num_vars_ - 1].data());
     return absl::OkStatus();
-  };
+  }
 
-  // The loss of the model as created (all zeros), whatever other workers did since.
-  const float initial_loss = Loss(x_eval, y_eval, Vector::Zero(features), 0.0f);
-  TS_RETURN_IF_ERROR(pull());
-  spdlog::info("initial loss {:.6f}, loss now {:.6f}", initial_loss, Loss(x_eval, y_eval, w, b));
-  const auto start = std::chrono::steady_clock::now();
-  Matrix x;
-  Vector y;
-  float loss = 0;
-  int64_t steps_done = 0;
-  int failures = 0;  // consecutive steps that failed with a transient error
-  bool pulled = true;
-  int64_t first_step = 1;
-  if (std::optional<int64_t> resumed = client->TakeResume()) {
-    // The ps tasks restored a checkpoint (the whole cluster restarted): go on from its step.
-    steps_done = *resumed;
-    first_step = *resumed + 1;
-    spdlog::info("resuming at step {} from a checkpoint", first_step);
+  // Steps until options_.steps (from a checkpoint's step when the ps tasks restored one) or a
+  // stop; a transient failure (DEADLINE_EXCEEDED, UNAVAILABLE) fails a step, not the run,
+  // unless max_step_failures of them come in a row.
+  absl::Status Steps(int64_t* steps_done) {
+    int failures = 0;
+    bool pulled = true;
+    int64_t first_step = 1;
+    if (std::optional<int64_t> resumed = client_->TakeResume()) {
+      // The ps tasks restored a checkpoint (the whole cluster restarted): go on from its step.
+      *steps_done = *resumed;
+      first_step = *resumed + 1;
+      spdlog::info("resuming at step {} from a checkpoint", first_step);
+    }
+    for (int64_t step = first_step; step <= options_.steps; ++step) {
+      if (task_.stopping()) {
+        spdlog::warn("stopping at step {} of {}: finishing cleanly", *steps_done, options_.steps);
+        break;
+      }
+      const auto step_start = std::chrono::steady_clock::now();
+      absl::Status st = pulled ? absl::OkStatus() : Pull();
+      pulled = false;
+      if (std::optional<int64_t> resumed = client_->TakeResume(); st.ok() && resumed) {
+        // A ps restarted and restored a checkpoint: the steps since it are lost; redo them.
+        spdlog::warn("going on from step {} (was at step {})", *resumed + 1, step);
+        step = *resumed + 1;
+      }
+      float loss = 0;
+      if (st.ok()) st = Step(client_, options_, data_, x_, y_, w_, b_, num_vars_, &loss);
+      if (!st.ok()) {
+        const bool transient = st.code() == absl::StatusCode::kDeadlineExceeded ||
+                               st.code() == absl::StatusCode::kUnavailable;
+        if (!transient || ++failures > options_.max_step_failures) return st;
+        spdlog::warn("step {} failed ({} in a row, giving up after {}): {}: {}", step, failures,
+                     options_.max_step_failures, absl::StatusCodeToString(st.code()),
+                     std::string(st.message()));
+        --step;
+        continue;
+      }
+      failures = 0;
+      Finished(step, step_start, loss);
+      *steps_done = step;
+    }
+    return absl::OkStatus();
   }
-  for (int64_t step = first_step; step <= options.steps; ++step) {
-    if (task.stopping()) {
-      spdlog::warn("stopping at step {} of {}: finishing cleanly", steps_done, options.steps);
-      break;
+
+  // A step ended well: the demo's delay, the task's progress, the log line.
+  void Finished(int64_t step, std::chrono::steady_clock::time_point step_start, float loss) {
+    if (options_.step_delay_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(options_.step_delay_ms));
     }
-    const auto step_start = std::chrono::steady_clock::now();
-    absl::Status st = pulled ? absl::OkStatus() : pull();
-    pulled = false;
-    if (std::optional<int64_t> resumed = client->TakeResume(); st.ok() && resumed) {
-      // A ps restarted and restored a checkpoint: the steps since it are lost; redo them.
-      spdlog::warn("going on from step {} (was at step {})", *resumed + 1, step);
-      step = *resumed + 1;
-    }
-    if (st.ok()) st = Step(client, options, data, x, y, w, b, num_vars, &loss);
-    if (!st.ok()) {
-      // A slow or briefly unreachable ps fails a step, not the run; anything else is final.
-      const bool transient = st.code() == absl::StatusCode::kDeadlineExceeded ||
-                             st.code() == absl::StatusCode::kUnavailable;
-      if (!transient || ++failures > options.max_step_failures) return st;
-      spdlog::warn("step {} failed ({} in a row, giving up after {}): {}: {}", step, failures,
-                   options.max_step_failures, absl::StatusCodeToString(st.code()),
-                   std::string(st.message()));
-      --step;
-      continue;
-    }
-    failures = 0;
-    if (options.step_delay_ms > 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(options.step_delay_ms));
-    }
-    task.RecordStep(
+    task_.RecordStep(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count(), loss,
-        options.batch_size);
-    steps_done = step;
-    if (options.log_every > 0 && (step % options.log_every == 0 || step == options.steps)) {
-      spdlog::info("step {}/{} loss {:.6f}", step, options.steps, loss);
+        options_.batch_size);
+    if (options_.log_every > 0 && (step % options_.log_every == 0 || step == options_.steps)) {
+      spdlog::info("step {}/{} loss {:.6f}", step, options_.steps, loss);
     }
   }
-  TS_RETURN_IF_ERROR(pull());
-  const float final_loss = Loss(x_eval, y_eval, w, b);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  spdlog::info("final loss {:.6f} (initial {:.6f}, {:.0f}x lower) after {} steps in {:.1f} s",
-               final_loss, initial_loss, initial_loss / std::max(final_loss, 1e-12f), steps_done,
-               seconds);
-  return absl::OkStatus();
+
+  Task& task_;
+  const LinearRegressionOptions& options_;
+  ParameterClient* client_;
+  const size_t num_vars_;
+  Data data_;
+  Matrix x_eval_, x_;
+  Vector y_eval_, y_;
+  std::vector<std::string> values_;
+  Vector w_;
+  float b_ = 0;
+};
+
+absl::Status Train(Task& task, const LinearRegressionOptions& options) {
+  TS_ASSIGN_OR_RETURN(ParameterClient * client, task.CreateSession());
+  TS_RETURN_IF_ERROR(
+      client->CreateVariables(ModelVariables(options.features, task.cluster().NumTasks("ps"))));
+  spdlog::info("training: {} features in {} variables over {} ps tasks, {} steps", options.features,
+               client->variables().size(), task.cluster().NumTasks("ps"), options.steps);
+  return Trainer(task, options, client).Run();
 }
 
 }  // namespace
