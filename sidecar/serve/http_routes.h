@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "serve/http_server.h"
+#include "trainscope/common/http_server.h"
 
 namespace trainscope::sidecar {
 

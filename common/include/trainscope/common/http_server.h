@@ -1,5 +1,6 @@
 #pragma once
-// A small HTTP server on civetweb: one handler function for every GET. Private to the sidecar.
+// A small HTTP server on civetweb: one handler function for every GET (the sidecar's page, API
+// and /metrics).
 // Thread-safe: civetweb calls the handler from its worker threads, so the handler must be too.
 
 #include <functional>
@@ -15,7 +16,7 @@ class HttpTls;
 }
 struct mg_connection;
 
-namespace trainscope::sidecar {
+namespace trainscope {
 
 class HttpServer {
  public:
@@ -47,4 +48,4 @@ class HttpServer {
   std::string address_;
 };
 
-}  // namespace trainscope::sidecar
+}  // namespace trainscope

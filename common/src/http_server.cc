@@ -1,5 +1,5 @@
 // civetweb-based HTTP server; see http_server.h.
-#include "serve/http_server.h"
+#include "trainscope/common/http_server.h"
 
 #include <civetweb.h>
 #include <netdb.h>
@@ -17,7 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "trainscope/common/http_tls.h"
 
-namespace trainscope::sidecar {
+namespace trainscope {
 namespace {
 
 std::mutex g_log_mu;
@@ -146,4 +146,4 @@ HttpServer::~HttpServer() {
   stopper.join();
 }
 
-}  // namespace trainscope::sidecar
+}  // namespace trainscope
