@@ -510,40 +510,14 @@ class Sidecar::Impl {
     SidecarStats stats;
     stats.pauses = watcher_->snapshot()->pauses;
     if (exchange_) {
-      auto x = exchange_->snapshot();
-      stats.peers = static_cast<int>(x->members.size());
       stats.exchange = exchange_->stats();
-      stats.peer_errors = stats.exchange.errors;
-      for (const Member& m : x->members) stats.members_by_status[m.status]++;
+      stats.members = exchange_->snapshot()->members;
     }
-    TraceReceiver::Stats r = trace_receiver_->stats();
-    TraceStoreStats t = trace_store_.stats();
-    stats.spans_received = r.spans_received;
-    stats.dropped_invalid = r.spans_invalid;
-    stats.spans_kept = t.spans_kept;
-    stats.bytes_kept = t.bytes_kept;
-    stats.dropped_evicted = t.dropped_evicted;
-    stats.dropped_trace_full = t.dropped_trace_full;
-    stats.dropped_duplicate = t.dropped_duplicate;
-    if (forwarder_) {
-      OtlpForwarder::Stats f = forwarder_->stats();
-      stats.forwarding = true;
-      stats.forwarded_spans = f.forwarded_spans;
-      stats.forward_dropped_spans = f.dropped_spans;
-      stats.forward_failures = f.failures;
-    }
-    const KeeperStats k = keeper_->stats();
-    stats.snapshots = k.captures;
-    stats.snapshot_failures = k.failures;
-    stats.snapshot_bytes = k.bytes_kept;
-    stats.snapshot_pause_s = k.last_pause_ms / 1000;
-    if (notifier_) {
-      NotifierStats n = notifier_->stats();
-      stats.alerts_sent = n.sent;
-      stats.alerts_failed = n.failed;
-      stats.alerts_dropped = n.dropped;
-      stats.alerts_firing = n.firing;
-    }
+    stats.receiver = trace_receiver_->stats();
+    stats.store = trace_store_.stats();
+    if (forwarder_) stats.forwarder = forwarder_->stats();
+    if (notifier_) stats.alerts = notifier_->stats();
+    stats.keeper = keeper_->stats();
     return stats;
   }
 

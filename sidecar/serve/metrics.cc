@@ -1,6 +1,7 @@
 // Building and serializing the sidecar's metric families; see metrics.h.
 #include "serve/metrics.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -226,16 +227,17 @@ void AddSidecarFamilies(const LocalSnapshot& local, const SidecarStats& stats,
   Single(out, names::kSidecarPauses, "Times the sidecar's own loop was paused and it re-learned.",
          MetricType::Counter, static_cast<double>(stats.pauses));
   Single(out, names::kSidecarPeerErrors, "Failed or nonsensical exchanges with peer sidecars.",
-         MetricType::Counter, static_cast<double>(stats.peer_errors));
+         MetricType::Counter, static_cast<double>(stats.exchange.errors));
   Single(out, names::kSidecarPeers, "Other sidecars of the cluster this one knows.",
-         MetricType::Gauge, stats.peers);
+         MetricType::Gauge, static_cast<double>(stats.members.size()));
   auto members = Family(names::kSidecarMembers, "Other sidecars of the cluster, by status.",
                         MetricType::Gauge);
   for (MemberStatus s :
        {MemberStatus::kAlive, MemberStatus::kSuspect, MemberStatus::kSilent, MemberStatus::kLeft}) {
-    auto it = stats.members_by_status.find(s);
+    const auto n = std::count_if(stats.members.begin(), stats.members.end(),
+                                 [s](const Member& m) { return m.status == s; });
     AddGauge(members, {{std::string(names::kLabelStatus), std::string(MemberStatusName(s))}},
-             it == stats.members_by_status.end() ? 0 : it->second);
+             static_cast<double>(n));
   }
   out.push_back(std::move(members));
   const ExchangeStats& x = stats.exchange;
@@ -264,30 +266,30 @@ void AddSidecarFamilies(const LocalSnapshot& local, const SidecarStats& stats,
 
 void AddTraceFamilies(const SidecarStats& stats, std::vector<MetricFamily>& out) {
   Single(out, names::kTracesSpansReceived, "Spans received over OTLP (TraceService/Export).",
-         MetricType::Counter, static_cast<double>(stats.spans_received));
+         MetricType::Counter, static_cast<double>(stats.receiver.spans_received));
   Single(out, names::kTracesSpansKept,
          "Spans held now (pending a join, or of slow or failed requests).", MetricType::Gauge,
-         static_cast<double>(stats.spans_kept));
+         static_cast<double>(stats.store.spans_kept));
   Single(out, names::kTracesKeptBytes, "Estimated bytes of the spans held now.", MetricType::Gauge,
-         static_cast<double>(stats.bytes_kept));
+         static_cast<double>(stats.store.bytes_kept));
   auto dropped = Family(names::kTracesSpansDropped,
                         "Spans not kept, or forgotten early, by reason.", MetricType::Counter);
-  for (auto [reason, value] : {std::pair{names::kReasonInvalid, stats.dropped_invalid},
-                               std::pair{names::kReasonEvicted, stats.dropped_evicted},
-                               std::pair{names::kReasonTraceFull, stats.dropped_trace_full},
-                               std::pair{names::kReasonDuplicate, stats.dropped_duplicate}}) {
+  for (auto [reason, value] : {std::pair{names::kReasonInvalid, stats.receiver.spans_invalid},
+                               std::pair{names::kReasonEvicted, stats.store.dropped_evicted},
+                               std::pair{names::kReasonTraceFull, stats.store.dropped_trace_full},
+                               std::pair{names::kReasonDuplicate, stats.store.dropped_duplicate}}) {
     AddCounter(dropped, {{std::string(names::kLabelReason), std::string(reason)}},
                static_cast<double>(value));
   }
   out.push_back(std::move(dropped));
   // Always exported (0 without --otlp_upstream), so a rule on them need not test presence.
   Single(out, names::kTracesForwardedSpans, "Spans forwarded to the OTLP upstream.",
-         MetricType::Counter, static_cast<double>(stats.forwarded_spans));
+         MetricType::Counter, static_cast<double>(stats.forwarder.forwarded_spans));
   Single(out, names::kTracesForwardDroppedSpans,
          "Spans not forwarded: the queue was full or the upstream refused them.",
-         MetricType::Counter, static_cast<double>(stats.forward_dropped_spans));
+         MetricType::Counter, static_cast<double>(stats.forwarder.dropped_spans));
   Single(out, names::kTracesForwardFailures, "Failed Export calls to the OTLP upstream.",
-         MetricType::Counter, static_cast<double>(stats.forward_failures));
+         MetricType::Counter, static_cast<double>(stats.forwarder.failures));
 }
 
 // Always exported (0 without --alertmanager_url), so a rule on them need not test presence.
@@ -297,29 +299,29 @@ void AddAlertFamilies(const SidecarStats& stats, std::vector<MetricFamily>& out)
                      "failed (each retry counts again).",
                      MetricType::Counter);
   AddCounter(sent, {{std::string(names::kLabelStatus), "ok"}},
-             static_cast<double>(stats.alerts_sent));
+             static_cast<double>(stats.alerts.sent));
   AddCounter(sent, {{std::string(names::kLabelStatus), "failed"}},
-             static_cast<double>(stats.alerts_failed));
+             static_cast<double>(stats.alerts.failed));
   out.push_back(std::move(sent));
   Single(out, names::kSidecarAlertsDropped,
          "Alerts not posted: the queue of an unreachable Alertmanager was full.",
-         MetricType::Counter, static_cast<double>(stats.alerts_dropped));
+         MetricType::Counter, static_cast<double>(stats.alerts.dropped));
   Single(out, names::kSidecarAlertsFiring, "First-hand alerts this sidecar says are firing now.",
-         MetricType::Gauge, stats.alerts_firing);
+         MetricType::Gauge, stats.alerts.firing);
 }
 
 void AddSnapshotFamilies(const SidecarStats& stats, std::vector<MetricFamily>& out) {
   Single(out, names::kSidecarSnapshots,
          "Snapshots taken of this node's tasks' threads (stuck tasks, and on demand).",
-         MetricType::Counter, static_cast<double>(stats.snapshots));
+         MetricType::Counter, static_cast<double>(stats.keeper.captures));
   Single(out, names::kSidecarSnapshotFailures,
          "Snapshots that could not be taken (the process was gone).", MetricType::Counter,
-         static_cast<double>(stats.snapshot_failures));
+         static_cast<double>(stats.keeper.failures));
   Single(out, names::kSidecarSnapshotBytes, "Bytes of the snapshots kept now.", MetricType::Gauge,
-         static_cast<double>(stats.snapshot_bytes));
+         static_cast<double>(stats.keeper.bytes_kept));
   Single(out, names::kSidecarSnapshotPause,
          "The longest one thread was held stopped in the last snapshot.", MetricType::Gauge,
-         stats.snapshot_pause_s);
+         stats.keeper.last_pause_ms / 1000);
 }
 
 }  // namespace

@@ -10,43 +10,30 @@
 #include <string>
 #include <vector>
 
+#include "detect/stack_keeper.h"
 #include "detect/task_watcher.h"
 #include "gossip/exchange_core.h"
 #include "gossip/membership.h"
+#include "serve/alert_notifier.h"
 #include "serve/cluster_view.h"
+#include "traces/trace_receiver.h"
 #include "trainscope/sidecar/task_tracker.h"
 #include "trainscope/sidecar/task_view.h"
+#include "trainscope/sidecar/trace_store.h"
 
 namespace trainscope::sidecar {
 
+// Each part's own counters, as it gives them (zeros for a part not running: no exchange, no
+// upstream, no Alertmanager), so that a rule on them need not test presence.
 struct SidecarStats {
-  int64_t pauses = 0;
-  int64_t peer_errors = 0;
-  int peers = 0;
+  int64_t pauses = 0;  // The watcher's.
   ExchangeStats exchange;
-  std::map<MemberStatus, int> members_by_status;
-  // Traces (see names.h, kTraces*).
-  int64_t spans_received = 0;
-  int64_t spans_kept = 0;
-  int64_t bytes_kept = 0;
-  int64_t dropped_invalid = 0;
-  int64_t dropped_evicted = 0;
-  int64_t dropped_trace_full = 0;
-  int64_t dropped_duplicate = 0;
-  bool forwarding = false;  // An upstream is configured.
-  int64_t forwarded_spans = 0;
-  int64_t forward_dropped_spans = 0;
-  int64_t forward_failures = 0;
-  // Alerts posted to Alertmanager (see names.h, kSidecarAlerts*).
-  int64_t alerts_sent = 0;
-  int64_t alerts_failed = 0;
-  int64_t alerts_dropped = 0;
-  int alerts_firing = 0;
-  // Snapshots of stuck tasks (see names.h, kSidecarSnapshot*).
-  int64_t snapshots = 0;
-  int64_t snapshot_failures = 0;
-  int64_t snapshot_bytes = 0;
-  double snapshot_pause_s = 0;
+  std::vector<Member> members;  // The exchange's view of the other sidecars.
+  TraceReceiver::Stats receiver;
+  TraceStoreStats store;
+  OtlpForwarder::Stats forwarder;
+  NotifierStats alerts;
+  KeeperStats keeper;
 };
 
 // The text exposition format (version 0.0.4) of everything: `local` is this node's tasks,
