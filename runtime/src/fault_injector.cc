@@ -1,15 +1,60 @@
-// The wedges of fault_injector.h. The functions the stacks show are kept out of line, so that a
-// snapshot of a wedged task names them.
+// The faults of fault_injector.h. The functions the stacks of a wedge show are kept out of line,
+// so that a snapshot of a wedged task names them.
 #include "fault_injector.h"
 
 #include <pthread.h>
 
 #include <chrono>
+#include <random>
 #include <thread>
 
 #include "spdlog/spdlog.h"
 
 namespace trainscope {
+namespace {
+
+void SleepMs(int64_t ms) {
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+}  // namespace
+
+FaultInjector::FaultInjector(int64_t parameter_delay_ms, int drop_push_answers)
+    : parameter_delay_ms_(parameter_delay_ms), drop_push_answers_(drop_push_answers) {}
+
+void FaultInjector::SetDelays(const Delays& d) {
+  parameter_delay_ms_.store(d.parameter_ms);
+  heartbeat_delay_ms_.store(d.heartbeat_ms);
+  random_delay_ms_.store(d.random_ms);
+  random_delay_probability_.store(d.random_probability);
+}
+
+FaultInjector::Delays FaultInjector::delays() const {
+  return {parameter_delay_ms_.load(), heartbeat_delay_ms_.load(), random_delay_probability_.load(),
+          random_delay_ms_.load()};
+}
+
+void FaultInjector::BeforeParameterCall() {
+  SleepMs(parameter_delay_ms_.load(std::memory_order_relaxed));
+  MaybeBlockParameterCall();
+  const double p = random_delay_probability_.load(std::memory_order_relaxed);
+  if (p <= 0) return;
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  if (std::uniform_real_distribution<double>(0, 1)(random) >= p) return;
+  const int64_t ms = random_delay_ms_.load();
+  random_delays_.fetch_add(1);
+  spdlog::warn("fault injected: this call delayed {} ms (at random)", ms);
+  SleepMs(ms);
+}
+
+void FaultInjector::BeforeHeartbeat() const { SleepMs(heartbeat_delay_ms_.load()); }
+
+bool FaultInjector::TakeDroppedPushAnswer() {
+  int left = drop_push_answers_.load();
+  while (left > 0 && !drop_push_answers_.compare_exchange_weak(left, left - 1)) {
+  }
+  return left > 0;
+}
 
 void FaultInjector::MaybeDeadlock() {
   if (!deadlock_armed_.load(std::memory_order_relaxed)) return;

@@ -1,18 +1,43 @@
 #pragma once
-// Wedges a task for real, so that tests (and people trying trainscope) see what a stuck task
-// looks like: the training thread deadlocked with a second thread on two mutexes taken in
-// opposite order, and a ParameterService call that blocks forever with every later one queued
-// behind it. Armed by InjectFault on a task started with --enable_fault_injection; neither can
-// be undone (restart the task). Thread-safe.
+// What InjectFault arms on a task started with --enable_fault_injection (and the --testing_*
+// flags), so that tests and people trying trainscope see faults for real:
+// - delays: on every ParameterService call, on every heartbeat, and at random on some calls;
+// - lost answers: the first N Push answers fail with UNAVAILABLE after the gradient was applied;
+// - wedges: the training thread deadlocked with a second thread on two mutexes taken in
+//   opposite order, and a ParameterService call that blocks forever with every later one
+//   queued behind it. Wedges cannot be undone (restart the task).
+// Thread-safe.
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 
 namespace trainscope {
 
 class FaultInjector {
  public:
+  // The --testing_ps_delay_ms and --testing_drop_push_answers flags.
+  FaultInjector(int64_t parameter_delay_ms = 0, int drop_push_answers = 0);
+
+  struct Delays {
+    int64_t parameter_ms = 0;       // Every ParameterService call.
+    int64_t heartbeat_ms = 0;       // Every Heartbeat answer.
+    double random_probability = 0;  // Of a ParameterService call being delayed random_ms more.
+    int64_t random_ms = 0;
+  };
+  void SetDelays(const Delays& delays);
+  Delays delays() const;
+  // Calls delayed at random so far.
+  int64_t random_delays() const { return random_delays_.load(); }
+  // Before a ParameterService call: the delays asked (the random one logged, so that tests know
+  // which calls were slowed), and the blocking wedge when armed.
+  void BeforeParameterCall();
+  // Before a Heartbeat answer.
+  void BeforeHeartbeat() const;
+  // True when this Push's answer is to be lost (one of the first N).
+  bool TakeDroppedPushAnswer();
+
   // The training thread's next parameter call deadlocks (MaybeDeadlock).
   void ArmDeadlock() { deadlock_armed_.store(true); }
   // The next ParameterService call served blocks (MaybeBlockParameterCall).
@@ -32,6 +57,12 @@ class FaultInjector {
   void TakeBThenA();
   void BlockForever();
 
+  std::atomic<int64_t> parameter_delay_ms_;
+  std::atomic<int64_t> heartbeat_delay_ms_{0};
+  std::atomic<double> random_delay_probability_{0};
+  std::atomic<int64_t> random_delay_ms_{0};
+  std::atomic<int64_t> random_delays_{0};
+  std::atomic<int> drop_push_answers_;
   std::atomic<bool> deadlock_armed_{false};
   std::atomic<bool> block_armed_{false};
   std::mutex lock_a_;

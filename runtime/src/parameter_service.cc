@@ -94,7 +94,7 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
         !st.ok()) {
       return call.Finish(ToGrpcStatus(st), 0);
     }
-    task_->InjectedParameterDelay();
+    task_->faults_.BeforeParameterCall();
     const std::string from = TaskIdFromProto(request->from()).ShortName();
     auto existed = task_->store_->Create(request->name(), SpecFromProto(request->initial()),
                                          request->initial().content(), from);
@@ -121,7 +121,7 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
                                MessageBytes(*request));
     Inflight inflight(task_, "Pull", request->from());
     const double start = MonotonicSeconds();
-    task_->InjectedParameterDelay();
+    task_->faults_.BeforeParameterCall();
     call.Phase("ps.queue");
     const double queued = MonotonicSeconds();
     if (absl::Status st =
@@ -156,7 +156,7 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
         !st.ok()) {
       return call.Finish(ToGrpcStatus(st), 0);
     }
-    task_->InjectedParameterDelay();
+    task_->faults_.BeforeParameterCall();
     const std::string from = TaskIdFromProto(request->from()).ShortName();
     task_->FillIncarnation(response->mutable_ps_state());
     // At most once: a retry of a Push this ps applied (its answer lost) is answered, not applied.
@@ -193,7 +193,7 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
     }
     task_->status_.SetSteps(static_cast<int64_t>(task_->store_->updates_applied()));
     response->set_version(task_->store_->updates_applied());
-    if (DropThisAnswer()) {
+    if (task_->faults_.TakeDroppedPushAnswer()) {
       spdlog::warn("test hook: Push from {} applied, its answer dropped (UNAVAILABLE)", from);
       return call.Finish(
           grpc::Status(grpc::StatusCode::UNAVAILABLE, "test hook: answer dropped after applying"),
@@ -203,14 +203,6 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
   }
 
  private:
-  // --testing_drop_push_answers: true for the first N applied Pushes.
-  bool DropThisAnswer() {
-    int left = task_->drop_push_answers_.load();
-    while (left > 0 && !task_->drop_push_answers_.compare_exchange_weak(left, left - 1)) {
-    }
-    return left > 0;
-  }
-
   Task::Impl* task_;
 };
 

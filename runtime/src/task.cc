@@ -31,9 +31,6 @@
 namespace trainscope {
 namespace {
 
-// Jobs whose tasks train and so must say they are done before the ps tasks exit.
-bool IsTrainer(const std::string& role) { return role != "ps" && role != "evaluator"; }
-
 std::string Hostname() {
   char buf[256] = {};
   gethostname(buf, sizeof(buf) - 1);
@@ -107,32 +104,15 @@ int Task::Impl::CallerIndex(const v1::TaskId& from) const {
   return telemetry_ ? telemetry_->rpc().PeerIndex(from.role(), from.index()) : -1;
 }
 
-void Task::Impl::InjectedParameterDelay() {
-  SleepFor(parameter_delay_ms_.load(std::memory_order_relaxed));
-  faults_.MaybeBlockParameterCall();
-  const double p = random_delay_probability_.load(std::memory_order_relaxed);
-  if (p <= 0) return;
-  thread_local std::mt19937_64 random{std::random_device{}()};
-  if (std::uniform_real_distribution<double>(0, 1)(random) >= p) return;
-  const int64_t ms = random_delay_ms_.load();
-  random_delays_.fetch_add(1);
-  spdlog::warn("fault injected: this call delayed {} ms (at random)", ms);
-  SleepFor(ms);
-}
-
 Task::Impl::Impl(const RuntimeOptions& options, const TfConfig& config)
     : options_(options),
       cluster_(config.cluster),
       self_(*config.task),
       incarnation_(NewIncarnation()),
-      parameter_delay_ms_(options.testing_parameter_delay_ms),
+      trainers_(cluster_, self_),
+      faults_(options.testing_parameter_delay_ms, options.testing_drop_push_answers),
       metrics_(std::make_unique<TaskMetrics>(options.cluster_name, self_, &status_,
-                                             options.ps_memory_limit_bytes)) {
-  drop_push_answers_.store(options.testing_drop_push_answers);
-  for (const TaskRef& t : cluster_.AllTasks()) {
-    if (IsTrainer(t.role)) ++trainers_;
-  }
-}
+                                             options.ps_memory_limit_bytes)) {}
 
 Task::Impl::~Impl() = default;
 
@@ -312,51 +292,16 @@ absl::Status Task::Impl::Start() {
 void Task::Impl::Stop() {
   stopping_.store(true);
   faults_.Release();
-  std::lock_guard lock(mu_);
-  cv_.notify_all();
-}
-
-void Task::Impl::RecordHandshake(const TaskRef& from, uint64_t incarnation) {
-  std::lock_guard lock(mu_);
-  handshakes_[from] = incarnation;
-}
-
-absl::StatusOr<int> Task::Impl::MarkDone(const TaskRef& from, uint64_t incarnation) {
-  std::lock_guard lock(mu_);
-  auto refuse = [&](absl::string_view why) {
-    std::string message = absl::StrCat(self_.ShortName(), " refused Done from ", from.ShortName(),
-                                       " (incarnation ", absl::Hex(incarnation), "): ", why);
-    spdlog::warn("{}", message);
-    return absl::PermissionDeniedError(message);
-  };
-  if (!IsTrainer(from.role) || cluster_.FindAddress(from) == nullptr) {
-    return refuse("the cluster spec lists no such worker or chief");
-  }
-  auto it = handshakes_.find(from);
-  if (it == handshakes_.end()) return refuse("it never created a session with this task");
-  if (it->second != incarnation) {
-    return refuse(
-        absl::StrCat("its session with this task is from incarnation ", absl::Hex(it->second)));
-  }
-  bool fresh = done_.insert(from).second;
-  int remaining = std::max(0, trainers_ - static_cast<int>(done_.size()));
-  if (fresh) {
-    spdlog::info("{} finished training; {} of {} trainers still running", from.ShortName(),
-                 remaining, trainers_);
-  }
-  cv_.notify_all();
-  return remaining;
+  trainers_.Wake();
 }
 
 absl::Status Task::Impl::ServeUntilDone() {
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return stopping_.load() || static_cast<int>(done_.size()) >= trainers_; });
-  if (stopping_.load()) {
+  if (!trainers_.WaitAllDone([this] { return stopping_.load(); })) {
     status_.SetPhase(Phase::kLeaving);
     return absl::OkStatus();
   }
-  spdlog::info("all {} trainers are done: {} shutting down after applying {} updates", trainers_,
-               self_.ShortName(), store_ ? store_->updates_applied() : 0);
+  spdlog::info("all {} trainers are done: {} shutting down after applying {} updates",
+               trainers_.trainers(), self_.ShortName(), store_ ? store_->updates_applied() : 0);
   status_.SetPhase(Phase::kDone);
   return absl::OkStatus();
 }

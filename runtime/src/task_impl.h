@@ -23,6 +23,7 @@
 #include "signals.h"
 #include "task_metrics.h"
 #include "task_status.h"
+#include "trainer_registry.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/runtime/options.h"
 #include "trainscope/runtime/parameter_client.h"
@@ -64,30 +65,20 @@ class Task::Impl {
   v1::TaskIdentity BuildIdentity() const;
   // The answer to a Heartbeat (task_service.cc).
   void FillHeartbeat(v1::HeartbeatResponse* response) const;
-  // Records that `from` (at `incarnation`) finished; returns the trainers still running. Refused
-  // (PERMISSION_DENIED) unless `from` is a trainer the spec lists that handshook with this task
-  // at that incarnation: a forged or stale Done must not end a ps and lose its variables.
-  absl::StatusOr<int> MarkDone(const TaskRef& from, uint64_t incarnation);
-  // A task's handshake, remembered for MarkDone.
-  void RecordHandshake(const TaskRef& from, uint64_t incarnation);
   // Under mutual TLS: OK when the caller's certificate names the host the cluster spec gives
   // `from`, the task it claims to be; else PERMISSION_DENIED naming both, logged and counted.
   // OK without mutual TLS (nothing to check against). For calls that change state.
   absl::Status CheckCallerCertificate(const grpc::ServerContext& context, const v1::TaskId& from,
                                       absl::string_view method);
-  // Credentials from options_.tls: sets channel_credentials_ and returns the server's. TLS
-  // handshake failures are then logged as this task's (LogTlsRefusalsAs).
   // SIGINT/SIGTERM: the task leaves; SIGUSR1: it finishes (signals.h).
   void WatchSignals();
   // The gRPC server on listen_address_ with the task's services; fails naming the address.
   absl::Status StartServer(std::shared_ptr<grpc::ServerCredentials> credentials);
+  // Credentials from options_.tls: sets channel_credentials_ and returns the server's. TLS
+  // handshake failures are then logged as this task's (LogTlsRefusalsAs).
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> SetUpTls();
   // The calling task's telemetry peer index, or -1.
   int CallerIndex(const v1::TaskId& from) const;
-  // Sleeps as InjectFault asked before a ParameterService call: parameter_delay_ms_ always, and
-  // random_delay_ms_ with probability random_delay_probability_ (logged, with the call's trace
-  // id, so that tests know which calls were slowed).
-  void InjectedParameterDelay();
 
   // ps: loads this task's variables from the newest checkpoint in --checkpoint_dir that reads
   // whole (before it serves, so no worker sees it empty when there is one to restore).
@@ -108,19 +99,15 @@ class Task::Impl {
   const ClusterSpec cluster_;
   const TaskRef self_;
   const uint64_t incarnation_;
-  int trainers_ = 0;
+  // The trainers' handshakes and Done: a ps serves until all are done.
+  TrainerRegistry trainers_;
   std::string listen_address_;
   // Of every channel to a peer: plain text, or TLS from options_.tls.
   std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;
   v1::TaskIdentity identity_;
   std::atomic<bool> stopping_{false};          // A stop signal: leaving, not done.
   std::atomic<bool> finish_requested_{false};  // SIGUSR1: finish training now, done.
-  std::atomic<int64_t> parameter_delay_ms_;
-  std::atomic<int64_t> heartbeat_delay_ms_{0};
-  std::atomic<double> random_delay_probability_{0};
-  std::atomic<int64_t> random_delay_ms_{0};
-  std::atomic<int64_t> random_delays_{0};
-  FaultInjector faults_;  // The wedges (InjectFault).
+  FaultInjector faults_;  // What InjectFault arms: delays, lost answers, wedges.
   TaskStatus status_;
   // Before everything that records into them, so that they outlive it; the task's collector
   // before the telemetry that calls it.
@@ -134,7 +121,6 @@ class Task::Impl {
   int64_t restored_step_ = 0;
   std::string restored_from_;
   RecentRequests recent_pushes_{120};
-  std::atomic<int> drop_push_answers_{0};
   // The checkpointing task (chief, or worker:0 without one) with --checkpoint_dir.
   std::unique_ptr<CheckpointSaver> saver_;
 
@@ -143,11 +129,6 @@ class Task::Impl {
   std::unique_ptr<grpc::Service> parameter_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<SignalWatcher> signals_;
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::set<TaskRef> done_ ABSL_GUARDED_BY(mu_);
-  std::map<TaskRef, uint64_t> handshakes_ ABSL_GUARDED_BY(mu_);  // Incarnation by task.
 };
 
 // The services a task serves; they keep `task`, which must outlive them.

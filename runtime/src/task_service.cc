@@ -28,7 +28,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     *response->mutable_identity() = task_->Identity();
     if (task_->store_) task_->FillPsState(response->mutable_ps_state());
     const v1::TaskIdentity& from = request->from();
-    task_->RecordHandshake(TaskIdFromProto(from.task()), from.incarnation());
+    task_->trainers_.RecordHandshake(TaskIdFromProto(from.task()), from.incarnation());
     const v1::TaskIdentity& me = response->identity();
     if (from.protocol_version() != me.protocol_version() ||
         from.cluster_fingerprint() != me.cluster_fingerprint()) {
@@ -51,7 +51,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
       return call.Finish(ToGrpcStatus(st), 0);
     }
     absl::StatusOr<int> remaining =
-        task_->MarkDone(TaskIdFromProto(request->from()), request->incarnation());
+        task_->trainers_.MarkDone(TaskIdFromProto(request->from()), request->incarnation());
     if (!remaining.ok()) return call.Finish(ToGrpcStatus(remaining.status()), 0);
     response->set_workers_remaining(*remaining);
     return call.Finish(grpc::Status::OK, MessageBytes(*response));
@@ -61,7 +61,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
                          v1::HeartbeatResponse* response) override {
     telemetry::ServerCall call(task_->telemetry_.get(), *context, telemetry::methods::kHeartbeat,
                                -1, nullptr, MessageBytes(*request));
-    SleepFor(task_->heartbeat_delay_ms_.load());
+    task_->faults_.BeforeHeartbeat();
     task_->FillHeartbeat(response);
     return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
@@ -97,29 +97,28 @@ class TaskServiceImpl final : public v1::TaskService::Service {
                            std::to_string(kMaxInjectedDelayMs) + "] ms"),
           0);
     }
-    task_->parameter_delay_ms_.store(std::max<int64_t>(0, request->parameter_delay_ms()));
-    task_->heartbeat_delay_ms_.store(std::max<int64_t>(0, request->heartbeat_delay_ms()));
-    task_->random_delay_ms_.store(request->random_delay_ms());
-    task_->random_delay_probability_.store(request->random_delay_ms() > 0 ? p : 0);
-    if (request->deadlock_training()) task_->faults_.ArmDeadlock();
-    if (request->block_parameter_service()) task_->faults_.ArmBlockParameterService();
+    FaultInjector& faults = task_->faults_;
+    faults.SetDelays({std::max<int64_t>(0, request->parameter_delay_ms()),
+                      std::max<int64_t>(0, request->heartbeat_delay_ms()),
+                      request->random_delay_ms() > 0 ? p : 0, request->random_delay_ms()});
+    if (request->deadlock_training()) faults.ArmDeadlock();
+    if (request->block_parameter_service()) faults.ArmBlockParameterService();
     if (request->deadlock_training() || request->block_parameter_service()) {
       spdlog::warn("fault injected: armed {}{}",
                    request->deadlock_training() ? "a deadlock of the training thread " : "",
                    request->block_parameter_service() ? "a ParameterService call that blocks" : "");
     }
+    const FaultInjector::Delays now = faults.delays();
     spdlog::warn(
         "fault injected: parameter calls delayed {} ms, heartbeats delayed {} ms, one parameter "
         "call in {:.0f} delayed {} ms",
-        task_->parameter_delay_ms_.load(), task_->heartbeat_delay_ms_.load(),
-        task_->random_delay_probability_.load() > 0 ? 1 / task_->random_delay_probability_.load()
-                                                    : 0.0,
-        task_->random_delay_ms_.load());
-    response->set_parameter_delay_ms(task_->parameter_delay_ms_.load());
-    response->set_heartbeat_delay_ms(task_->heartbeat_delay_ms_.load());
-    response->set_random_delay_probability(task_->random_delay_probability_.load());
-    response->set_random_delay_ms(task_->random_delay_ms_.load());
-    response->set_random_delays(task_->random_delays_.load());
+        now.parameter_ms, now.heartbeat_ms,
+        now.random_probability > 0 ? 1 / now.random_probability : 0.0, now.random_ms);
+    response->set_parameter_delay_ms(now.parameter_ms);
+    response->set_heartbeat_delay_ms(now.heartbeat_ms);
+    response->set_random_delay_probability(now.random_probability);
+    response->set_random_delay_ms(now.random_ms);
+    response->set_random_delays(faults.random_delays());
     return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
 
