@@ -52,8 +52,8 @@ absl::Status CheckPullNames(const v1::PullRequest& request, size_t held) {
 // (method, caller, trace, the thread serving it).
 class Inflight {
  public:
-  Inflight(Task::Impl* task, const char* method, const v1::TaskId& from)
-      : m_(task->metrics_.get()), scope_(&task->status_.inflight(), Registered(method, from)) {
+  Inflight(const ParameterServiceParts& p, const char* method, const v1::TaskId& from)
+      : m_(p.metrics), scope_(&p.status->inflight(), Registered(method, from)) {
     m_->ps_inflight().fetch_add(1, std::memory_order_relaxed);
   }
   ~Inflight() { m_->ps_inflight().fetch_sub(1, std::memory_order_relaxed); }
@@ -79,25 +79,23 @@ class Inflight {
 
 class ParameterServiceImpl final : public v1::ParameterService::Service {
  public:
-  explicit ParameterServiceImpl(Task::Impl* task) : task_(task) {}
+  explicit ParameterServiceImpl(ParameterServiceParts parts) : p_(std::move(parts)) {}
 
   grpc::Status CreateVariable(grpc::ServerContext* context,
                               const v1::CreateVariableRequest* request,
                               v1::CreateVariableResponse* response) override {
     telemetry::RemoteContext remote;
-    telemetry::ServerCall call(
-        task_->telemetry_.get(), *context, telemetry::methods::kCreateVariable,
-        task_->CallerIndex(request->from()), GetTrace(*request, &remote), MessageBytes(*request));
-    Inflight inflight(task_, "CreateVariable", request->from());
-    if (absl::Status st =
-            task_->CheckCallerCertificate(*context, request->from(), "CreateVariable");
-        !st.ok()) {
+    telemetry::ServerCall call(p_.telemetry, *context, telemetry::methods::kCreateVariable,
+                               p_.caller_index(request->from()), GetTrace(*request, &remote),
+                               MessageBytes(*request));
+    Inflight inflight(p_, "CreateVariable", request->from());
+    if (absl::Status st = p_.check_caller(*context, request->from(), "CreateVariable"); !st.ok()) {
       return call.Finish(ToGrpcStatus(st), 0);
     }
-    task_->faults_.BeforeParameterCall();
+    p_.faults->BeforeParameterCall();
     const std::string from = TaskIdFromProto(request->from()).ShortName();
-    auto existed = task_->store_->Create(request->name(), SpecFromProto(request->initial()),
-                                         request->initial().content(), from);
+    auto existed = p_.store->Create(request->name(), SpecFromProto(request->initial()),
+                                    request->initial().content(), from);
     if (!existed.ok()) {
       spdlog::error("CreateVariable from {} refused: {}", from,
                     std::string(existed.status().message()));
@@ -106,94 +104,91 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
     if (!*existed) {
       spdlog::info("created variable '{}' {} for {}; holding {} in {} variables", request->name(),
                    SpecFromProto(request->initial()).DebugString(), from,
-                   HumanBytes(task_->store_->bytes_held()), task_->store_->num_variables());
+                   HumanBytes(p_.store->bytes_held()), p_.store->num_variables());
     }
     response->set_existed(*existed);
-    task_->FillPsState(response->mutable_ps_state());
+    p_.fill_ps_state(response->mutable_ps_state());
     return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
 
   grpc::Status Pull(grpc::ServerContext* context, const v1::PullRequest* request,
                     v1::PullResponse* response) override {
     telemetry::RemoteContext remote;
-    telemetry::ServerCall call(task_->telemetry_.get(), *context, telemetry::methods::kPull,
-                               task_->CallerIndex(request->from()), GetTrace(*request, &remote),
+    telemetry::ServerCall call(p_.telemetry, *context, telemetry::methods::kPull,
+                               p_.caller_index(request->from()), GetTrace(*request, &remote),
                                MessageBytes(*request));
-    Inflight inflight(task_, "Pull", request->from());
+    Inflight inflight(p_, "Pull", request->from());
     const double start = MonotonicSeconds();
-    task_->faults_.BeforeParameterCall();
+    p_.faults->BeforeParameterCall();
     call.Phase("ps.queue");
     const double queued = MonotonicSeconds();
-    if (absl::Status st =
-            CheckPullNames(*request, static_cast<size_t>(task_->store_->num_variables()));
+    if (absl::Status st = CheckPullNames(*request, static_cast<size_t>(p_.store->num_variables()));
         !st.ok()) {
       return call.Finish(ToGrpcStatus(st), 0);
     }
     for (const std::string& name : request->names()) {
       v1::Tensor* tensor = response->add_values();
       TensorSpec spec;
-      absl::Status st = task_->store_->Read(name, &spec, tensor->mutable_content());
+      absl::Status st = p_.store->Read(name, &spec, tensor->mutable_content());
       if (!st.ok()) return call.Finish(ToGrpcStatus(st), 0);
       SpecToProto(spec, tensor);
     }
     call.Phase("ps.read");
     const double end = MonotonicSeconds();
-    task_->status_.RecordServed(end - start, queued - start, end - queued);
-    response->set_version(task_->store_->updates_applied());
-    task_->FillIncarnation(response->mutable_ps_state());
+    p_.status->RecordServed(end - start, queued - start, end - queued);
+    response->set_version(p_.store->updates_applied());
+    p_.fill_incarnation(response->mutable_ps_state());
     return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
 
   grpc::Status Push(grpc::ServerContext* context, const v1::PushRequest* request,
                     v1::PushResponse* response) override {
     telemetry::RemoteContext remote;
-    telemetry::ServerCall call(task_->telemetry_.get(), *context, telemetry::methods::kPush,
-                               task_->CallerIndex(request->from()), GetTrace(*request, &remote),
+    telemetry::ServerCall call(p_.telemetry, *context, telemetry::methods::kPush,
+                               p_.caller_index(request->from()), GetTrace(*request, &remote),
                                MessageBytes(*request));
-    Inflight inflight(task_, "Push", request->from());
+    Inflight inflight(p_, "Push", request->from());
     const double start = MonotonicSeconds();
-    if (absl::Status st = task_->CheckCallerCertificate(*context, request->from(), "Push");
-        !st.ok()) {
+    if (absl::Status st = p_.check_caller(*context, request->from(), "Push"); !st.ok()) {
       return call.Finish(ToGrpcStatus(st), 0);
     }
-    task_->faults_.BeforeParameterCall();
+    p_.faults->BeforeParameterCall();
     const std::string from = TaskIdFromProto(request->from()).ShortName();
-    task_->FillIncarnation(response->mutable_ps_state());
+    p_.fill_incarnation(response->mutable_ps_state());
     // At most once: a retry of a Push this ps applied (its answer lost) is answered, not applied.
     const uint64_t sequence = request->sequence();
-    if (sequence != 0 &&
-        !task_->recent_pushes_.Insert(from, request->sender_incarnation(), sequence)) {
+    if (sequence != 0 && !p_.recent_pushes->Insert(from, request->sender_incarnation(), sequence)) {
       spdlog::warn(
           "Push from {} (request {:x}/{}) was applied already: answering OK, not "
           "applying it twice",
           from, request->sender_incarnation(), sequence);
       response->set_duplicate(true);
-      response->set_version(task_->store_->updates_applied());
+      response->set_version(p_.store->updates_applied());
       return call.Finish(grpc::Status::OK, MessageBytes(*response));
     }
     ParameterStore::Timing timing;
-    absl::Status st = task_->store_->ApplyGradient(
-        request->name(), SpecFromProto(request->gradient()), request->gradient().content(),
-        request->learning_rate(), from, &timing);
-    if (!st.ok() && sequence != 0) task_->recent_pushes_.Erase(from, sequence);
+    absl::Status st = p_.store->ApplyGradient(request->name(), SpecFromProto(request->gradient()),
+                                              request->gradient().content(),
+                                              request->learning_rate(), from, &timing);
+    if (!st.ok() && sequence != 0) p_.recent_pushes->Erase(from, sequence);
     // The injected delay and the wait for the variable are queueing; then the update.
     const double total = call.Elapsed();
     const double queue = std::max(0.0, total - timing.apply_seconds);
     call.Phases({{"ps.queue", queue}, {"ps.apply", timing.apply_seconds}});
-    TaskMetrics& m = *task_->metrics_;
+    TaskMetrics& m = *p_.metrics;
     m.ps_queue().Observe(queue);
     m.ps_apply().Observe(timing.apply_seconds);
     m.ps_push_to_apply().Observe(total);
     const double served = MonotonicSeconds() - start;
-    task_->status_.RecordServed(served, std::max(0.0, served - timing.apply_seconds),
-                                timing.apply_seconds);
+    p_.status->RecordServed(served, std::max(0.0, served - timing.apply_seconds),
+                            timing.apply_seconds);
     if (!st.ok()) {
       spdlog::error("Push from {} refused: {}", from, std::string(st.message()));
       return call.Finish(ToGrpcStatus(st), 0);
     }
-    task_->status_.SetSteps(static_cast<int64_t>(task_->store_->updates_applied()));
-    response->set_version(task_->store_->updates_applied());
-    if (task_->faults_.TakeDroppedPushAnswer()) {
+    p_.status->SetSteps(static_cast<int64_t>(p_.store->updates_applied()));
+    response->set_version(p_.store->updates_applied());
+    if (p_.faults->TakeDroppedPushAnswer()) {
       spdlog::warn("test hook: Push from {} applied, its answer dropped (UNAVAILABLE)", from);
       return call.Finish(
           grpc::Status(grpc::StatusCode::UNAVAILABLE, "test hook: answer dropped after applying"),
@@ -203,13 +198,13 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
   }
 
  private:
-  Task::Impl* task_;
+  const ParameterServiceParts p_;
 };
 
 }  // namespace
 
-std::unique_ptr<grpc::Service> NewParameterService(Task::Impl* task) {
-  return std::make_unique<ParameterServiceImpl>(task);
+std::unique_ptr<grpc::Service> NewParameterService(ParameterServiceParts parts) {
+  return std::make_unique<ParameterServiceImpl>(std::move(parts));
 }
 
 }  // namespace trainscope

@@ -245,6 +245,22 @@ absl::Status Task::Impl::StartServer(std::shared_ptr<grpc::ServerCredentials> cr
   return absl::OkStatus();
 }
 
+ParameterServiceParts Task::Impl::ParameterServicePartsOf() {
+  return {
+      store_.get(),
+      telemetry_.get(),
+      metrics_.get(),
+      &status_,
+      &faults_,
+      &recent_pushes_,
+      [this](const v1::TaskId& from) { return CallerIndex(from); },
+      [this](const grpc::ServerContext& context, const v1::TaskId& from, absl::string_view method) {
+        return CheckCallerCertificate(context, from, method);
+      },
+      [this](v1::PsState* state) { FillPsState(state); },
+      [this](v1::PsState* state) { FillIncarnation(state); }};
+}
+
 absl::Status Task::Impl::Start() {
   const std::string name = self_.ShortName();
   TS_ASSIGN_OR_RETURN(std::string spec_address, cluster_.AddressOf(self_));
@@ -273,7 +289,7 @@ absl::Status Task::Impl::Start() {
         ParameterStoreOptions{name, options_.ps_memory_limit_bytes});
     metrics_->SetStore(store_.get());
     TS_RETURN_IF_ERROR(RestoreFromCheckpoint());
-    parameter_service_ = NewParameterService(this);
+    parameter_service_ = NewParameterService(ParameterServicePartsOf());
   }
   task_service_ = NewTaskService(this);
 

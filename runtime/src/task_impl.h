@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -42,8 +43,27 @@ void SleepFor(int64_t ms);
 // The longest delay InjectFault adds at random to one call.
 inline constexpr int64_t kMaxInjectedDelayMs = 60000;
 
-// Thread-safe where its members are (atomics, `mu_`); Start, CreateSession, FinishTraining and
-// Shutdown run on the program's main thread.
+// What a ps's ParameterService uses; the task owns each and outlives the service.
+struct ParameterServiceParts {
+  ParameterStore* store;
+  telemetry::Telemetry* telemetry;  // May be null (--disable_telemetry).
+  TaskMetrics* metrics;
+  TaskStatus* status;
+  FaultInjector* faults;
+  RecentRequests* recent_pushes;  // Push ids applied lately: a retried Push is applied once.
+  // The caller's telemetry peer index, or -1.
+  std::function<int(const v1::TaskId& from)> caller_index;
+  // Under mutual TLS, whether the caller's certificate names the task it claims to be.
+  std::function<absl::Status(const grpc::ServerContext& context, const v1::TaskId& from,
+                             absl::string_view method)>
+      check_caller;
+  // What the ps tells its callers of its memory: all of it, or the incarnation alone (hot path).
+  std::function<void(v1::PsState* state)> fill_ps_state;
+  std::function<void(v1::PsState* state)> fill_incarnation;
+};
+
+// Thread-safe where its members are (atomics, the registry); Start, CreateSession, FinishTraining
+// and Shutdown run on the program's main thread.
 class Task::Impl {
  public:
   Impl(const RuntimeOptions& options, const TfConfig& config);
@@ -70,6 +90,8 @@ class Task::Impl {
   // OK without mutual TLS (nothing to check against). For calls that change state.
   absl::Status CheckCallerCertificate(const grpc::ServerContext& context, const v1::TaskId& from,
                                       absl::string_view method);
+  // What this ps's ParameterService is built from.
+  ParameterServiceParts ParameterServicePartsOf();
   // SIGINT/SIGTERM: the task leaves; SIGUSR1: it finishes (signals.h).
   void WatchSignals();
   // The gRPC server on listen_address_ with the task's services; fails naming the address.
@@ -131,8 +153,8 @@ class Task::Impl {
   std::unique_ptr<SignalWatcher> signals_;
 };
 
-// The services a task serves; they keep `task`, which must outlive them.
+// The services a task serves. The TaskService keeps `task`, which must outlive it.
 std::unique_ptr<grpc::Service> NewTaskService(Task::Impl* task);
-std::unique_ptr<grpc::Service> NewParameterService(Task::Impl* task);
+std::unique_ptr<grpc::Service> NewParameterService(ParameterServiceParts parts);
 
 }  // namespace trainscope
