@@ -261,6 +261,24 @@ ParameterServiceParts Task::Impl::ParameterServicePartsOf() {
       [this](v1::PsState* state) { FillIncarnation(state); }};
 }
 
+TaskServiceParts Task::Impl::TaskServicePartsOf() {
+  TaskServiceParts parts{
+      self_,
+      options_.enable_fault_injection,
+      telemetry_.get(),
+      &trainers_,
+      &faults_,
+      [this]() -> const v1::TaskIdentity& { return Identity(); },
+      [this](const v1::TaskId& from) { return CallerIndex(from); },
+      [this](const grpc::ServerContext& context, const v1::TaskId& from, absl::string_view method) {
+        return CheckCallerCertificate(context, from, method);
+      },
+      [this](v1::HeartbeatResponse* response) { FillHeartbeat(response); },
+      nullptr};
+  if (store_) parts.fill_ps_state = [this](v1::PsState* state) { FillPsState(state); };
+  return parts;
+}
+
 absl::Status Task::Impl::Start() {
   const std::string name = self_.ShortName();
   TS_ASSIGN_OR_RETURN(std::string spec_address, cluster_.AddressOf(self_));
@@ -291,7 +309,7 @@ absl::Status Task::Impl::Start() {
     TS_RETURN_IF_ERROR(RestoreFromCheckpoint());
     parameter_service_ = NewParameterService(ParameterServicePartsOf());
   }
-  task_service_ = NewTaskService(this);
+  task_service_ = NewTaskService(TaskServicePartsOf());
 
   TS_RETURN_IF_ERROR(StartServer(credentials));
   status_.SetPhase(self_.role == "ps" ? Phase::kServing : Phase::kStarting);

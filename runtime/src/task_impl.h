@@ -62,6 +62,22 @@ struct ParameterServiceParts {
   std::function<void(v1::PsState* state)> fill_incarnation;
 };
 
+// What a task's TaskService uses; the task owns each and outlives the service.
+struct TaskServiceParts {
+  TaskRef self;
+  bool accepts_faults;              // --enable_fault_injection.
+  telemetry::Telemetry* telemetry;  // May be null (--disable_telemetry).
+  TrainerRegistry* trainers;
+  FaultInjector* faults;
+  std::function<const v1::TaskIdentity&()> identity;  // Built in Start, never changing.
+  std::function<int(const v1::TaskId& from)> caller_index;
+  std::function<absl::Status(const grpc::ServerContext& context, const v1::TaskId& from,
+                             absl::string_view method)>
+      check_caller;
+  std::function<void(v1::HeartbeatResponse* response)> fill_heartbeat;
+  std::function<void(v1::PsState* state)> fill_ps_state;  // ps only; empty elsewhere.
+};
+
 // Thread-safe where its members are (atomics, the registry); Start, CreateSession, FinishTraining
 // and Shutdown run on the program's main thread.
 class Task::Impl {
@@ -92,6 +108,8 @@ class Task::Impl {
                                       absl::string_view method);
   // What this ps's ParameterService is built from.
   ParameterServiceParts ParameterServicePartsOf();
+  // What this task's TaskService is built from.
+  TaskServiceParts TaskServicePartsOf();
   // SIGINT/SIGTERM: the task leaves; SIGUSR1: it finishes (signals.h).
   void WatchSignals();
   // The gRPC server on listen_address_ with the task's services; fails naming the address.
@@ -116,6 +134,9 @@ class Task::Impl {
   // Called by CreateSession: makes this task the checkpointing one when it is (chief, or worker:0
   // without a chief) and --checkpoint_dir is set.
   void StartCheckpointSaver();
+
+ private:
+  friend class Task;  // Its facade (task.h) reads its state.
 
   const RuntimeOptions options_;
   const ClusterSpec cluster_;
@@ -146,15 +167,14 @@ class Task::Impl {
   // The checkpointing task (chief, or worker:0 without one) with --checkpoint_dir.
   std::unique_ptr<CheckpointSaver> saver_;
 
- private:
   std::unique_ptr<grpc::Service> task_service_;
   std::unique_ptr<grpc::Service> parameter_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<SignalWatcher> signals_;
 };
 
-// The services a task serves. The TaskService keeps `task`, which must outlive it.
-std::unique_ptr<grpc::Service> NewTaskService(Task::Impl* task);
+// The services a task serves.
+std::unique_ptr<grpc::Service> NewTaskService(TaskServiceParts parts);
 std::unique_ptr<grpc::Service> NewParameterService(ParameterServiceParts parts);
 
 }  // namespace trainscope

@@ -18,17 +18,17 @@ namespace {
 
 class TaskServiceImpl final : public v1::TaskService::Service {
  public:
-  explicit TaskServiceImpl(Task::Impl* task) : task_(task) {}
+  explicit TaskServiceImpl(TaskServiceParts parts) : p_(std::move(parts)) {}
 
   grpc::Status Handshake(grpc::ServerContext* context, const v1::HandshakeRequest* request,
                          v1::HandshakeResponse* response) override {
-    telemetry::ServerCall call(task_->telemetry_.get(), *context, telemetry::methods::kHandshake,
-                               task_->CallerIndex(request->from().task()), nullptr,
+    telemetry::ServerCall call(p_.telemetry, *context, telemetry::methods::kHandshake,
+                               p_.caller_index(request->from().task()), nullptr,
                                MessageBytes(*request));
-    *response->mutable_identity() = task_->Identity();
-    if (task_->store_) task_->FillPsState(response->mutable_ps_state());
+    *response->mutable_identity() = p_.identity();
+    if (p_.fill_ps_state) p_.fill_ps_state(response->mutable_ps_state());
     const v1::TaskIdentity& from = request->from();
-    task_->trainers_.RecordHandshake(TaskIdFromProto(from.task()), from.incarnation());
+    p_.trainers->RecordHandshake(TaskIdFromProto(from.task()), from.incarnation());
     const v1::TaskIdentity& me = response->identity();
     if (from.protocol_version() != me.protocol_version() ||
         from.cluster_fingerprint() != me.cluster_fingerprint()) {
@@ -43,15 +43,13 @@ class TaskServiceImpl final : public v1::TaskService::Service {
 
   grpc::Status Done(grpc::ServerContext* context, const v1::DoneRequest* request,
                     v1::DoneResponse* response) override {
-    telemetry::ServerCall call(task_->telemetry_.get(), *context, telemetry::methods::kDone,
-                               task_->CallerIndex(request->from()), nullptr,
-                               MessageBytes(*request));
-    if (absl::Status st = task_->CheckCallerCertificate(*context, request->from(), "Done");
-        !st.ok()) {
+    telemetry::ServerCall call(p_.telemetry, *context, telemetry::methods::kDone,
+                               p_.caller_index(request->from()), nullptr, MessageBytes(*request));
+    if (absl::Status st = p_.check_caller(*context, request->from(), "Done"); !st.ok()) {
       return call.Finish(ToGrpcStatus(st), 0);
     }
     absl::StatusOr<int> remaining =
-        task_->trainers_.MarkDone(TaskIdFromProto(request->from()), request->incarnation());
+        p_.trainers->MarkDone(TaskIdFromProto(request->from()), request->incarnation());
     if (!remaining.ok()) return call.Finish(ToGrpcStatus(remaining.status()), 0);
     response->set_workers_remaining(*remaining);
     return call.Finish(grpc::Status::OK, MessageBytes(*response));
@@ -59,29 +57,29 @@ class TaskServiceImpl final : public v1::TaskService::Service {
 
   grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
                          v1::HeartbeatResponse* response) override {
-    telemetry::ServerCall call(task_->telemetry_.get(), *context, telemetry::methods::kHeartbeat,
-                               -1, nullptr, MessageBytes(*request));
-    task_->faults_.BeforeHeartbeat();
-    task_->FillHeartbeat(response);
+    telemetry::ServerCall call(p_.telemetry, *context, telemetry::methods::kHeartbeat, -1, nullptr,
+                               MessageBytes(*request));
+    p_.faults->BeforeHeartbeat();
+    p_.fill_heartbeat(response);
     return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
 
   grpc::Status InjectFault(grpc::ServerContext* context, const v1::InjectFaultRequest* request,
                            v1::InjectFaultResponse* response) override {
-    telemetry::ServerCall call(task_->telemetry_.get(), *context, telemetry::methods::kInjectFault,
-                               -1, nullptr, MessageBytes(*request));
-    if (!task_->options_.enable_fault_injection) {
+    telemetry::ServerCall call(p_.telemetry, *context, telemetry::methods::kInjectFault, -1,
+                               nullptr, MessageBytes(*request));
+    if (!p_.accepts_faults) {
       return call.Finish(
           grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                       task_->self_.ShortName() + " does not accept injected faults: start it with "
-                                                  "--enable_fault_injection"),
+                       p_.self.ShortName() + " does not accept injected faults: start it with "
+                                             "--enable_fault_injection"),
           0);
     }
     if (!IsLocalPeer(context->peer())) {
       spdlog::warn("{} refused an injected fault from {}: only callers on this machine may",
-                   task_->self_.ShortName(), context->peer());
+                   p_.self.ShortName(), context->peer());
       return call.Finish(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                                      task_->self_.ShortName() +
+                                      p_.self.ShortName() +
                                           " accepts injected faults only from this machine, not "
                                           "from " +
                                           context->peer()),
@@ -97,7 +95,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
                            std::to_string(kMaxInjectedDelayMs) + "] ms"),
           0);
     }
-    FaultInjector& faults = task_->faults_;
+    FaultInjector& faults = *p_.faults;
     faults.SetDelays({std::max<int64_t>(0, request->parameter_delay_ms()),
                       std::max<int64_t>(0, request->heartbeat_delay_ms()),
                       request->random_delay_ms() > 0 ? p : 0, request->random_delay_ms()});
@@ -123,7 +121,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   }
 
  private:
-  Task::Impl* task_;
+  const TaskServiceParts p_;
 };
 
 void FillPeerView(const PeerHealth::Snapshot& s, v1::PeerView* view) {
@@ -189,8 +187,8 @@ void Task::Impl::FillHeartbeat(v1::HeartbeatResponse* response) const {
   if (store_) FillPsState(response->mutable_ps_state());
 }
 
-std::unique_ptr<grpc::Service> NewTaskService(Task::Impl* task) {
-  return std::make_unique<TaskServiceImpl>(task);
+std::unique_ptr<grpc::Service> NewTaskService(TaskServiceParts parts) {
+  return std::make_unique<TaskServiceImpl>(std::move(parts));
 }
 
 }  // namespace trainscope
