@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "trainscope/common/cluster_spec.h"
+#include "trainscope/runtime/task.h"
 #include "trainscope/runtime/tensor.h"
 
 namespace trainscope {
@@ -34,9 +35,9 @@ struct VariableDef {
 std::map<std::string, int> PlaceVariables(const std::vector<VariableDef>& variables, int num_ps);
 
 // Thread-compatible: one training thread drives it.
+// Task::CreateSession makes it; a training program uses what is public here.
 class ParameterClient {
  public:
-  ParameterClient(Session* session, const TaskRef& self, int rpc_deadline_ms, int max_attempts);
   ~ParameterClient();
 
   // Places and creates the variables (idempotent across workers).
@@ -54,6 +55,14 @@ class ParameterClient {
   // When a ps turns out to hold variables restored from a checkpoint (it restarted, or the whole
   // cluster did), the step of that checkpoint, once: the training loop goes on from there.
   std::optional<int64_t> TakeResume();
+  const std::vector<VariableDef>& variables() const { return variables_; }
+  // The ps task index of variable `index`.
+  int PlacementOf(size_t index) const { return placement_[index]; }
+
+ private:
+  // The runtime's own side: the task makes the client and saves checkpoints through it.
+  friend class Task::Impl;
+  ParameterClient(Session* session, const TaskRef& self, int rpc_deadline_ms, int max_attempts);
   // Called with each PullAll's values before it returns (the runtime saves checkpoints so).
   void SetAfterPull(std::function<void(const std::vector<std::string>&)> f) {
     after_pull_ = std::move(f);
@@ -61,11 +70,6 @@ class ParameterClient {
   // Called with the step the run goes on from when a ps restored a checkpoint.
   void SetOnResume(std::function<void(int64_t step)> f) { on_resume_ = std::move(f); }
 
-  const std::vector<VariableDef>& variables() const { return variables_; }
-  // The ps task index of variable `index`.
-  int PlacementOf(size_t index) const { return placement_[index]; }
-
- private:
   struct PsStub;
   struct Call;
   // Runs `calls` at once; those that end UNAVAILABLE are retried together, with backoff, up to
