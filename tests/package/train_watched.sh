@@ -69,12 +69,13 @@ fi
 pids+=($!)
 ctl() { trainscopectl "$@" --sidecar "127.0.0.1:$http"; }
 
-# Waits up to $1 seconds for `trainscopectl status` to show every task in state $2.
+# Waits up to $1 seconds for `trainscopectl status` to show 3 tasks whose line matches $2 after
+# the task's name (a state, then anything).
 wait_states() {
   local deadline=$((SECONDS + $1)) out
   while [ $SECONDS -lt "$deadline" ]; do
     out=$(ctl status 2>&1 || true)
-    if [ "$(grep -cE "^\s*(ps|worker):[0-9]+\s+$2\b" <<<"$out")" = 3 ]; then
+    if [ "$(grep -cE "^\s*(ps|worker):[0-9]+\s+$2" <<<"$out")" = 3 ]; then
       echo "$out"
       return 0
     fi
@@ -94,8 +95,8 @@ say "training: ps:0 on $ps, worker:0 on $w0, worker:1 on $w1; sidecar on $http"
 task ps 0 0
 task worker 0 400000
 task worker 1 400000
-wait_states 30 up > "$work/status-up.txt" || fail "the sidecar never showed all three up: $(cat "$work/status-up.txt")"
-say "every task up while training:"
+wait_states 30 "up\s.*(serving|training)" > "$work/status-up.txt" || fail "the sidecar never showed all three up: $(cat "$work/status-up.txt")"
+say "every task up, the ps serving and the workers training:"
 sed 's/^/  /' "$work/status-up.txt"
 # The stacks of a running worker, on demand: the sidecar may attach (root, or CAP_SYS_PTRACE).
 ctl stacks worker:0 --fresh > "$work/stacks.txt" 2>&1 || fail "trainscopectl stacks: $(cat "$work/stacks.txt")"
@@ -112,7 +113,7 @@ done
 grep -h "fit_line: y = " "$work"/worker-*.log | sed 's/^/  /'
 awk '/fit_line: y = / { w = $4; b = $7; ok = (w - 2)^2 < 0.01 && (b + 1)^2 < 0.01 }
      END { exit !ok }' "$work/worker-0.log" || fail "worker:0 did not fit y = 2 x - 1"
-wait_states 15 done > "$work/status-done.txt" || fail "the sidecar never showed all three done: $(cat "$work/status-done.txt")"
+wait_states 15 "done\b" > "$work/status-done.txt" || fail "the sidecar never showed all three done: $(cat "$work/status-done.txt")"
 say "every task done after training:"
 sed 's/^/  /' "$work/status-done.txt"
 say "passed"
