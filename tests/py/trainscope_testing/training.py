@@ -22,8 +22,8 @@ import signal
 import subprocess
 import time
 
-import certs as tls_certs
-import netns
+from trainscope_testing import certs as tls_certs
+from trainscope_testing import netns
 
 TASK_PORT = 2222  # first task port on each node (then 2223, ...)
 SIDECAR_HTTP_PORT = 9400  # the sidecar's default --http_port
