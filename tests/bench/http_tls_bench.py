@@ -60,7 +60,8 @@ def main():
             ps, worker, metrics = free_port(), free_port(), free_port()
             spec = {"ps": [f"localhost:{ps}"], "worker": [f"localhost:{worker}"]}
             procs.start(name, [f"{a.bin}/linear_regression", "--metrics_port", str(metrics),
-                               "--disable_tracing", *flags], env={"TF_CONFIG": tf_config(spec, "ps", 0)})
+                               "--disable_tracing", *flags],
+                        env={"TF_CONFIG": tf_config(spec, "ps", 0)})
             ports[name] = metrics
         time.sleep(2)
         ctx = pem_context(d)

@@ -16,7 +16,8 @@ the drill's time range and fails on any that errors or returns no data.
 Only the processes it starts are touched, by pid; every wait is bounded.
 
 Usage: fire_drill.py --bin BUILD/bin --src SOURCE_DIR [--out DIR] [--scenarios a,b] [--keep]; by
-hand `scripts/python tests/drill/fire_drill.py ...` (the helpers, trainscope_testing, on PYTHONPATH).
+hand `scripts/python tests/drill/fire_drill.py ...` (its helpers, trainscope_testing, on
+PYTHONPATH).
 Writes DIR/report.json and DIR/report.md (default DIR: a temporary folder, removed unless
 --keep or a failure). Exit 0 when every check passed. Standard library only.
 """
@@ -437,7 +438,8 @@ class Drill:
                 t = time.time()
                 self.tasks["worker:1"].kill9()
                 self.start_task("worker:1")
-                wait_for("worker:1 up again", lambda: self.state_of("worker:1") == "up", 30, interval=0.1)
+                wait_for("worker:1 up again", lambda: self.state_of("worker:1") == "up", 30,
+                         interval=0.1)
             return t
         self.run_scenario("crash-loop", "TrainscopeTaskRestarting",
                           {"cluster": CLUSTER, "role": "worker", "task": "1"}, fault, None,

@@ -4,7 +4,8 @@ linear_regression tasks (ps and workers, fault injection on) and trainscope-side
 them, all on 127.0.0.1 and free ports; plus `exercise()`, which makes every dashboard panel have
 something to show (workers blocked on a ps that starts late, a ps past a worker's deadline for a
 moment, a ps with a memory budget), as a real run would over time. Used by job_names_test.py and
-scale_out_test.py; the processes are trainscope_testing.processes.Proc, stopped by pid. Standard library only.
+scale_out_test.py; the processes are trainscope_testing.processes.Proc, stopped by pid.
+Standard library only.
 """
 
 import argparse

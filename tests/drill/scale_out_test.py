@@ -104,7 +104,8 @@ def run(args, work, failures):
         start = time.time()
         cluster.exercise(settle_s=12)  # remote write sends every 5 s at most
         wait_for("every task's series on the store", lambda: len(prom_query(
-            prom, f'trainscope_task_info{{cluster="{CLUSTER}"}}')) == len(cluster.addr), 30, interval=0.5)
+            prom, f'trainscope_task_info{{cluster="{CLUSTER}"}}')) == len(cluster.addr), 30,
+            interval=0.5)
         end = time.time()
         check_halves(cluster, agents, failures)
         fixed = {"__rate_interval": "4s", "__interval": "2s", "__range": f"{int(end - start)}s"}

@@ -52,8 +52,11 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 from trainscope_testing import netns, training
 
 DEFAULT_RUN = os.environ.get("TRAINSCOPE_CLUSTER_RUN", "/tmp/trainscope-cluster")
-# How to run this again, in the hints it prints: scripts/python puts trainscope_testing on PYTHONPATH.
-ME = (f"{os.path.relpath(os.path.join(os.path.dirname(__file__), '..', '..', 'scripts', 'python'))} "
+# How to run this again, in the hints it prints (scripts/python puts trainscope_testing on
+# PYTHONPATH).
+SCRIPTS_PYTHON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+                              "python")
+ME = (f"{os.path.relpath(SCRIPTS_PYTHON)} "
       f"{os.path.relpath(os.path.abspath(__file__))}"
       if not os.path.abspath(__file__).startswith("/usr") else sys.argv[0])
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",

@@ -2,8 +2,8 @@
 """Mutual TLS on a real multi-node network: what the loopback TLS tests cannot show.
 
 Three nodes (ps:0 on n1, worker:0 on n2, worker:1 on n3), every task, sidecar and read under
-mutual TLS with certificates made now by `openssl` (tests/multinode/certs.py: one CA, one
-certificate per node naming its address):
+mutual TLS with certificates made now by `openssl` (trainscope_testing.certs in tests/py: one CA,
+one certificate per node naming its address):
 
   1. training runs across nodes; every sidecar's view shows every task up, the other nodes'
      learned from their sidecars (the exchange works over mTLS); a plain HTTP read and an

@@ -5,9 +5,9 @@ right for a partition, a cut-off node and a slow ps on a real multi-node network
 Four nodes: ps:0 on n1, worker:0 on n2, worker:1 on n3, a sidecar on each of them; n4 runs the
 monitoring (Prometheus, Alertmanager, webhook receiver, all on n4's loopback), which scrapes
 every sidecar and task by its node address. The shipped alerts.yml and alertmanager.yml are
-used as tests/drill/monitoring.py renders them (1 s scrape and evaluation, 1 s group_wait and
-group_interval; TrainscopePsLatencyHigh `for: 1m` -> 30s so that its
-inhibition is seen within the run, still after TrainscopePsSlow fires).
+used as trainscope_testing.monitoring (tests/py) renders them (1 s scrape and evaluation, 1 s
+group_wait and group_interval; TrainscopePsLatencyHigh `for: 1m` -> 30s so that its inhibition
+is seen within the run, still after TrainscopePsSlow fires).
 
   1. partition: n1 and n2 cut apart (the switch drops their packets). The webhook gets
      TrainscopeTaskPartitioned with exactly the contract's labels, naming worker:0 and ps:0;
