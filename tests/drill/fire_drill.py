@@ -40,6 +40,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 
 import ps_restore  # beside this file
 from trainscope_testing import dashboards, monitoring, waiting
+from trainscope_testing.cluster_spec import tf_config
 from trainscope_testing.logs import logger
 from trainscope_testing.monitoring import RULE_OVERRIDES
 from trainscope_testing.ports import free_port
@@ -151,8 +152,7 @@ class Drill:
 
     def start_task(self, name):
         role, index = name.split(":")
-        tf = dict(self.spec, task={"type": role, "index": int(index)})
-        env = {"TF_CONFIG": json.dumps(tf),
+        env = {"TF_CONFIG": tf_config(self.spec, role, index),
                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.otlp_port}",
                "OTEL_SERVICE_NAME": f"{CLUSTER}-{role}"}
         p = self.tasks.get(name)

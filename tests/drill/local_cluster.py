@@ -20,6 +20,7 @@ import urllib.parse
 
 from fire_drill import DrillError, log, wait_for  # the drill's error, log and polling
 from trainscope_testing import monitoring
+from trainscope_testing.cluster_spec import tf_config
 from trainscope_testing.ports import free_port
 from trainscope_testing.processes import Proc
 from trainscope_testing.web import http_get, http_json
@@ -74,8 +75,7 @@ class LocalCluster:
         if name == "worker:0":
             # A short deadline, so that a slowed ps makes DEADLINE_EXCEEDED calls; keeps going.
             argv += ["--rpc_deadline_ms", "1000", "--max_step_failures", "1000000"]
-        env = {"TF_CONFIG": json.dumps(dict(self.spec, task={"type": role,
-                                                             "index": int(index)})),
+        env = {"TF_CONFIG": tf_config(self.spec, role, index),
                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.otlp_port}",
                "OTEL_SERVICE_NAME": f"{CLUSTER}-{role}"}
         self.tasks[name] = self.add(name, argv, env)
