@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How many series trainscope exports, measured on real processes.
 
-  /usr/bin/python3 tests/bench/cardinality_bench.py --bin build/bin [--ps 100] [--workers 10,50,100]
+  scripts/python tests/bench/cardinality_bench.py --bin build/bin [--ps 100] [--workers 10,50,100]
 
 1. A worker talking to --ps ps tasks (one shard of the model on each): the series on the
    worker's /metrics, by family.
@@ -19,23 +19,14 @@ import collections
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get(url):
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return r.read().decode()
+from trainscope_testing.cluster_spec import tf_config
+from trainscope_testing.ports import free_port
+from trainscope_testing.web import http_text
 
 
 def series(text):
@@ -76,7 +67,7 @@ class Cluster:
             stdout=self.log, stderr=subprocess.STDOUT))
         for role, addrs in self.spec["cluster"].items():
             for i in range(len(addrs)):
-                tf = json.dumps({**self.spec, "task": {"type": role, "index": i}})
+                tf = tf_config(self.spec, role, i)
                 self.procs.append(subprocess.Popen(
                     [os.path.join(self.bin, "linear_regression"), "--cluster_name", "card",
                      "--features", str(self.features), "--steps", "100000000",
@@ -89,7 +80,7 @@ class Cluster:
         return [f"{r}:{i}" for r, a in self.spec["cluster"].items() for i in range(len(a))]
 
     def tasks(self):
-        return json.loads(get(f"http://127.0.0.1:{self.http_port}/api/v1/tasks"))["tasks"]
+        return json.loads(http_text(f"http://127.0.0.1:{self.http_port}/api/v1/tasks"))["tasks"]
 
     def wait_training(self, timeout=120):
         """Waits until every worker has stepped a few times; returns the tasks by name."""
@@ -142,7 +133,7 @@ def main():
         try:
             c.start()
             views = c.wait_training()
-            worker = series(get(f"http://{views['worker:0']['metrics_address']}/metrics"))
+            worker = series(http_text(f"http://{views['worker:0']['metrics_address']}/metrics"))
         finally:
             c.stop()
         print(f"worker:0 talking to {args.ps} ps: {total(worker)} series")
@@ -158,8 +149,8 @@ def main():
             try:
                 c.start()
                 views = c.wait_training()
-                ps = series(get(f"http://{views['ps:0']['metrics_address']}/metrics"))
-                sidecar = series(get(f"http://127.0.0.1:{c.http_port}/metrics"))
+                ps = series(http_text(f"http://{views['ps:0']['metrics_address']}/metrics"))
+                sidecar = series(http_text(f"http://127.0.0.1:{c.http_port}/metrics"))
             finally:
                 c.stop()
             rows.append((w, total(ps), total(sidecar), w + 1))

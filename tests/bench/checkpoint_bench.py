@@ -3,7 +3,7 @@
 tasks' own log lines (linear_regression, one ps and one worker on loopback, batches of one example so that the
 steps are Pull/Push, not data generation).
 
-  /usr/bin/python3 tests/bench/checkpoint_bench.py --bin build/bin [--features 250000]
+  scripts/python tests/bench/checkpoint_bench.py --bin build/bin [--features 250000]
       [--steps 600] [--every_steps 100] [--restarts 3]
 
 dip:     the worker logs every step; a run without checkpoints and one with a checkpoint every
@@ -25,19 +25,15 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import tempfile
 import time
 
+from trainscope_testing.cluster_spec import tf_config
+from trainscope_testing.ports import free_port
+
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) ")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stamp(line):
@@ -53,7 +49,7 @@ class Cluster:
         self.spec = {"ps": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}"]}
 
     def start(self, role, args, log):
-        tf = json.dumps({"cluster": self.spec, "task": {"type": role, "index": 0}})
+        tf = tf_config(self.spec, role, 0)
         env = dict(os.environ, TF_CONFIG=tf)
         out = open(os.path.join(self.work, log), "w")
         return subprocess.Popen([self.binary, "--disable_tracing"] + args, env=env, stdout=out,

@@ -4,13 +4,11 @@ scraper without keep-alive does), of one linear_regression ps served plainly and
 over mutual TLS, one after the other; prints the median and 90th percentile of each. Then
 one scrape while --idle connections that never send a byte are held open.
 
-Usage: http_tls_bench.py --bin BUILD/bin [--scrapes 300]
+Usage: scripts/python tests/bench/http_tls_bench.py --bin BUILD/bin [--scrapes 300]
 Standard library and openssl; certificates made in a temporary folder.
 """
 
 import argparse
-import json
-import os
 import shutil
 import socket
 import statistics
@@ -19,8 +17,11 @@ import tempfile
 import time
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../integration"))
-from http_tls_test import Procs, context, free_port, make_certs  # noqa: E402
+
+from trainscope_testing.certs import make_pem_certs, pem_context
+from trainscope_testing.cluster_spec import tf_config
+from trainscope_testing.ports import free_port
+from trainscope_testing.processes import ProcGroup
 
 
 def get(port, ctx=None, timeout=5):
@@ -49,21 +50,21 @@ def main():
     ap.add_argument("--idle", type=int, default=20, help="idle connections for the last figure")
     a = ap.parse_args()
     d = tempfile.mkdtemp(prefix="trainscope-http-tls-bench-")
-    procs = Procs(d)
+    procs = ProcGroup(d)
     try:
-        make_certs(d)
+        make_pem_certs(d)
         tls = ["--tls_cert_file", f"{d}/server.pem", "--tls_key_file", f"{d}/server.key",
                "--tls_ca_file", f"{d}/ca.pem"]
         ports = {}
         for name, flags in (("plain", []), ("tls", tls)):
             ps, worker, metrics = free_port(), free_port(), free_port()
-            spec = {"cluster": {"ps": [f"localhost:{ps}"], "worker": [f"localhost:{worker}"]},
-                    "task": {"type": "ps", "index": 0}}
+            spec = {"ps": [f"localhost:{ps}"], "worker": [f"localhost:{worker}"]}
             procs.start(name, [f"{a.bin}/linear_regression", "--metrics_port", str(metrics),
-                               "--disable_tracing", *flags], env={"TF_CONFIG": json.dumps(spec)})
+                               "--disable_tracing", *flags],
+                        env={"TF_CONFIG": tf_config(spec, "ps", 0)})
             ports[name] = metrics
         time.sleep(2)
-        ctx = context(d)
+        ctx = pem_context(d)
         plain = measure(lambda: get(ports["plain"]), a.scrapes)
         tls_ms = measure(lambda: get(ports["tls"], ctx), a.scrapes)
         print(f"{a.scrapes} scrapes of /metrics, each on a new connection:")

@@ -19,7 +19,7 @@ rate with telemetry off and of its CPU per step / off's (on a shared machine the
 steadier one), then each process's user + system CPU and thread switches per step (sidecar, ps,
 worker): where the cost is paid.
 
-  /usr/bin/python3 tests/bench/training_overhead.py --bin build/bin [--rounds 16] [--window_s 4]
+  scripts/python tests/bench/training_overhead.py --bin build/bin [--rounds 16] [--window_s 4]
       [--restart_every 4]
 
 Set-ups:
@@ -40,7 +40,6 @@ import json
 import os
 import random
 import signal
-import socket
 import ssl
 import statistics
 import subprocess
@@ -48,6 +47,10 @@ import sys
 import tempfile
 import time
 import urllib.request
+
+from trainscope_testing.certs import LoopbackCerts
+from trainscope_testing.cluster_spec import tf_config
+from trainscope_testing.ports import free_port
 
 SETUPS = {
     "off": (["--disable_telemetry"], {}),
@@ -60,19 +63,10 @@ SETUPS = {
 
 def tls_flags(workdir):
     """--tls_* flags of one certificate for 127.0.0.1 and its CA, made once in workdir."""
-    sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tls"))
-    from tls_test import Certs  # noqa: E402 (tests/tls, standard library only)
     if not os.path.exists(os.path.join(workdir, "node.crt")):
-        Certs(workdir).leaf("node")
+        LoopbackCerts(workdir).leaf("node")
     return ["--tls_cert_file", os.path.join(workdir, "node.crt"), "--tls_key_file",
             os.path.join(workdir, "node.key"), "--tls_ca_file", os.path.join(workdir, "ca.crt")]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def worker_steps(http_port, tls_context=None):
@@ -158,7 +152,7 @@ class Cluster:
                  "--peer_sidecars", "none", *tls], {}, self.log, cpu=cpus[1]))
             env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{grpc_port}", **extra_env}
             for role in ("ps", "worker"):
-                tf = json.dumps({**spec, "task": {"type": role, "index": 0}})
+                tf = tf_config(spec, role, 0)
                 self.procs.append(start(
                     [os.path.join(bin_dir, "linear_regression"), "--cluster_name", "bench",
                      "--steps", "1000000000", "--log_every", "1000000", "--metrics_port", "0",

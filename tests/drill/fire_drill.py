@@ -15,17 +15,19 @@ the drill's time range and fails on any that errors or returns no data.
 
 Only the processes it starts are touched, by pid; every wait is bounded.
 
-Usage: fire_drill.py --bin BUILD/bin --src SOURCE_DIR [--out DIR] [--scenarios a,b] [--keep]
+Usage: fire_drill.py --bin BUILD/bin --src SOURCE_DIR [--out DIR] [--scenarios a,b] [--keep]; by
+hand `scripts/python tests/drill/fire_drill.py ...` (its helpers, trainscope_testing, on
+PYTHONPATH).
 Writes DIR/report.json and DIR/report.md (default DIR: a temporary folder, removed unless
 --keep or a failure). Exit 0 when every check passed. Standard library only.
 """
 
 import argparse
+import functools
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,10 +37,16 @@ import urllib.parse
 import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import monitoring  # noqa: E402 (beside this file)
-import ps_restore  # noqa: E402 (beside this file)
-from monitoring import RULE_OVERRIDES  # noqa: E402
+
+import ps_restore  # beside this file
+from trainscope_testing import dashboards, monitoring, waiting
+from trainscope_testing.cluster_spec import tf_config
+from trainscope_testing.logs import logger
+from trainscope_testing.monitoring import RULE_OVERRIDES
+from trainscope_testing.ports import free_port
+from trainscope_testing.processes import Proc
+from trainscope_testing.waiting import HarnessError
+from trainscope_testing.web import http_get, http_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLUSTER = "drill"
@@ -54,114 +62,14 @@ INTERVALS = {"scrape": "1s", "evaluation": "1s", "http_sd_refresh": "1s",
              "am_group_wait": "1s", "am_group_interval": "1s"}
 
 
-class DrillError(Exception):
-    pass
-
-
-def log(msg):
-    print(f"[drill {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def free_port(taken=set()):  # noqa: B006 (one set for the whole run, on purpose)
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in taken:
-            taken.add(port)
-            return port
-    raise DrillError("no free port")
-
-
-def http_get(url, timeout=2.0):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return r.status, r.read()
-
-
-def http_json(url, timeout=2.0):
-    status, body = http_get(url, timeout)
-    return json.loads(body)
-
-
-def wait_for(what, predicate, timeout, interval=0.1):
-    """Calls predicate until it returns a truthy value; raises DrillError after timeout."""
-    deadline = time.time() + timeout
-    last_error = None
-    while time.time() < deadline:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except (OSError, ValueError, urllib.error.URLError) as e:
-            last_error = e
-        time.sleep(interval)
-    raise DrillError(f"timed out after {timeout:.0f} s waiting for {what}"
-                     + (f" (last error: {last_error})" if last_error else ""))
+DrillError = HarnessError  # what the drill's helpers raise
+log = logger("drill")
+wait_for = functools.partial(waiting.wait_for, interval=0.1)  # the drill polls every 0.1 s
 
 
 def has_gpu():
     return os.path.exists("/dev/nvidiactl") or subprocess.run(
         "ldconfig -p | grep -q libnvidia-ml.so.1", shell=True).returncode == 0
-
-
-class Proc:
-    """A process the drill started: its pid, its log, and how to stop it."""
-
-    def __init__(self, name, argv, logdir, env=None):
-        self.name, self.argv, self.env = name, argv, env
-        self.log_path = os.path.join(logdir, name.replace(":", "-") + ".log")
-        self.popen = None
-        self.stopped = False  # SIGSTOPped by us
-
-    def start(self):
-        logf = open(self.log_path, "ab")
-        logf.write(f"\n=== {time.strftime('%H:%M:%S')} {' '.join(self.argv)}\n".encode())
-        logf.flush()
-        env = dict(os.environ)
-        env.update(self.env or {})
-        self.popen = subprocess.Popen(self.argv, stdout=logf, stderr=subprocess.STDOUT, env=env,
-                                      stdin=subprocess.DEVNULL)
-        logf.close()
-        return self
-
-    @property
-    def pid(self):
-        return self.popen.pid if self.popen else None
-
-    def alive(self):
-        return self.popen is not None and self.popen.poll() is None
-
-    def signal(self, sig):
-        if self.alive():
-            os.kill(self.popen.pid, sig)
-            if sig == signal.SIGSTOP:
-                self.stopped = True
-            elif sig == signal.SIGCONT:
-                self.stopped = False
-
-    def stop(self, timeout=5.0):
-        if not self.alive():
-            return
-        if self.stopped:
-            self.signal(signal.SIGCONT)
-        self.popen.send_signal(signal.SIGTERM)
-        try:
-            self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait(5)
-
-    def kill9(self):
-        if self.alive():
-            self.popen.kill()
-            self.popen.wait(5)
-
-    def tail(self, n=15):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "".join(f.readlines()[-n:])
-        except OSError:
-            return ""
 
 
 class Drill:
@@ -244,8 +152,7 @@ class Drill:
 
     def start_task(self, name):
         role, index = name.split(":")
-        tf = dict(self.spec, task={"type": role, "index": int(index)})
-        env = {"TF_CONFIG": json.dumps(tf),
+        env = {"TF_CONFIG": tf_config(self.spec, role, index),
                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.otlp_port}",
                "OTEL_SERVICE_NAME": f"{CLUSTER}-{role}"}
         p = self.tasks.get(name)
@@ -363,7 +270,7 @@ class Drill:
             self._not_up = bad
             return not bad
         try:
-            wait_for("every task up", all_up, timeout, 0.2)
+            wait_for("every task up", all_up, timeout, interval=0.2)
         except DrillError as e:
             raise DrillError(f"{e}; not up: {self._not_up}")
 
@@ -424,7 +331,7 @@ class Drill:
             res["undo_at"] = t_undo
             hit = wait_for(f"resolved {alertname} {labels} at the webhook",
                            lambda: self.find_notification(t_undo, alertname, labels, "resolved"),
-                           resolve_timeout, 0.2)
+                           resolve_timeout, interval=0.2)
             res["webhook_resolved_s"] = round(hit[0] - t_undo, 2)
             log(f"  resolved at the webhook {hit[0] - t_undo:.1f} s after the fault was undone")
             res["ok"] = True
@@ -531,7 +438,8 @@ class Drill:
                 t = time.time()
                 self.tasks["worker:1"].kill9()
                 self.start_task("worker:1")
-                wait_for("worker:1 up again", lambda: self.state_of("worker:1") == "up", 30, 0.1)
+                wait_for("worker:1 up again", lambda: self.state_of("worker:1") == "up", 30,
+                         interval=0.1)
             return t
         self.run_scenario("crash-loop", "TrainscopeTaskRestarting",
                           {"cluster": CLUSTER, "role": "worker", "task": "1"}, fault, None,
@@ -562,8 +470,7 @@ class Drill:
     def run_panel_queries(self):
         """Every panel query over the drill's time range, the variables resolved as Grafana
         would (the job variables find the shipped jobs by metric name)."""
-        sys.path.insert(0, os.path.join(self.src, "dashboards/tools"))
-        import check_dashboards  # noqa: E402 (lives in the source tree)
+        check_dashboards = dashboards.check_dashboards(self.src)
         end = time.time()
         fixed = {"__rate_interval": "4s", "__interval": "2s",
                  "__range": f"{int(end - self.start_time) + 1}s"}
@@ -579,8 +486,7 @@ class Drill:
     def check_json_panels(self):
         """The panels that read the sidecar's JSON rather than Prometheus. Run before the
         sidecar-down scenario: a restarted sidecar starts with an empty trace memory."""
-        sys.path.insert(0, os.path.join(self.src, "dashboards/tools"))
-        import check_dashboards  # noqa: E402 (lives in the source tree)
+        check_dashboards = dashboards.check_dashboards(self.src)
         json_sources = []
         check_dashboards.check(self.src, json_sources)
         values = {"sidecar": f"127.0.0.1:{self.sidecar_port}"}

@@ -18,18 +18,19 @@ import sys
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import monitoring  # noqa: E402 (beside this file)
-from fire_drill import free_port, has_gpu, http_get, log, wait_for  # noqa: E402
-from local_cluster import LocalCluster, prom_query, test_main  # noqa: E402
+
+from fire_drill import has_gpu, log, wait_for  # the drill's log and polling
+from local_cluster import LocalCluster, prom_query, test_main
+from trainscope_testing import dashboards, monitoring
+from trainscope_testing.ports import free_port
+from trainscope_testing.web import http_get
 
 JOBS = {"trainscope-sidecars": "trainscope-sidecar", "trainscope-tasks": "trainscope-tasks-static"}
 
 
 def run(args, work, failures):
     src = os.path.abspath(args.src)
-    sys.path.insert(0, os.path.join(src, "dashboards/tools"))
-    import check_dashboards  # noqa: E402 (lives in the source tree)
+    check_dashboards = dashboards.check_dashboards(src)
     cluster = LocalCluster(args.bin, work)
     try:
         sidecar = cluster.start_sidecar("sidecar", sorted(cluster.addr), otlp=True)
@@ -45,7 +46,7 @@ def run(args, work, failures):
             port))
         prom = f"http://127.0.0.1:{port}"
         wait_for("Prometheus ready", lambda: http_get(f"{prom}/-/ready")[0] == 200, 30)
-        wait_for("the sidecar scraped", lambda: prom_query(prom, "up == 1"), 30, 0.2)
+        wait_for("the sidecar scraped", lambda: prom_query(prom, "up == 1"), 30, interval=0.2)
         start = time.time()
         cluster.exercise(prom=prom)
         end = time.time()

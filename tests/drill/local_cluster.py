@@ -4,7 +4,8 @@ linear_regression tasks (ps and workers, fault injection on) and trainscope-side
 them, all on 127.0.0.1 and free ports; plus `exercise()`, which makes every dashboard panel have
 something to show (workers blocked on a ps that starts late, a ps past a worker's deadline for a
 moment, a ps with a memory budget), as a real run would over time. Used by job_names_test.py and
-scale_out_test.py; the processes are fire_drill.Proc, stopped by pid. Standard library only.
+scale_out_test.py; the processes are trainscope_testing.processes.Proc, stopped by pid.
+Standard library only.
 """
 
 import argparse
@@ -17,8 +18,12 @@ import tempfile
 import time
 import urllib.parse
 
-import monitoring
-from fire_drill import DrillError, Proc, free_port, http_get, http_json, log, wait_for
+from fire_drill import DrillError, log, wait_for  # the drill's error, log and polling
+from trainscope_testing import monitoring
+from trainscope_testing.cluster_spec import tf_config
+from trainscope_testing.ports import free_port
+from trainscope_testing.processes import Proc
+from trainscope_testing.web import http_get, http_json
 
 CLUSTER = "stack"
 
@@ -70,8 +75,7 @@ class LocalCluster:
         if name == "worker:0":
             # A short deadline, so that a slowed ps makes DEADLINE_EXCEEDED calls; keeps going.
             argv += ["--rpc_deadline_ms", "1000", "--max_step_failures", "1000000"]
-        env = {"TF_CONFIG": json.dumps(dict(self.spec, task={"type": role,
-                                                             "index": int(index)})),
+        env = {"TF_CONFIG": tf_config(self.spec, role, index),
                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.otlp_port}",
                "OTEL_SERVICE_NAME": f"{CLUSTER}-{role}"}
         self.tasks[name] = self.add(name, argv, env)
@@ -104,7 +108,7 @@ class LocalCluster:
         return out
 
     def wait_state(self, name, state, timeout=30):
-        wait_for(f"{name} {state}", lambda: self.states().get(name) == state, timeout, 0.2)
+        wait_for(f"{name} {state}", lambda: self.states().get(name) == state, timeout, interval=0.2)
 
     def fault(self, task, delay_ms):
         r = subprocess.run([os.path.join(self.bin, "trainscopectl"), "fault", "--task",
@@ -125,11 +129,11 @@ class LocalCluster:
         time.sleep(4)  # a few scrapes of the wait
         if prom:  # its targets come from the sidecar's discovery, which a loaded machine delays
             wait_for("the wait scraped", lambda: prom_query(
-                prom, "trainscope_session_waiting_seconds"), 30, 0.5)
+                prom, "trainscope_session_waiting_seconds"), 30, interval=0.5)
         for name in sorted(n for n in self.addr if n.startswith("ps")):
             self.start_task(name)
         wait_for("every task up", lambda: all(
-            self.states().get(n) == "up" for n in self.addr), 60, 0.2)
+            self.states().get(n) == "up" for n in self.addr), 60, interval=0.2)
         self.fault("ps:1", 1500)
         time.sleep(3)
         self.fault("ps:1", 0)

@@ -90,7 +90,7 @@ def wait_trained_a_while(drill, wait_for, every):
     folder = os.path.join(drill.dir, "checkpoints")
     wait_for("worker:0 past two checkpoint intervals and a checkpoint saved", lambda: (
         int(view_of(drill, "worker:0").get("steps", 0)) > 2 * every
-        and any(f.endswith(".tsckpt") for f in os.listdir(folder))), 120, 0.5)
+        and any(f.endswith(".tsckpt") for f in os.listdir(folder))), 120, interval=0.5)
 
 
 def watch_restore(drill, t0, offsets, timeout):
@@ -223,7 +223,7 @@ def finish_job(drill, h, quiet_s=15):
     everyone = sorted(drill.tasks)
     try:
         h.wait_for("every task done", lambda: all(drill.state_of(n) == "done" for n in everyone),
-                 60, 0.3)
+                 60, interval=0.3)
     except h.DrillError as e:
         states = {n: drill.state_of(n) for n in everyone}
         drill.failures.append(f"the job's end: {e} (states {states})")

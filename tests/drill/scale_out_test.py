@@ -19,11 +19,12 @@ import sys
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import monitoring  # noqa: E402 (beside this file)
-from fire_drill import (free_port, has_gpu, http_get, http_json, log,  # noqa: E402
-                        wait_for)
-from local_cluster import CLUSTER, LocalCluster, prom_query, test_main  # noqa: E402
+
+from fire_drill import has_gpu, log, wait_for  # the drill's log and polling
+from local_cluster import CLUSTER, LocalCluster, prom_query, test_main
+from trainscope_testing import dashboards, monitoring
+from trainscope_testing.ports import free_port
+from trainscope_testing.web import http_get, http_json
 
 GROUPS = {"a": ["ps:0", "worker:0"], "b": ["ps:1", "worker:1"]}
 
@@ -88,8 +89,7 @@ def kill_worker(cluster, store, failures):
 
 def run(args, work, failures):
     src = os.path.abspath(args.src)
-    sys.path.insert(0, os.path.join(src, "dashboards/tools"))
-    import check_dashboards  # noqa: E402 (lives in the source tree)
+    check_dashboards = dashboards.check_dashboards(src)
     promtool = monitoring.tool("promtool", "prometheus")
     cluster = LocalCluster(args.bin, work)
     try:
@@ -100,11 +100,12 @@ def run(args, work, failures):
                   for g, sidecar in sidecars.items()}
         prom = f"http://{store}"
         wait_for("both sidecars on the store", lambda: len(prom_query(
-            prom, "trainscope_sidecar_watched_tasks")) == 2, 60, 0.5)
+            prom, "trainscope_sidecar_watched_tasks")) == 2, 60, interval=0.5)
         start = time.time()
         cluster.exercise(settle_s=12)  # remote write sends every 5 s at most
         wait_for("every task's series on the store", lambda: len(prom_query(
-            prom, f'trainscope_task_info{{cluster="{CLUSTER}"}}')) == len(cluster.addr), 30, 0.5)
+            prom, f'trainscope_task_info{{cluster="{CLUSTER}"}}')) == len(cluster.addr), 30,
+            interval=0.5)
         end = time.time()
         check_halves(cluster, agents, failures)
         fixed = {"__rate_interval": "4s", "__interval": "2s", "__range": f"{int(end - start)}s"}

@@ -31,10 +31,12 @@ import time
 import urllib.parse
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import monitoring  # noqa: E402
-from fire_drill import free_port, http_get, http_json, log, wait_for  # noqa: E402
-from local_cluster import CLUSTER, LocalCluster, prom_query, test_main  # noqa: E402
+
+from fire_drill import log, wait_for  # the drill's log and polling
+from local_cluster import CLUSTER, LocalCluster, prom_query, test_main
+from trainscope_testing import monitoring
+from trainscope_testing.ports import free_port
+from trainscope_testing.web import http_get, http_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONTRACT = {"alertname", "cluster", "role", "task", "severity"}
@@ -102,7 +104,7 @@ def metric(sidecar, name, labels=""):
 def expect_page(hook, t0, alertname, labels, sidecar_url, failures, timeout=30):
     """Waits for the firing notification; checks its labels and sender. Seconds from t0."""
     hit = wait_for(f"{alertname} {labels} at the webhook",
-                   lambda: hook.find(t0, alertname, labels, "firing"), timeout, 0.05)
+                   lambda: hook.find(t0, alertname, labels, "firing"), timeout, interval=0.05)
     received, alert = hit
     lab = alert["labels"]
     if set(lab) != CONTRACT:
@@ -122,7 +124,7 @@ def check_one_alert(am, prom, labels, failures):
     """With Prometheus firing too, Alertmanager holds one alert with these labels."""
     sel = ",".join(f'{k}="{v}"' for k, v in labels.items())
     wait_for("TrainscopeTaskDead firing in Prometheus too", lambda: prom_query(
-        prom, f'ALERTS{{alertstate="firing",{sel}}}'), 40, 0.5)
+        prom, f'ALERTS{{alertstate="firing",{sel}}}'), 40, interval=0.5)
     time.sleep(2)  # Prometheus's post reaches Alertmanager
     q = urllib.parse.urlencode([("filter", f'{k}="{v}"') for k, v in labels.items()])
     alerts = http_json(f"{am}/api/v2/alerts?{q}")
@@ -150,7 +152,7 @@ def run(args, work, failures):
         for name in ("ps:0", "ps:1", "worker:0", "worker:1"):
             cluster.start_task(name)
         wait_for("every task up", lambda: all(
-            cluster.states().get(n) == "up" for n in cluster.addr), 60, 0.2)
+            cluster.states().get(n) == "up" for n in cluster.addr), 60, interval=0.2)
 
         log("1. no fault for 10 s: nothing may page")
         quiet_from = time.time()
@@ -170,7 +172,7 @@ def run(args, work, failures):
         t_undo = time.time()
         cluster.start_task("worker:1")
         hit = wait_for("resolved TrainscopeTaskDead", lambda: hook.find(
-            t_undo, "TrainscopeTaskDead", dead, "resolved"), 60, 0.1)
+            t_undo, "TrainscopeTaskDead", dead, "resolved"), 60, interval=0.1)
         log(f"  resolved at the webhook {hit[0] - t_undo:.2f} s after the restart")
         groups = {g for _, g, a in hook.alerts(t0)
                   if a["labels"].get("alertname") == "TrainscopeTaskDead"}
@@ -187,7 +189,7 @@ def run(args, work, failures):
         t_undo = time.time()
         cluster.tasks["ps:1"].signal(signal.SIGCONT)
         hit = wait_for("resolved TrainscopeTaskHung", lambda: hook.find(
-            t_undo, "TrainscopeTaskHung", hung, "resolved"), 60, 0.1)
+            t_undo, "TrainscopeTaskHung", hung, "resolved"), 60, interval=0.1)
         log(f"  resolved at the webhook {hit[0] - t_undo:.2f} s after SIGCONT")
         cluster.wait_state("ps:1", "up", 60)
 

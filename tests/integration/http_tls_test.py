@@ -14,7 +14,8 @@ trainscope-sidecar run with --tls_cert_file/--tls_key_file/--tls_ca_file on loop
 - with the spec's host `localhost`, /metrics and the sidecar listen on 127.0.0.1 only: nothing
   answers on 127.0.0.2.
 
-Usage: http_tls_test.py --bin BUILD/bin [--keep]
+Usage: http_tls_test.py --bin BUILD/bin [--keep]; by hand, with the helpers (tests/py):
+`scripts/python tests/integration/http_tls_test.py --bin build/bin`.
 Exit 0 when every check passed. Standard library only.
 """
 
@@ -32,56 +33,21 @@ import time
 import urllib.parse
 import urllib.request
 
+from trainscope_testing.certs import issue_pem, make_pem_certs, pem_context
+from trainscope_testing.cluster_spec import tf_config
+from trainscope_testing.logs import logger
+from trainscope_testing.ports import free_port
+from trainscope_testing.processes import ProcGroup
+from trainscope_testing.waiting import HarnessError, wait_for
+
 FAILURES = []
-
-
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+log = logger()
 
 
 def check(ok, what):
     log(("ok   " if ok else "FAIL ") + what)
     if not ok:
         FAILURES.append(what)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def openssl(*args, cwd):
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def make_certs(d):
-    """ca.pem; server.pem/.key for localhost and 127.0.0.1; client.pem/.key of the CA;
-    rogue.pem/.key of another CA."""
-    for ca in ("ca", "other_ca"):
-        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{ca}.key",
-                "-out", f"{ca}.pem", "-days", "2", "-subj", f"/CN={ca}", cwd=d)
-    with open(os.path.join(d, "server.ext"), "w") as f:
-        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    issue(d, "server", "ca", serial=0x1001, ext="server.ext")
-    issue(d, "client", "ca", serial=0x2001)
-    issue(d, "rogue", "other_ca", serial=0x3001)
-
-
-def issue(d, name, ca, serial, ext=None, out=None):
-    if not os.path.exists(os.path.join(d, f"{name}.key")):
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
-                f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
-    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
-            "-set_serial", str(serial), "-days", "2", "-out", out or f"{name}.pem",
-            *(["-extfile", ext] if ext else []), cwd=d)
-
-
-def context(d, client="client"):
-    ctx = ssl.create_default_context(cafile=os.path.join(d, "ca.pem"))
-    if client:
-        ctx.load_cert_chain(os.path.join(d, f"{client}.pem"), os.path.join(d, f"{client}.key"))
-    return ctx
 
 
 def https_get(ctx, port, path, host="127.0.0.1", timeout=5):
@@ -133,46 +99,21 @@ def refused(fn):
         return True
 
 
-def wait_for(fn, timeout, what):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            if fn():
-                return True
-        except Exception:  # noqa: BLE001 (not up yet)
-            pass
-        time.sleep(0.1)
-    check(False, f"{what} within {timeout} s")
-    return False
-
-
-class Procs:
-    def __init__(self, d):
-        self.d, self.procs = d, []
-
-    def start(self, name, argv, env=None):
-        out = open(os.path.join(self.d, f"{name}.log"), "w")
-        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                             env={**os.environ, **(env or {})})
-        self.procs.append(p)
-        return p
-
-    def stop(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+def within(fn, timeout, what):
+    """True once fn() is truthy (any exception meaning not yet, every 0.1 s); else a failed
+    check "what within timeout s" and False."""
+    try:
+        return bool(wait_for(what, fn, timeout, interval=0.1, errors=(Exception,)))
+    except HarnessError:
+        check(False, f"{what} within {timeout} s")
+        return False
 
 
 def rotate(d, ports):
     """Replaces server.pem (serial 0x1002, same key) by rename while a thread handshakes with
     each port in a loop; returns seconds until every port served the new serial, or None."""
     stop, errors, served = threading.Event(), [], {}
-    ctx = context(d)
+    ctx = pem_context(d)
 
     def hammer(port):
         while not stop.is_set():
@@ -186,7 +127,7 @@ def rotate(d, ports):
     for t in threads:
         t.start()
     time.sleep(0.5)
-    issue(d, "server", "ca", serial=0x1002, ext="server.ext", out="server.pem.new")
+    issue_pem(d, "server", "ca", serial=0x1002, ext="server.ext", out="server.pem.new")
     os.rename(os.path.join(d, "server.pem.new"), os.path.join(d, "server.pem"))
     t0 = time.time()
     took = None
@@ -207,7 +148,7 @@ def rotate(d, ports):
 def half_rotation(d, port):
     """A certificate that does not match the key (a rotation half written) keeps the last good
     pair served; the matching one then loads."""
-    ctx = context(d)
+    ctx = pem_context(d)
     before = https_get(ctx, port, "/healthz")[2]
     shutil.copy(os.path.join(d, "client.pem"), os.path.join(d, "server.pem"))  # Not server.key's.
     time.sleep(1.5)
@@ -216,8 +157,8 @@ def half_rotation(d, port):
           "a certificate not matching the key: the last good one still served")
     with open(os.path.join(d, "sidecar.log")) as f:
         check("do not load yet" in f.read(), "the sidecar logs why the new files do not load")
-    issue(d, "server", "ca", serial=0x1003, ext="server.ext")
-    if wait_for(lambda: https_get(ctx, port, "/healthz")[2] == 0x1003, 5,
+    issue_pem(d, "server", "ca", serial=0x1003, ext="server.ext")
+    if within(lambda: https_get(ctx, port, "/healthz")[2] == 0x1003, 5,
                 "the matching certificate loads afterwards"):
         check(True, "the matching certificate loads afterwards")
 
@@ -237,7 +178,7 @@ def prometheus_scrapes(d, metrics_port):
                                   "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]}]}
     with open(os.path.join(d, "prometheus.yml"), "w") as f:
         json.dump(config, f)  # JSON is YAML.
-    procs = Procs(d)
+    procs = ProcGroup(d)
     procs.start("prometheus", [prom, f"--config.file={d}/prometheus.yml",
                                f"--storage.tsdb.path={d}/tsdb",
                                f"--web.listen-address=127.0.0.1:{port}"])
@@ -249,7 +190,7 @@ def prometheus_scrapes(d, metrics_port):
             result = json.load(r)["data"]["result"]
         return result and result[0]["value"][1] == "1"
     try:
-        if wait_for(up, 30, "Prometheus scrapes the task's /metrics over mutual TLS (up == 1)"):
+        if within(up, 30, "Prometheus scrapes the task's /metrics over mutual TLS (up == 1)"):
             check(True, "Prometheus scrapes the task's /metrics over mutual TLS (up == 1)")
     finally:
         procs.stop()
@@ -278,45 +219,45 @@ def start_alertmanager(d, procs):
 
 def alert_reaches_alertmanager(d, am_port, ps_proc):
     """The ps killed: the sidecar's TrainscopeTaskDead reaches Alertmanager over mutual TLS."""
-    ps_proc.kill()
-    ctx = context(d)
+    ps_proc.kill9()
+    ctx = pem_context(d)
 
     def dead():
         status, body, _ = https_get(ctx, am_port, "/api/v2/alerts")
         return status == 200 and "TrainscopeTaskDead" in body
-    if wait_for(dead, 30, "the sidecar's TrainscopeTaskDead posted to Alertmanager over HTTPS"):
+    if within(dead, 30, "the sidecar's TrainscopeTaskDead posted to Alertmanager over HTTPS"):
         check(True, "the sidecar's TrainscopeTaskDead posted to Alertmanager over mutual TLS")
 
 
 def run(bin_dir, d):
-    make_certs(d)
+    make_pem_certs(d)
     ps, worker, metrics, http, grpc = (free_port() for _ in range(5))
     spec = {"cluster": {"ps": [f"localhost:{ps}"], "worker": [f"localhost:{worker}"]}}
     with open(os.path.join(d, "spec.json"), "w") as f:
         json.dump(spec, f)
     tls = ["--tls_cert_file", f"{d}/server.pem", "--tls_key_file", f"{d}/server.key",
            "--tls_ca_file", f"{d}/ca.pem"]
-    procs = Procs(d)
+    procs = ProcGroup(d)
     try:
         am_port = start_alertmanager(d, procs)
         am_flags = ["--alertmanager_url", f"https://localhost:{am_port}"] if am_port else []
         ps_proc = procs.start("ps", [f"{bin_dir}/linear_regression", "--metrics_port", str(metrics),
                            "--disable_tracing", *tls],
-                    env={"TF_CONFIG": json.dumps({**spec, "task": {"type": "ps", "index": 0}})})
+                    env={"TF_CONFIG": tf_config(spec, "ps", 0)})
         procs.start("sidecar", [f"{bin_dir}/trainscope-sidecar", "--cluster_spec",
                                 f"{d}/spec.json", "--http_port", str(http), "--grpc_port",
                                 str(grpc), "--peer_sidecars", "none", *am_flags, *tls])
-        ctx = context(d)
-        wait_for(lambda: https_get(ctx, metrics, "/metrics")[0] == 200, 15, "task /metrics up")
-        wait_for(lambda: https_get(ctx, http, "/healthz")[0] == 200, 15, "sidecar up")
+        ctx = pem_context(d)
+        within(lambda: https_get(ctx, metrics, "/metrics")[0] == 200, 15, "task /metrics up")
+        within(lambda: https_get(ctx, http, "/healthz")[0] == 200, 15, "sidecar up")
         for name, port, path, want in (("task /metrics", metrics, "/metrics", "trainscope_"),
                                        ("sidecar page", http, "/", "<html"),
                                        ("sidecar API", http, "/api/v1/tasks", '"tasks"')):
             status, body, _ = https_get(ctx, port, path)
             check(status == 200 and want in body, f"{name} served over HTTPS to a client of the CA")
-            check(refused(lambda: https_get(context(d, client=None), port, path)),
+            check(refused(lambda: https_get(pem_context(d, client=None), port, path)),
                   f"{name} refused to a client without a certificate")
-            check(refused(lambda: https_get(context(d, client="rogue"), port, path)),
+            check(refused(lambda: https_get(pem_context(d, client="rogue"), port, path)),
                   f"{name} refused to a client with another CA's certificate")
             check(refused(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}{path}",
                                                          timeout=3).read()),

@@ -29,7 +29,8 @@ what is true: namespaces, addresses, pids, cuts, links down, stopped processes, 
 `destroy` asks it to tear everything down; if it is gone, destroy does it from state.json.
 NODE is 1, 2, ... or n1, n2, ...; TASK is ps:0, worker:1, ... or sidecar:n2.
 
-Needs root (network namespaces). Standard library only.
+Run as `scripts/python tests/multinode/cluster.py ...` (its helpers, trainscope_testing in tests/py,
+on PYTHONPATH). Needs root (network namespaces). Standard library only.
 """
 
 import argparse
@@ -47,13 +48,17 @@ import threading
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import netns  # noqa: E402 (beside this file)
-import training  # noqa: E402
+
+from trainscope_testing import netns, training
 
 DEFAULT_RUN = os.environ.get("TRAINSCOPE_CLUSTER_RUN", "/tmp/trainscope-cluster")
-ME = os.path.relpath(os.path.abspath(__file__)) if not os.path.abspath(__file__).startswith(
-    "/usr") else sys.argv[0]
+# How to run this again, in the hints it prints (scripts/python puts trainscope_testing on
+# PYTHONPATH).
+SCRIPTS_PYTHON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+                              "python")
+ME = (f"{os.path.relpath(SCRIPTS_PYTHON)} "
+      f"{os.path.relpath(os.path.abspath(__file__))}"
+      if not os.path.abspath(__file__).startswith("/usr") else sys.argv[0])
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update",
                   "--disable-sync", "--hide-scrollbars", "--window-size=1400,1000",

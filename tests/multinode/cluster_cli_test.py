@@ -24,9 +24,12 @@ import time
 
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import netns  # noqa: E402 (beside this file)
-import training  # noqa: E402
+
+from trainscope_testing import netns, training
+from trainscope_testing.logs import logger
+from trainscope_testing.waiting import wait_for
+
+log = logger("cluster_cli_test")
 
 DEADLINE_S = 150
 PORT = training.SIDECAR_HTTP_PORT
@@ -34,10 +37,6 @@ PORT = training.SIDECAR_HTTP_PORT
 
 class Failure(Exception):
     pass
-
-
-def log(msg):
-    print(f"[cluster_cli_test {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 class Cli:
@@ -89,7 +88,7 @@ def everything(cli):
     if c.reachable(1, 2, PORT) or not c.reachable(3, 2, PORT):
         raise Failure("after cut 1 2: n1 should not reach n2, n3 should")
     expect(cli("heal", "n1", "n2"), "healed", what="heal")
-    netns.wait_for("n1 reaches n2 again", lambda: c.reachable(1, 2, PORT), 10, log=log)
+    wait_for("n1 reaches n2 again", lambda: c.reachable(1, 2, PORT), 10, log=log)
     expect(cli("cut-one-way", "1", "3", "--drop"), "cut n1 -> n3 (drop)", what="cut-one-way")
     expect(faults(cli), "cut n1 -> n3 only (drop)", what="info shows the one-way cut")
     cli("heal", "1", "3")
@@ -99,7 +98,7 @@ def everything(cli):
     expect(faults(cli), "faults now: none", what="no fault left")
     old = {p["name"]: p["pid"] for p in cli.state()["cluster"]["procs"]}["worker:1"]
     expect(cli("kill", "worker:1"), f"SIGKILL worker:1 (pid {old}", what="kill")
-    netns.wait_for("worker:1 gone", lambda: not netns.pid_alive(old), 10, log=log)
+    wait_for("worker:1 gone", lambda: not netns.pid_alive(old), 10, log=log)
     expect(cli("start", "worker:1"), "started worker:1", what="start")
     expect(cli("start", "worker:1", ok=False), "runs already", what="start refuses a running task")
     expect(cli("stop", "ps:0"), "SIGSTOP ps:0", what="stop")
@@ -123,7 +122,7 @@ def keeper_killed(cli):
     st, c = attached(cli)
     pids = {p["pid"] for p in st["cluster"]["procs"]}
     os.kill(st["keeper_pid"], signal.SIGKILL)
-    netns.wait_for("the keeper's processes die with it", lambda: not any(
+    wait_for("the keeper's processes die with it", lambda: not any(
         netns.pid_alive(p) for p in pids), 10, log=log)
     expect(cli("cut", "1", "2", ok=False), "keeper", "gone", what="a change without keeper")
     expect(cli("destroy"), "destroyed", what="destroy without keeper")

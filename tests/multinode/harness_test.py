@@ -21,6 +21,7 @@ Usage: harness_test.py --bin build/bin [--keep_logs]. Exit 0: passed, 1: failed,
 """
 
 import argparse
+import functools
 import os
 import shutil
 import subprocess
@@ -29,9 +30,11 @@ import tempfile
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import netns  # noqa: E402 (beside this file)
-import training  # noqa: E402
+
+from trainscope_testing import netns, training, waiting
+from trainscope_testing.logs import logger
+
+log = logger("harness_test")
 
 DEADLINE_S = 150  # Our own limit, below ctest's TIMEOUT, so that teardown still runs.
 
@@ -40,18 +43,13 @@ class Failure(Exception):
     pass
 
 
-def log(msg):
-    print(f"[harness_test {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
 def check(cond, what):
     if not cond:
         raise Failure(what)
     log(f"ok: {what}")
 
 
-def wait_for(what, predicate, timeout, interval=0.2):
-    return netns.wait_for(what, predicate, timeout, interval, log)
+wait_for = functools.partial(waiting.wait_for, log=log)  # says `ok: what` when it came true
 
 
 def root_network():

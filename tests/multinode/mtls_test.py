@@ -2,8 +2,8 @@
 """Mutual TLS on a real multi-node network: what the loopback TLS tests cannot show.
 
 Three nodes (ps:0 on n1, worker:0 on n2, worker:1 on n3), every task, sidecar and read under
-mutual TLS with certificates made now by `openssl` (tests/multinode/certs.py: one CA, one
-certificate per node naming its address):
+mutual TLS with certificates made now by `openssl` (trainscope_testing.certs in tests/py: one CA,
+one certificate per node naming its address):
 
   1. training runs across nodes; every sidecar's view shows every task up, the other nodes'
      learned from their sidecars (the exchange works over mTLS); a plain HTTP read and an
@@ -20,26 +20,22 @@ root, no network namespaces or no openssl; one line says why).
 """
 
 import argparse
-import os
 import shutil
 import ssl
 import sys
-import time
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import diagnosis as d  # noqa: E402
-import netns  # noqa: E402
-import training  # noqa: E402
+
+from trainscope_testing import diagnosis as d
+from trainscope_testing import netns, training
+from trainscope_testing.logs import logger
+
+log = logger("mtls")
 
 DEADLINE_S = 170
 NODES = (1, 2, 3)
 HANDSHAKE = "TLS handshake failed"
 WRONG_CA = HANDSHAKE + ": certificate signed by an unknown authority"
-
-
-def log(msg):
-    print(f"[mtls {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def every(t, predicate):

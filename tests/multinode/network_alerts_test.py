@@ -5,9 +5,9 @@ right for a partition, a cut-off node and a slow ps on a real multi-node network
 Four nodes: ps:0 on n1, worker:0 on n2, worker:1 on n3, a sidecar on each of them; n4 runs the
 monitoring (Prometheus, Alertmanager, webhook receiver, all on n4's loopback), which scrapes
 every sidecar and task by its node address. The shipped alerts.yml and alertmanager.yml are
-used as tests/drill/monitoring.py renders them (1 s scrape and evaluation, 1 s group_wait and
-group_interval; TrainscopePsLatencyHigh `for: 1m` -> 30s so that its
-inhibition is seen within the run, still after TrainscopePsSlow fires).
+used as trainscope_testing.monitoring (tests/py) renders them (1 s scrape and evaluation, 1 s
+group_wait and group_interval; TrainscopePsLatencyHigh `for: 1m` -> 30s so that its inhibition
+is seen within the run, still after TrainscopePsSlow fires).
 
   1. partition: n1 and n2 cut apart (the switch drops their packets). The webhook gets
      TrainscopeTaskPartitioned with exactly the contract's labels, naming worker:0 and ps:0;
@@ -35,11 +35,12 @@ import urllib.parse
 
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "drill"))
-import monitoring  # noqa: E402
-import netns  # noqa: E402
-import training  # noqa: E402
+
+from trainscope_testing import monitoring, netns, training
+from trainscope_testing.logs import logger
+from trainscope_testing.waiting import wait_for
+
+log = logger("network_alerts")
 
 DEADLINE_S = 420
 NODES = (1, 2, 3)
@@ -52,10 +53,6 @@ CONTRACT = {
     "TrainscopeNodeIsolated": {"alertname", "cluster", "node", "severity"},
     "TrainscopePsSlow": {"alertname", "cluster", "role", "task", "severity"},
 }
-
-
-def log(msg):
-    print(f"[network_alerts {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 class Drill:
@@ -86,9 +83,9 @@ class Drill:
         self.c.spawn(MONITOR, monitoring.argv_prometheus(
             monitoring.tool("prometheus", "prometheus"), prom_cfg,
             os.path.join(self.dir, "prom-data"), self.port(PROM)), name="prometheus")
-        netns.wait_for("Prometheus scrapes the three sidecars", lambda: len([
+        wait_for("Prometheus scrapes the three sidecars", lambda: len([
             r for r in self.query('up{job="trainscope-sidecars"} == 1')]) == 3, 60)
-        netns.wait_for("Alertmanager ready", lambda: self.get(f"http://{AM}/-/ready") is not None,
+        wait_for("Alertmanager ready", lambda: self.get(f"http://{AM}/-/ready") is not None,
                        30)
 
     @staticmethod
@@ -132,7 +129,7 @@ class Drill:
     def wait_notification(self, what, status, match, since, timeout):
         def hit():
             return [n for n in self.notifications(since) if n[1] == status and match(n[2])]
-        return netns.wait_for(what, hit, timeout, interval=0.2)
+        return wait_for(what, hit, timeout, interval=0.2)
 
     # ------------------------------------------------------------ scenarios
 
@@ -178,10 +175,10 @@ class Drill:
         node = f"{self.c.address(1)}:{self.t.grpc_port}"
 
         def consequence_inhibited(alertname, **labels):
-            netns.wait_for(f"{alertname} {labels} fires in Prometheus", lambda: [
+            wait_for(f"{alertname} {labels} fires in Prometheus", lambda: [
                 a for a in self.firing_in_prometheus(alertname)
                 if all(a.get(k) == v for k, v in labels.items())], 60)
-            netns.wait_for("and is inhibited in Alertmanager",
+            wait_for("and is inhibited in Alertmanager",
                            lambda: self.inhibited_in_alertmanager(alertname, **labels), 20)
             log(f"ok: {alertname} {labels} fires in Prometheus, inhibited in Alertmanager")
 
@@ -190,7 +187,7 @@ class Drill:
             # What ps:0's callers may raise about it (their calls fail on the network: latency,
             # deadline errors) is held back by this never-paged alert; here their calls fail
             # fast (UNAVAILABLE), so those alerts seldom fire, but none may reach the webhook.
-            netns.wait_for("TrainscopeTaskOnIsolatedNode of ps:0 fires in Prometheus", lambda: [
+            wait_for("TrainscopeTaskOnIsolatedNode of ps:0 fires in Prometheus", lambda: [
                 a for a in self.firing_in_prometheus("TrainscopeTaskOnIsolatedNode")
                 if (a.get("role"), a.get("task"), a.get("node")) == ("ps", "0", node)], 20)
             log("ok: TrainscopeTaskOnIsolatedNode of ps:0 fires in Prometheus")
@@ -204,10 +201,10 @@ class Drill:
 
     def slow_ps(self):
         def during(hits, t0):
-            netns.wait_for("TrainscopePsLatencyHigh of ps:0 fires in Prometheus", lambda: [
+            wait_for("TrainscopePsLatencyHigh of ps:0 fires in Prometheus", lambda: [
                 a for a in self.firing_in_prometheus("TrainscopePsLatencyHigh")
                 if a.get("role") == "ps" and a.get("task") == "0"], 90)
-            netns.wait_for("and is inhibited in Alertmanager",
+            wait_for("and is inhibited in Alertmanager",
                            lambda: self.inhibited_in_alertmanager("TrainscopePsLatencyHigh",
                                                                   role="ps", task="0"), 20)
             log("ok: the ps's latency alert is firing in Prometheus and inhibited by PsSlow")
@@ -218,7 +215,7 @@ class Drill:
 
     def quiet(self):
         """Between scenarios: nothing firing in Prometheus (kept-firing alerts included)."""
-        netns.wait_for("no alert firing in Prometheus", lambda: not [
+        wait_for("no alert firing in Prometheus", lambda: not [
             a for a in self.c.http_json(MONITOR, f"http://{PROM}/api/v1/alerts", 3.0)["data"][
                 "alerts"] if a["state"] == "firing"], 90)
 

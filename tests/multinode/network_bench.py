@@ -14,27 +14,24 @@ inside its node every 50 ms:
 
 Each fault is undone and the cluster back to all up before the next trial. Prints the median
 and the worst of each (docs/sidecar.md). Not a test: figures. Usage:
-  tests/multinode/network_bench.py --bin build/bin [--trials 10]
+  scripts/python tests/multinode/network_bench.py --bin build/bin [--trials 10]
 """
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
 import time
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import diagnosis as d  # noqa: E402
-import netns  # noqa: E402
-import training  # noqa: E402
+
+from trainscope_testing import diagnosis as d
+from trainscope_testing import netns, training
+from trainscope_testing.logs import logger
+
+log = logger("network_bench")
 
 NODES = (1, 2, 3)
-
-
-def log(msg):
-    print(f"[network_bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def every(t, predicate, nodes=NODES):

@@ -21,22 +21,18 @@ skipped (no root or no network namespaces; one line says why).
 """
 
 import argparse
-import os
 import sys
-import time
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import diagnosis as d  # noqa: E402
-import netns  # noqa: E402
-import training  # noqa: E402
+
+from trainscope_testing import diagnosis as d
+from trainscope_testing import netns, training
+from trainscope_testing.logs import logger
+
+log = logger("network_truth")
 
 DEADLINE_S = 240
 NODES = (1, 2, 3)
-
-
-def log(msg):
-    print(f"[network_truth {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def every(t, predicate):
@@ -46,7 +42,6 @@ def every(t, predicate):
 def metrics(c, t, node):
     status, body = c.http_get(node, t.sidecar_url(node, "/metrics"), 3.0)
     return body.decode(errors="replace") if status == 200 else ""
-
 
 
 def partition(c, t):

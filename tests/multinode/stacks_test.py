@@ -18,24 +18,21 @@ every view (--rounds N repeats them: the bench). Usage: stacks_test.py --bin bui
 """
 
 import argparse
-import os
 import signal
 import statistics
 import sys
 import time
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import diagnosis as d  # noqa: E402
-import netns  # noqa: E402
-import training  # noqa: E402
+
+from trainscope_testing import diagnosis as d
+from trainscope_testing import netns, training
+from trainscope_testing.logs import logger
+
+log = logger("stacks")
 
 NODES = (1, 2, 3)
 FIGURES = {}  # wedge -> [(state in every view s, snapshot in every view s)]
-
-
-def log(msg):
-    print(f"[stacks {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def every(t, predicate):

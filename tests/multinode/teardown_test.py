@@ -26,16 +26,16 @@ import tempfile
 import time
 
 sys.dont_write_bytecode = True
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import netns  # noqa: E402 (beside this file)
+from trainscope_testing import netns
+from trainscope_testing.logs import logger
+
+log = logger("teardown_test")
 
 CHILD = r"""
 import os, sys, time
 sys.dont_write_bytecode = True
-sys.path.insert(0, sys.argv[1])
-import netns
-how, logs = sys.argv[2], sys.argv[3]
+from trainscope_testing import netns
+how, logs = sys.argv[1], sys.argv[2]
 
 def body(c):
     c.spawn(1, ["sleep", "1000"])
@@ -55,12 +55,8 @@ else:
 """
 
 
-def log(msg):
-    print(f"[teardown_test {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
 def run_case(how, sig, logs):
-    child = subprocess.Popen([sys.executable, "-c", CHILD, HERE, how, os.path.join(logs, how)],
+    child = subprocess.Popen([sys.executable, "-c", CHILD, how, os.path.join(logs, how)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = child.stdout.readline().split()
     if not line or line[0] != "ready":

@@ -20,10 +20,12 @@ is committed): a CA, a second CA, and certificates with SAN IP:127.0.0.1 signed 
             within seconds, without a restart.
 
 Usage: tls_test.py --bin BUILD/bin [--only NAME] [--keep]. Exit 0 when all pass. Standard
-library only (it reuses tests/drill/fire_drill.py's process helpers).
+library only; the helpers are trainscope_testing's (tests/py): run by hand as
+`scripts/python tests/tls/tls_test.py --bin build/bin`.
 """
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -36,29 +38,18 @@ import time
 import urllib.request
 
 sys.dont_write_bytecode = True
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "drill"))
-from fire_drill import DrillError, Proc, free_port, log, wait_for  # noqa: E402
-sys.path.insert(0, os.path.join(HERE, "..", "multinode"))
-import certs as pki  # noqa: E402 (certificates made with openssl, shared with the multi-node tests)
+
+from trainscope_testing import waiting
+from trainscope_testing.certs import LoopbackCerts as Certs, openssl
+from trainscope_testing.cluster_spec import tf_config
+from trainscope_testing.logs import logger
+from trainscope_testing.ports import free_port
+from trainscope_testing.processes import Proc
+from trainscope_testing.waiting import HarnessError as DrillError
 
 CLUSTER = "tls"
-
-
-def openssl(*args, stdin=None):
-    r = subprocess.run(["openssl", *args], capture_output=True, text=True, input=stdin,
-                       timeout=30)
-    if r.returncode != 0:
-        raise DrillError(f"openssl {' '.join(args)}: {r.stderr.strip()}")
-    return r.stdout
-
-
-class Certs(pki.Certs):
-    """The multi-node suite's CAs (ca, other_ca) and leaves, made in `dir`; a leaf here names
-    127.0.0.1 and localhost unless told otherwise."""
-
-    def leaf(self, name, ca="ca", san="IP:127.0.0.1,DNS:localhost"):
-        return super().leaf(name, san, ca)
+log = logger("drill")
+wait_for = functools.partial(waiting.wait_for, interval=0.1)  # polls every 0.1 s, as the drill
 
 
 def serial_of_pem(path):
@@ -96,7 +87,7 @@ class Cluster:
         role, index = name.split(":")
         argv = [os.path.join(self.bin, "linear_regression"), "--cluster_name", CLUSTER,
                 "--metrics_port", "0", "--session_log_interval_s", "1", *tls, *extra]
-        env = {"TF_CONFIG": json.dumps(dict(self.spec, task={"type": role, "index": int(index)})),
+        env = {"TF_CONFIG": tf_config(self.spec, role, index),
                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.grpc_port}",
                "OTEL_BSP_SCHEDULE_DELAY": "100"}
         self.procs[name] = Proc(name, argv, self.logdir, env).start()
@@ -133,7 +124,7 @@ class Cluster:
             seen.update(self.views().get(name, {}))
             return predicate(seen)
         try:
-            wait_for(f"{name} {what}", check, timeout, 0.2)
+            wait_for(f"{name} {what}", check, timeout, interval=0.2)
         except DrillError:
             raise DrillError(f"{name} never {what}; last view: {seen}")
         return dict(seen)
@@ -180,12 +171,12 @@ def test_cluster(args, certs, work):
         c.wait_view("worker:0", lambda v: v.get("state") == "up", "up over mTLS (by exchange)")
         c.wait_view("ps:0", lambda v: v.get("state") == "up", "up over mTLS")
         wait_for("ps:0 up at the other sidecar (by exchange)",
-                 lambda: c.views(other).get("ps:0", {}).get("state") == "up", 20, 0.2)
+                 lambda: c.views(other).get("ps:0", {}).get("state") == "up", 20, interval=0.2)
 
         def spans():
             return metric(https_get(f"https://{c.http}/metrics", certs)[1].decode(),
                           "trainscope_sidecar_traces_spans_received_total") or 0
-        wait_for("spans at the sidecar over mTLS", lambda: spans() > 0, 30, 0.5)
+        wait_for("spans at the sidecar over mTLS", lambda: spans() > 0, 30, interval=0.5)
         log(f"  sidecar received {spans():.0f} spans over mTLS")
         # Plain text is refused; trainscopectl with the same flags gets through.
         ctl = [os.path.join(args.bin, "trainscopectl"), "fault", "--task", c.addr["ps:0"],
@@ -345,7 +336,7 @@ def test_rotation(args, certs, work):
             shutil.copy(certs.path("node_next", ext), tmp)
             os.replace(tmp, os.path.join(live, f"tls.{ext}"))
         wait_for("the new serial served",
-                 lambda: served_serial(c.addr["ps:0"], certs) == after, 20, 0.2)
+                 lambda: served_serial(c.addr["ps:0"], certs) == after, 20, interval=0.2)
         log(f"  serial {before} -> {after} served {time.monotonic() - start:.1f} s after the "
             f"files changed, same pid {c.procs['ps:0'].pid}")
         if not c.procs["ps:0"].alive():
@@ -382,7 +373,7 @@ def main():
         try:
             test(args, certs, os.path.join(work, name))
             log(f"{name}: PASS")
-        except (DrillError, pki.netns.HarnessError, OSError, subprocess.SubprocessError) as e:
+        except (DrillError, OSError, subprocess.SubprocessError) as e:
             log(f"{name}: FAIL: {e}")
             failed.append(name)
     if args.keep or failed:

@@ -6,7 +6,7 @@ dashboards/alertmanager/alertmanager.yml for the given sidecars (short intervals
 starts the three processes, prints their addresses, and stops them on Ctrl-C or SIGTERM. The fire
 drill uses the same rendering; scripts/demo can run this beside its cluster:
 
-    tests/drill/monitoring.py --src . --sidecar 127.0.0.1:9400 --dir /tmp/ts-monitoring \
+    scripts/python -m trainscope_testing.monitoring --src . --sidecar 127.0.0.1:9400 --dir /tmp/ts-monitoring \
         [--prometheus_port 9090] [--alertmanager_port 9093] [--webhook_port 9095] [--interval 1s]
 
 The webhook receiver prints one line per notification (firing/resolved, alert, task, summary).
@@ -25,7 +25,8 @@ import sys
 import time
 import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+WEBHOOK_RECEIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "drill",
+                                "webhook_receiver.py")
 
 # Thresholds of the shipped rules that a drill or a demo cannot wait for; everything else
 # (notably the `for:` of dead, hung, deadline-exceeded and sidecar-down) is used as shipped.
@@ -48,7 +49,7 @@ def replace_counted(text, old, new, count, what):
     found = text.count(old)
     if found != count:
         raise RenderError(f"rendering {what}: expected {count}x {old!r}, found {found}: the "
-                          "shipped file changed; update tests/drill/monitoring.py")
+                          "shipped file changed; update tests/py/trainscope_testing/monitoring.py")
     return text.replace(old, new)
 
 
@@ -292,7 +293,7 @@ def main():
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     try:
-        procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "webhook_receiver.py"),
+        procs.append(subprocess.Popen([sys.executable, WEBHOOK_RECEIVER,
                                        "--port", str(args.webhook_port), "--print", "--out",
                                        os.path.join(d, "webhook.jsonl")]))
         log = open(os.path.join(d, "alertmanager.log"), "ab")

@@ -47,6 +47,9 @@ import time
 import urllib.error
 import urllib.request
 
+from trainscope_testing import processes
+from trainscope_testing.waiting import HarnessError
+
 SKIP_CODE = 77  # ctest's SKIP_RETURN_CODE for the multi-node tests.
 REGISTRY = "/run/trainscope-netns"  # One JSON file per run: who made which namespaces.
 NETNS_DIR = "/run/netns"  # Where `ip netns` keeps its namespaces.
@@ -57,9 +60,6 @@ NFT_TABLE = "trainscope"
 _CLONE_NEWNET = 0x40000000
 _PR_SET_PDEATHSIG = 1
 
-
-class HarnessError(Exception):
-    """A harness operation failed: the message names the node, namespace and command."""
 
 
 def _sh(argv, check=True, timeout=20, input=None):
@@ -97,25 +97,6 @@ def _proc_state(pid):
     """The state letter of pid ('R', 'S', 'T', 'Z', ...), or None when it is gone."""
     fields = _proc_stat(pid)
     return fields[0] if fields else None
-
-
-def wait_for(what, predicate, timeout, interval=0.2, log=None):
-    """Calls predicate until it returns a truthy value, which it returns; HarnessError after
-    timeout naming `what` and the last OSError/ValueError the predicate raised."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-            if value:
-                if log:
-                    log(f"ok: {what}")
-                return value
-        except (OSError, ValueError) as e:
-            last = e
-        time.sleep(interval)
-    raise HarnessError(f"timed out after {timeout:.0f} s waiting for {what}"
-                       + (f" (last error: {last})" if last else ""))
 
 
 def pid_alive(pid):
@@ -330,11 +311,7 @@ class Proc:
 
     def tail(self, n=15):
         """The last n lines of its log."""
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "".join(f.readlines()[-n:])
-        except OSError:
-            return ""
+        return processes.tail(self.log_path, n)
 
     def __repr__(self):
         return f"<{self.name} pid {self.pid} on {self.node}>"
@@ -816,7 +793,7 @@ class Cluster:
 
 
 def main(argv):
-    """netns.py check | list | cleanup: for people and scripts/test."""
+    """python3 -m trainscope_testing.netns check | list | cleanup: for people and scripts/test."""
     cmd = argv[1] if len(argv) > 1 else ""
     if cmd == "check":
         why = unsupported_reason()
@@ -847,7 +824,7 @@ def main(argv):
         removed = cleanup_stale()
         print(f"removed {len(removed)} stale namespaces" if removed else "nothing stale")
         return 0
-    print("usage: netns.py check | list | cleanup", file=sys.stderr)
+    print("usage: python3 -m trainscope_testing.netns check | list | cleanup", file=sys.stderr)
     return 2
 
 

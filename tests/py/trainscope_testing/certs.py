@@ -10,7 +10,12 @@ the sidecar of a node share it, as docs/security.md suggests), and one for the h
     certs.flags("n1")                    # --tls_cert_file ... --tls_key_file ... --tls_ca_file ...
     certs.context()                      # ssl.SSLContext: verifies against ca, presents harness
 
-A second CA (`other_ca`) is there to make certificates the cluster must refuse.
+A second CA (`other_ca`) is there to make certificates the cluster must refuse. LoopbackCerts
+names 127.0.0.1 and localhost (the loopback TLS tests and benches).
+
+The HTTPS test of the civetweb server (tests/integration) has its own layout, in PEM files with
+serials it chooses (`make_pem_certs`, `issue_pem`, `pem_context`): it rotates them under a
+running server and checks which serial is served.
 Standard library only.
 """
 
@@ -19,16 +24,18 @@ import shutil
 import ssl
 import subprocess
 
-import netns
+from trainscope_testing.waiting import HarnessError
 
 CAS = ("ca", "other_ca")
 HARNESS = "harness"  # the client certificate of the harness's own reads
 
 
-def openssl(*args):
-    r = subprocess.run(["openssl", *args], capture_output=True, text=True, timeout=30)
+def openssl(*args, stdin=None):
+    """stdout of `openssl args` (stdin given as input); HarnessError when it fails."""
+    r = subprocess.run(["openssl", *args], capture_output=True, text=True, input=stdin,
+                       timeout=30)
     if r.returncode != 0:
-        raise netns.HarnessError(f"openssl {' '.join(args)}: {r.stderr.strip()}")
+        raise HarnessError(f"openssl {' '.join(args)}: {r.stderr.strip()}")
     return r.stdout
 
 
@@ -37,7 +44,7 @@ class Certs:
 
     def __init__(self, dir):
         if shutil.which("openssl") is None:
-            raise netns.HarnessError("--tls needs the openssl command (apt-get install openssl)")
+            raise HarnessError("--tls needs the openssl command (apt-get install openssl)")
         self.dir = os.path.abspath(dir)
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         for ca in CAS:
@@ -81,3 +88,45 @@ class Certs:
         ctx = ssl.create_default_context(cafile=self.path("ca", "crt"))
         ctx.load_cert_chain(self.path(HARNESS, "crt"), self.path(HARNESS, "key"))
         return ctx
+
+
+class LoopbackCerts(Certs):
+    """Certs whose leaves name 127.0.0.1 and localhost unless told otherwise."""
+
+    def leaf(self, name, ca="ca", san="IP:127.0.0.1,DNS:localhost"):
+        return super().leaf(name, san, ca)
+
+
+def make_pem_certs(d):
+    """In d: ca.pem; server.pem/.key for localhost and 127.0.0.1; client.pem/.key of the CA;
+    rogue.pem/.key of another CA (RSA, serials 0x1001, 0x2001, 0x3001)."""
+    for ca in CAS:
+        _openssl_in(d, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{ca}.key",
+                    "-out", f"{ca}.pem", "-days", "2", "-subj", f"/CN={ca}")
+    with open(os.path.join(d, "server.ext"), "w") as f:
+        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    issue_pem(d, "server", "ca", serial=0x1001, ext="server.ext")
+    issue_pem(d, "client", "ca", serial=0x2001)
+    issue_pem(d, "rogue", "other_ca", serial=0x3001)
+
+
+def issue_pem(d, name, ca, serial, ext=None, out=None):
+    """name.pem (or `out`) signed by ca with `serial`; the key is made when missing, else kept."""
+    if not os.path.exists(os.path.join(d, f"{name}.key")):
+        _openssl_in(d, "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
+                    f"{name}.csr", "-subj", f"/CN={name}")
+    _openssl_in(d, "x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey",
+                f"{ca}.key", "-set_serial", str(serial), "-days", "2", "-out",
+                out or f"{name}.pem", *(["-extfile", ext] if ext else []))
+
+
+def pem_context(d, client="client"):
+    """A client context trusting d/ca.pem, presenting client.pem (none when client is None)."""
+    ctx = ssl.create_default_context(cafile=os.path.join(d, "ca.pem"))
+    if client:
+        ctx.load_cert_chain(os.path.join(d, f"{client}.pem"), os.path.join(d, f"{client}.key"))
+    return ctx
+
+
+def _openssl_in(d, *args):
+    subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)

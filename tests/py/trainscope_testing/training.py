@@ -22,8 +22,9 @@ import signal
 import subprocess
 import time
 
-import certs as tls_certs
-import netns
+from trainscope_testing import certs as tls_certs
+from trainscope_testing import netns
+from trainscope_testing.cluster_spec import tf_config
 
 TASK_PORT = 2222  # first task port on each node (then 2223, ...)
 SIDECAR_HTTP_PORT = 9400  # the sidecar's default --http_port
@@ -200,8 +201,7 @@ class TrainingCluster:
 
     def task_env(self, task):
         role, index = task.split(":")
-        return {"TF_CONFIG": json.dumps(dict(self.spec, task={"type": role,
-                                                               "index": int(index)})),
+        return {"TF_CONFIG": tf_config(self.spec, role, index),
                 # Spans go to this node's own sidecar, whatever the caller's environment says.
                 "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.grpc_port}",
                 "OTEL_SERVICE_NAME": f"{self.name}-{role}"}

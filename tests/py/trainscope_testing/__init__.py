@@ -1,0 +1,15 @@
+"""trainscope's Python test helpers, in one package; standard library only.
+
+Imported as `trainscope_testing.<module>` with tests/py on PYTHONPATH: ctest sets it through
+each test's ENVIRONMENT; by hand, `PYTHONPATH=tests/py /usr/bin/python3 tests/...`.
+
+- logs: `logger(tag)`, the `[tag HH:MM:SS] msg` lines every test prints.
+- ports: `free_port()`, never the same port twice in one run.
+- waiting: `wait_for()` and `HarnessError`, what a helper raises when the world is not as asked.
+- processes: `Proc`, one program started as its own pid and stopped by that pid only.
+- web: `http_get`, `http_json`, `http_text`.
+- cluster_spec: the TF_CONFIG of one task of a cluster.
+- certs: CAs and leaf certificates made with openssl.
+- netns, training, diagnosis: clusters of network namespaces (tests/multinode).
+- monitoring: Prometheus, Alertmanager and the webhook receiver of the drills.
+"""
