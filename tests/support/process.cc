@@ -11,6 +11,8 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -25,7 +27,10 @@ std::string BinPath(const std::string& name) {
   return self.substr(0, self.rfind('/')) + "/" + name;
 }
 
-int FreePort() {
+namespace {
+
+// A port nothing listens on now (bind to port 0, then close).
+int AnyFreePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -39,6 +44,19 @@ int FreePort() {
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   close(fd);
   return ntohs(addr.sin_port);
+}
+
+}  // namespace
+
+int FreePort() {
+  static std::mutex mu;
+  static std::set<int> given;
+  std::lock_guard lock(mu);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int port = AnyFreePort();
+    if (given.insert(port).second) return port;
+  }
+  throw std::runtime_error("no free port that was not given before");
 }
 
 Process::Process(std::string binary, std::vector<std::string> args,

@@ -16,7 +16,8 @@ namespace trainscope::testing {
 // Path of a binary built into build/bin (the directory of the running test binary).
 std::string BinPath(const std::string& name);
 
-// A TCP port on 127.0.0.1 that nothing listens on right now.
+// A TCP port on 127.0.0.1 that nothing listens on right now, and that this process has not been
+// given before (the kernel may hand the same free port to two calls in a row). Thread-safe.
 int FreePort();
 
 // A child process. The destructor kills (SIGKILL) and reaps it if still running.
