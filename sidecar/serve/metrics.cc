@@ -60,6 +60,20 @@ void Single(std::vector<MetricFamily>& out, std::string_view name, std::string h
 
 // First-hand facts about this node's tasks; the state is the cluster view's (which may blame a
 // ps slower than its peers), the counters the trackers'.
+// A task's heartbeat latency histogram, from the watcher's counters.
+ClientMetric LatencyHistogram(std::vector<ClientMetric::Label> labels, const TaskCounters& c) {
+  ClientMetric h;
+  h.label = std::move(labels);
+  h.histogram.sample_count = c.latency_count;
+  h.histogram.sample_sum = c.latency_sum;
+  const auto& bounds = LatencyBounds();
+  for (size_t b = 0; b < bounds.size() && b < c.latency_buckets.size(); ++b) {
+    h.histogram.bucket.push_back({c.latency_buckets[b], bounds[b]});
+  }
+  h.histogram.bucket.push_back({c.latency_count, std::numeric_limits<double>::infinity()});
+  return h;
+}
+
 void AddTaskFamilies(const LocalSnapshot& local, const ClusterView& cluster,
                      std::vector<MetricFamily>& out) {
   std::map<TaskRef, TaskState> decided;
@@ -121,16 +135,7 @@ void AddTaskFamilies(const LocalSnapshot& local, const ClusterView& cluster,
       AddGauge(age, labels, v.heartbeat_age_seconds);
       AddGauge(phi, labels, v.phi);
       AddGauge(last_latency, labels, v.latency_seconds);
-      ClientMetric h;
-      h.label = labels;
-      h.histogram.sample_count = c.latency_count;
-      h.histogram.sample_sum = c.latency_sum;
-      const auto& bounds = LatencyBounds();
-      for (size_t b = 0; b < bounds.size() && b < c.latency_buckets.size(); ++b) {
-        h.histogram.bucket.push_back({c.latency_buckets[b], bounds[b]});
-      }
-      h.histogram.bucket.push_back({c.latency_count, std::numeric_limits<double>::infinity()});
-      latency.metric.push_back(std::move(h));
+      latency.metric.push_back(LatencyHistogram(labels, c));
       AddCounter(steps, labels, static_cast<double>(v.steps));
       AddGauge(step_time, labels, v.last_step_seconds);
       AddCounter(cpu, labels, v.cpu_seconds);
