@@ -19,7 +19,6 @@
 #include "gossip/peer_exchange.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "nlohmann/json.hpp"
 #include "serve/alert_notifier.h"
 #include "serve/cluster_view.h"
 #include "serve/http_routes.h"
@@ -249,20 +248,6 @@ RequestFilter FilterFrom(const std::string& query) {
     f.limit = static_cast<size_t>(std::min(limit, 1000));
   }
   return f;
-}
-
-// Prometheus HTTP service discovery: every task's own /metrics, labelled.
-std::string SdJson(const std::vector<TaskView>& views, bool local_only) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const TaskView& v : views) {
-    if (v.metrics_address.empty() || (local_only && !v.source.empty())) continue;
-    out.push_back({{"targets", {v.metrics_address}},
-                   {"labels",
-                    {{std::string(names::kLabelCluster), v.cluster},
-                     {std::string(names::kLabelRole), v.task.role},
-                     {std::string(names::kLabelTask), std::to_string(v.task.index)}}}});
-  }
-  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 HttpServer::Response Json(std::string body) { return {200, "application/json", std::move(body)}; }
@@ -544,14 +529,12 @@ class Sidecar::Impl {
       return Json(SdJson(view.tasks, QueryParam(r.query, "local") == "1"));
     });
     routes_.Exact(std::string(names::kPathTracesSlow), [this](const HttpServer::Request& r) {
-      const std::map<std::string, double> extra = {
-          {"window_s", options_.slow_window_s},
-          {"per_key", static_cast<double>(options_.slow_per_key)}};
-      return Json(
-          RequestsToJson(trace_store_.Slow(FilterFrom(r.query), MonotonicSeconds()), extra));
+      return Json(ApiJson(ToRequestList(trace_store_.Slow(FilterFrom(r.query), MonotonicSeconds()),
+                                        options_.slow_window_s, options_.slow_per_key)));
     });
     routes_.Exact(std::string(names::kPathTracesErrors), [this](const HttpServer::Request& r) {
-      return Json(RequestsToJson(trace_store_.Errors(FilterFrom(r.query), MonotonicSeconds())));
+      return Json(
+          ApiJson(ToRequestList(trace_store_.Errors(FilterFrom(r.query), MonotonicSeconds()))));
     });
     routes_.Prefix(std::string(names::kPathTracesPrefix), [this](const HttpServer::Request& r) {
       std::string id = absl::AsciiStrToLower(r.path.substr(names::kPathTracesPrefix.size()));
@@ -566,7 +549,7 @@ class Sidecar::Impl {
             absl::StrCat("trace ", id,
                          " is not kept here (neither slow nor failed, or already forgotten)\n")};
       }
-      return Json(TraceDetailToJson(*detail));
+      return Json(ApiJson(ToProto(*detail)));
     });
     routes_.Exact(std::string(names::kPathStacks), [this](const HttpServer::Request& r) {
       auto list = StacksOf(QueryParam(r.query, "task"), QueryParam(r.query, "fresh") == "1");

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Checks that every metric name the alert rules and dashboards use is one the code exports.
 
-Names come from the constants headers (sidecar/include/trainscope/sidecar/names.h and
-telemetry/include/trainscope/telemetry/names.h); a histogram family may be used with
+Names come from the one names header of both binaries
+(telemetry/include/trainscope/telemetry/names.h); a histogram family may be used with
 _bucket, _sum or _count; `up` and `ALERTS` belong to Prometheus. No expression may pin a scrape
 job (`job="..."`): any job names must work. Names proposed but not yet in a
 header are listed in dashboards/prometheus/pending_metrics.txt: they are reported, and fail the
@@ -24,10 +24,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from promql_names import metric_names, pinned_jobs  # noqa: E402
 
-HEADERS = [
-    "sidecar/include/trainscope/sidecar/names.h",
-    "telemetry/include/trainscope/telemetry/names.h",
-]
+HEADERS = ["telemetry/include/trainscope/telemetry/names.h"]
 PROMETHEUS_OWN = {"up", "ALERTS", "ALERTS_FOR_STATE", "scrape_duration_seconds",
                   "scrape_samples_scraped"}
 SUFFIXES = ("_bucket", "_sum", "_count")

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "trainscope/common/clock.h"
+#include "trainscope/sidecar/names.h"
 
 namespace trainscope::sidecar {
 namespace {
@@ -219,6 +220,27 @@ absl::Status FromJsonString(std::string_view body, const char* what,
 }
 
 }  // namespace
+
+std::string ApiJson(const google::protobuf::Message& body) {
+  std::string out;
+  if (ToJsonString(body, &out)) return out;
+  return "{}";
+}
+
+std::string SdJson(const std::vector<TaskView>& views, bool local_only) {
+  std::string out = "[";
+  for (const TaskView& v : views) {
+    if (v.metrics_address.empty() || (local_only && !v.source.empty())) continue;
+    pb::TargetGroup group;
+    group.add_targets(CleanText(v.metrics_address));
+    auto& labels = *group.mutable_labels();
+    labels[names::kLabelCluster] = CleanText(v.cluster);
+    labels[names::kLabelRole] = CleanText(v.task.role);
+    labels[names::kLabelTask] = std::to_string(v.task.index);
+    absl::StrAppend(&out, out.size() > 1 ? "," : "", ApiJson(group));
+  }
+  return out + "]";
+}
 
 std::string ToJson(const pb::TaskList& list) {
   std::string out;

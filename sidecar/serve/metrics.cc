@@ -17,14 +17,8 @@ namespace {
 using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
-
-MetricFamily Family(std::string_view name, std::string help, MetricType type) {
-  MetricFamily f;
-  f.name = std::string(name);
-  f.help = std::move(help);
-  f.type = type;
-  return f;
-}
+using telemetry::AddMetric;
+using telemetry::MakeFamily;
 
 std::vector<ClientMetric::Label> TaskLabels(const TaskView& v) {
   return {{std::string(names::kLabelCluster), v.cluster},
@@ -32,34 +26,6 @@ std::vector<ClientMetric::Label> TaskLabels(const TaskView& v) {
           {std::string(names::kLabelTask), std::to_string(v.task.index)}};
 }
 
-void AddGauge(MetricFamily& f, std::vector<ClientMetric::Label> labels, double value) {
-  ClientMetric m;
-  m.label = std::move(labels);
-  m.gauge.value = value;
-  f.metric.push_back(std::move(m));
-}
-
-void AddCounter(MetricFamily& f, std::vector<ClientMetric::Label> labels, double value) {
-  ClientMetric m;
-  m.label = std::move(labels);
-  m.counter.value = value;
-  f.metric.push_back(std::move(m));
-}
-
-// One family holding one sample.
-void Single(std::vector<MetricFamily>& out, std::string_view name, std::string help,
-            MetricType type, double value) {
-  auto f = Family(name, std::move(help), type);
-  if (type == MetricType::Counter) {
-    AddCounter(f, {}, value);
-  } else {
-    AddGauge(f, {}, value);
-  }
-  out.push_back(std::move(f));
-}
-
-// First-hand facts about this node's tasks; the state is the cluster view's (which may blame a
-// ps slower than its peers), the counters the trackers'.
 // A task's heartbeat latency histogram, from the watcher's counters.
 ClientMetric LatencyHistogram(std::vector<ClientMetric::Label> labels, const TaskCounters& c) {
   ClientMetric h;
@@ -74,74 +40,77 @@ ClientMetric LatencyHistogram(std::vector<ClientMetric::Label> labels, const Tas
   return h;
 }
 
+// First-hand facts about this node's tasks; the state is the cluster view's (which may blame a
+// ps slower than its peers), the counters the trackers'.
 void AddTaskFamilies(const LocalSnapshot& local, const ClusterView& cluster,
                      std::vector<MetricFamily>& out) {
   std::map<TaskRef, TaskState> decided;
   for (const TaskView& v : cluster.tasks) decided[v.task] = v.state;
-  auto up =
-      Family(names::kTaskUp,
-             "1 when the task is up (answers on time, makes progress); 0 otherwise, done included.",
-             MetricType::Gauge);
-  auto state = Family(names::kTaskState, "1 for the task's current state, 0 for the others.",
-                      MetricType::Gauge);
-  auto transitions =
-      Family(names::kTaskTransitions, "Times the task entered each state.", MetricType::Counter);
-  auto blocked =
-      Family(names::kTaskBlockedSeconds,
-             "Seconds the task has been waiting on each peer (while blocked).", MetricType::Gauge);
-  auto age = Family(names::kTaskHeartbeatAge,
-                    "Seconds since the task's last valid heartbeat answer.", MetricType::Gauge);
-  auto restarts = Family(names::kTaskRestarts, "Restarts of the task (incarnation changes).",
-                         MetricType::Counter);
-  auto phi = Family(names::kTaskSuspicion,
-                    "Phi-accrual suspicion that the task failed (0 while answers are on time).",
-                    MetricType::Gauge);
-  auto latency = Family(names::kTaskHeartbeatLatency, "Heartbeat round-trip latency in seconds.",
-                        MetricType::Histogram);
-  auto last_latency = Family(names::kTaskHeartbeatLastLatency,
-                             "Latest heartbeat round-trip latency in seconds.", MetricType::Gauge);
-  auto steps = Family(names::kTaskSteps, "The task's progress counter (steps or updates).",
-                      MetricType::Counter);
-  auto step_time =
-      Family(names::kTaskLastStepSeconds, "Duration of the task's last step.", MetricType::Gauge);
-  auto cpu = Family(names::kTaskCpuSeconds, "CPU seconds the task reports having used.",
-                    MetricType::Counter);
-  auto rss = Family(names::kTaskResidentBytes, "Resident memory the task reports, in bytes.",
-                    MetricType::Gauge);
-  auto threads = Family(names::kTaskThreads, "Threads the task reports.", MetricType::Gauge);
+  auto up = MakeFamily(
+      names::kTaskUp,
+      "1 when the task is up (answers on time, makes progress); 0 otherwise, done included.",
+      MetricType::Gauge);
+  auto state = MakeFamily(names::kTaskState, "1 for the task's current state, 0 for the others.",
+                          MetricType::Gauge);
+  auto transitions = MakeFamily(names::kTaskTransitions, "Times the task entered each state.",
+                                MetricType::Counter);
+  auto blocked = MakeFamily(names::kTaskBlockedSeconds,
+                            "Seconds the task has been waiting on each peer (while blocked).",
+                            MetricType::Gauge);
+  auto age = MakeFamily(names::kTaskHeartbeatAge,
+                        "Seconds since the task's last valid heartbeat answer.", MetricType::Gauge);
+  auto restarts = MakeFamily(names::kTaskRestarts, "Restarts of the task (incarnation changes).",
+                             MetricType::Counter);
+  auto phi = MakeFamily(names::kTaskSuspicion,
+                        "Phi-accrual suspicion that the task failed (0 while answers are on time).",
+                        MetricType::Gauge);
+  auto latency = MakeFamily(names::kTaskHeartbeatLatency,
+                            "Heartbeat round-trip latency in seconds.", MetricType::Histogram);
+  auto last_latency =
+      MakeFamily(names::kTaskHeartbeatLastLatency,
+                 "Latest heartbeat round-trip latency in seconds.", MetricType::Gauge);
+  auto steps = MakeFamily(names::kTaskSteps, "The task's progress counter (steps or updates).",
+                          MetricType::Counter);
+  auto step_time = MakeFamily(names::kTaskLastStepSeconds, "Duration of the task's last step.",
+                              MetricType::Gauge);
+  auto cpu = MakeFamily(names::kTaskCpuSeconds, "CPU seconds the task reports having used.",
+                        MetricType::Counter);
+  auto rss = MakeFamily(names::kTaskResidentBytes, "Resident memory the task reports, in bytes.",
+                        MetricType::Gauge);
+  auto threads = MakeFamily(names::kTaskThreads, "Threads the task reports.", MetricType::Gauge);
   auto fds =
-      Family(names::kTaskOpenFds, "Open file descriptors the task reports.", MetricType::Gauge);
+      MakeFamily(names::kTaskOpenFds, "Open file descriptors the task reports.", MetricType::Gauge);
   for (size_t i = 0; i < local.views.size(); ++i) {
     const TaskView& v = local.views[i];
     const TaskCounters& c = local.counters[i];
     auto labels = TaskLabels(v);
     const TaskState now = decided.count(v.task) ? decided[v.task] : v.state;
-    AddGauge(up, labels, now == TaskState::kUp ? 1 : 0);
+    AddMetric(up, labels).gauge.value = now == TaskState::kUp ? 1 : 0;
     for (int s = 0; s < kNumTaskStates; ++s) {
       auto l = labels;
       l.push_back(
           {std::string(names::kLabelState), std::string(StateName(static_cast<TaskState>(s)))});
-      AddGauge(state, l, static_cast<int>(now) == s ? 1 : 0);
-      AddCounter(transitions, l, static_cast<double>(c.transitions[s]));
+      AddMetric(state, l).gauge.value = static_cast<int>(now) == s ? 1 : 0;
+      AddMetric(transitions, l).counter.value = static_cast<double>(c.transitions[s]);
     }
     for (const BlockedPeer& b : v.blocked_on) {
       auto l = labels;
       l.push_back({std::string(names::kLabelPeerRole), b.peer.role});
       l.push_back({std::string(names::kLabelPeerTask), std::to_string(b.peer.index)});
-      AddGauge(blocked, l, b.seconds);
+      AddMetric(blocked, l).gauge.value = b.seconds;
     }
-    AddCounter(restarts, labels, static_cast<double>(v.restarts));
+    AddMetric(restarts, labels).counter.value = static_cast<double>(v.restarts);
     if (v.heartbeat_age_seconds >= 0) {
-      AddGauge(age, labels, v.heartbeat_age_seconds);
-      AddGauge(phi, labels, v.phi);
-      AddGauge(last_latency, labels, v.latency_seconds);
+      AddMetric(age, labels).gauge.value = v.heartbeat_age_seconds;
+      AddMetric(phi, labels).gauge.value = v.phi;
+      AddMetric(last_latency, labels).gauge.value = v.latency_seconds;
       latency.metric.push_back(LatencyHistogram(labels, c));
-      AddCounter(steps, labels, static_cast<double>(v.steps));
-      AddGauge(step_time, labels, v.last_step_seconds);
-      AddCounter(cpu, labels, v.cpu_seconds);
-      AddGauge(rss, labels, static_cast<double>(v.resident_bytes));
-      AddGauge(threads, labels, v.threads);
-      AddGauge(fds, labels, v.open_fds);
+      AddMetric(steps, labels).counter.value = static_cast<double>(v.steps);
+      AddMetric(step_time, labels).gauge.value = v.last_step_seconds;
+      AddMetric(cpu, labels).counter.value = v.cpu_seconds;
+      AddMetric(rss, labels).gauge.value = static_cast<double>(v.resident_bytes);
+      AddMetric(threads, labels).gauge.value = v.threads;
+      AddMetric(fds, labels).gauge.value = v.open_fds;
     }
   }
   for (auto* f : {&up, &state, &transitions, &blocked, &age, &restarts, &phi, &latency,
@@ -154,26 +123,26 @@ void AddTaskFamilies(const LocalSnapshot& local, const ClusterView& cluster,
 // node names the node once, not each of its tasks (the view makes those unreachable, never
 // partitioned). A node whose sidecar refuses connections is "down", not silent: not cut off.
 void AddSilentNodes(const ClusterView& cluster, std::vector<MetricFamily>& out) {
-  auto silent = Family(names::kNodeSilent,
-                       "1 for each other node this sidecar sees silent: it answers no probe, "
-                       "directly or through other nodes (series exist only while it lasts).",
-                       MetricType::Gauge);
-  auto tasks = Family(names::kTaskNodeSilent,
-                      "1 for each task of a node this sidecar sees silent, with its node (series "
-                      "exist only while it lasts).",
-                      MetricType::Gauge);
+  auto silent = MakeFamily(names::kNodeSilent,
+                           "1 for each other node this sidecar sees silent: it answers no probe, "
+                           "directly or through other nodes (series exist only while it lasts).",
+                           MetricType::Gauge);
+  auto tasks =
+      MakeFamily(names::kTaskNodeSilent,
+                 "1 for each task of a node this sidecar sees silent, with its node (series "
+                 "exist only while it lasts).",
+                 MetricType::Gauge);
   for (const NodeInfo& n : cluster.nodes) {
     if (n.self || n.status != MemberStatusName(MemberStatus::kSilent)) continue;
     const ClientMetric::Label cluster_label{std::string(names::kLabelCluster), cluster.cluster};
     const ClientMetric::Label node_label{std::string(names::kLabelNode), n.id};
-    AddGauge(silent, {cluster_label, node_label}, 1);
+    AddMetric(silent, {cluster_label, node_label}).gauge.value = 1;
     for (const TaskRef& t : n.tasks) {
-      AddGauge(tasks,
-               {cluster_label,
-                {std::string(names::kLabelRole), t.role},
-                {std::string(names::kLabelTask), std::to_string(t.index)},
-                node_label},
-               1);
+      AddMetric(tasks, {cluster_label,
+                        {std::string(names::kLabelRole), t.role},
+                        {std::string(names::kLabelTask), std::to_string(t.index)},
+                        node_label})
+          .gauge.value = 1;
     }
   }
   out.push_back(std::move(silent));
@@ -185,18 +154,18 @@ void AddClusterFamilies(const LocalSnapshot& local, const ClusterView& cluster,
                         std::vector<MetricFamily>& out) {
   std::map<TaskRef, const TaskView*> by_task;
   for (const TaskView& v : cluster.tasks) by_task[v.task] = &v;
-  auto partitioned = Family(names::kTaskPartitioned,
-                            "1 while the task and a peer are both alive but cannot reach each "
-                            "other (a partition); 0 otherwise. This node's tasks only.",
-                            MetricType::Gauge);
-  auto pairs = Family(names::kTaskPartition,
-                      "1 for each peer this node's task is partitioned from (series exist only "
-                      "while the partition lasts).",
-                      MetricType::Gauge);
+  auto partitioned = MakeFamily(names::kTaskPartitioned,
+                                "1 while the task and a peer are both alive but cannot reach each "
+                                "other (a partition); 0 otherwise. This node's tasks only.",
+                                MetricType::Gauge);
+  auto pairs = MakeFamily(names::kTaskPartition,
+                          "1 for each peer this node's task is partitioned from (series exist only "
+                          "while the partition lasts).",
+                          MetricType::Gauge);
   for (const TaskView& v : local.views) {
     auto it = by_task.find(v.task);
     const bool cut = it != by_task.end() && !it->second->partitioned_from.empty();
-    AddGauge(partitioned, TaskLabels(v), cut ? 1 : 0);
+    AddMetric(partitioned, TaskLabels(v)).gauge.value = cut ? 1 : 0;
     if (!cut) continue;
     for (const std::string& peer : it->second->partitioned_from) {
       auto ref = ParseTaskRef(peer);
@@ -204,129 +173,136 @@ void AddClusterFamilies(const LocalSnapshot& local, const ClusterView& cluster,
       auto labels = TaskLabels(v);
       labels.push_back({std::string(names::kLabelPeerRole), ref->role});
       labels.push_back({std::string(names::kLabelPeerTask), std::to_string(ref->index)});
-      AddGauge(pairs, labels, 1);
+      AddMetric(pairs, labels).gauge.value = 1;
     }
   }
   out.push_back(std::move(partitioned));
   out.push_back(std::move(pairs));
-  Single(out, names::kSidecarIsolated,
-         "1 while this node is cut off from every other node (its sidecar reaches none of them).",
-         MetricType::Gauge, cluster.isolated_since ? 1 : 0);
+  telemetry::AddGauge(
+      &out, names::kSidecarIsolated,
+      "1 while this node is cut off from every other node (its sidecar reaches none of them).",
+      cluster.isolated_since ? 1 : 0);
   auto info =
-      Family(names::kSidecarInfo,
-             "1; this sidecar's cluster, node id (host:port of its exchange) and host name.",
-             MetricType::Gauge);
-  AddGauge(info,
-           {{std::string(names::kLabelCluster), cluster.cluster},
-            {std::string(names::kLabelNode), cluster.self},
-            {std::string(names::kLabelHostname), cluster.self_hostname}},
-           1);
+      MakeFamily(names::kSidecarInfo,
+                 "1; this sidecar's cluster, node id (host:port of its exchange) and host name.",
+                 MetricType::Gauge);
+  AddMetric(info, {{std::string(names::kLabelCluster), cluster.cluster},
+                   {std::string(names::kLabelNode), cluster.self},
+                   {std::string(names::kLabelHostname), cluster.self_hostname}})
+      .gauge.value = 1;
   out.push_back(std::move(info));
   AddSilentNodes(cluster, out);
 }
 
 void AddSidecarFamilies(const LocalSnapshot& local, const SidecarStats& stats,
                         std::vector<MetricFamily>& out) {
-  Single(out, names::kSidecarWatchedTasks, "Tasks this sidecar watches first-hand.",
-         MetricType::Gauge, static_cast<double>(local.views.size()));
-  Single(out, names::kSidecarPauses, "Times the sidecar's own loop was paused and it re-learned.",
-         MetricType::Counter, static_cast<double>(stats.pauses));
-  Single(out, names::kSidecarPeerErrors, "Failed or nonsensical exchanges with peer sidecars.",
-         MetricType::Counter, static_cast<double>(stats.exchange.errors));
-  Single(out, names::kSidecarPeers, "Other sidecars of the cluster this one knows.",
-         MetricType::Gauge, static_cast<double>(stats.members.size()));
-  auto members = Family(names::kSidecarMembers, "Other sidecars of the cluster, by status.",
-                        MetricType::Gauge);
+  telemetry::AddGauge(&out, names::kSidecarWatchedTasks, "Tasks this sidecar watches first-hand.",
+                      static_cast<double>(local.views.size()));
+  telemetry::AddCounter(&out, names::kSidecarPauses,
+                        "Times the sidecar's own loop was paused and it re-learned.",
+                        static_cast<double>(stats.pauses));
+  telemetry::AddCounter(&out, names::kSidecarPeerErrors,
+                        "Failed or nonsensical exchanges with peer sidecars.",
+                        static_cast<double>(stats.exchange.errors));
+  telemetry::AddGauge(&out, names::kSidecarPeers, "Other sidecars of the cluster this one knows.",
+                      static_cast<double>(stats.members.size()));
+  auto members = MakeFamily(names::kSidecarMembers, "Other sidecars of the cluster, by status.",
+                            MetricType::Gauge);
   for (MemberStatus s :
        {MemberStatus::kAlive, MemberStatus::kSuspect, MemberStatus::kSilent, MemberStatus::kLeft}) {
     const auto n = std::count_if(stats.members.begin(), stats.members.end(),
                                  [s](const Member& m) { return m.status == s; });
-    AddGauge(members, {{std::string(names::kLabelStatus), std::string(MemberStatusName(s))}},
-             static_cast<double>(n));
+    AddMetric(members, {{std::string(names::kLabelStatus), std::string(MemberStatusName(s))}})
+        .gauge.value = static_cast<double>(n);
   }
   out.push_back(std::move(members));
   const ExchangeStats& x = stats.exchange;
   auto messages =
-      Family(names::kSidecarExchangeMessages,
-             "Exchange messages with other sidecars, by direction.", MetricType::Counter);
+      MakeFamily(names::kSidecarExchangeMessages,
+                 "Exchange messages with other sidecars, by direction.", MetricType::Counter);
   auto bytes =
-      Family(names::kSidecarExchangeBytes,
-             "Exchange payload bytes with other sidecars, by direction.", MetricType::Counter);
+      MakeFamily(names::kSidecarExchangeBytes,
+                 "Exchange payload bytes with other sidecars, by direction.", MetricType::Counter);
   for (auto [direction, n, b] :
        {std::tuple{names::kDirectionSent, x.messages_sent, x.bytes_sent},
         std::tuple{names::kDirectionReceived, x.messages_received, x.bytes_received}}) {
     std::vector<ClientMetric::Label> l = {
         {std::string(names::kLabelDirection), std::string(direction)}};
-    AddCounter(messages, l, static_cast<double>(n));
-    AddCounter(bytes, l, static_cast<double>(b));
+    AddMetric(messages, l).counter.value = static_cast<double>(n);
+    AddMetric(bytes, l).counter.value = static_cast<double>(b);
   }
   out.push_back(std::move(messages));
   out.push_back(std::move(bytes));
-  Single(out, names::kSidecarRecordsLearned,
-         "Newer node records learned from other sidecars (changes somewhere in the cluster).",
-         MetricType::Counter, static_cast<double>(x.records_learned));
-  Single(out, names::kSidecarRecordsRefused, "Node records from other sidecars that made no sense.",
-         MetricType::Counter, static_cast<double>(x.records_refused));
+  telemetry::AddCounter(
+      &out, names::kSidecarRecordsLearned,
+      "Newer node records learned from other sidecars (changes somewhere in the cluster).",
+      static_cast<double>(x.records_learned));
+  telemetry::AddCounter(&out, names::kSidecarRecordsRefused,
+                        "Node records from other sidecars that made no sense.",
+                        static_cast<double>(x.records_refused));
 }
 
 void AddTraceFamilies(const SidecarStats& stats, std::vector<MetricFamily>& out) {
-  Single(out, names::kTracesSpansReceived, "Spans received over OTLP (TraceService/Export).",
-         MetricType::Counter, static_cast<double>(stats.receiver.spans_received));
-  Single(out, names::kTracesSpansKept,
-         "Spans held now (pending a join, or of slow or failed requests).", MetricType::Gauge,
-         static_cast<double>(stats.store.spans_kept));
-  Single(out, names::kTracesKeptBytes, "Estimated bytes of the spans held now.", MetricType::Gauge,
-         static_cast<double>(stats.store.bytes_kept));
-  auto dropped = Family(names::kTracesSpansDropped,
-                        "Spans not kept, or forgotten early, by reason.", MetricType::Counter);
+  telemetry::AddCounter(&out, names::kTracesSpansReceived,
+                        "Spans received over OTLP (TraceService/Export).",
+                        static_cast<double>(stats.receiver.spans_received));
+  telemetry::AddGauge(&out, names::kTracesSpansKept,
+                      "Spans held now (pending a join, or of slow or failed requests).",
+                      static_cast<double>(stats.store.spans_kept));
+  telemetry::AddGauge(&out, names::kTracesKeptBytes, "Estimated bytes of the spans held now.",
+                      static_cast<double>(stats.store.bytes_kept));
+  auto dropped = MakeFamily(names::kTracesSpansDropped,
+                            "Spans not kept, or forgotten early, by reason.", MetricType::Counter);
   for (auto [reason, value] : {std::pair{names::kReasonInvalid, stats.receiver.spans_invalid},
                                std::pair{names::kReasonEvicted, stats.store.dropped_evicted},
                                std::pair{names::kReasonTraceFull, stats.store.dropped_trace_full},
                                std::pair{names::kReasonDuplicate, stats.store.dropped_duplicate}}) {
-    AddCounter(dropped, {{std::string(names::kLabelReason), std::string(reason)}},
-               static_cast<double>(value));
+    AddMetric(dropped, {{std::string(names::kLabelReason), std::string(reason)}}).counter.value =
+        static_cast<double>(value);
   }
   out.push_back(std::move(dropped));
   // Always exported (0 without --otlp_upstream), so a rule on them need not test presence.
-  Single(out, names::kTracesForwardedSpans, "Spans forwarded to the OTLP upstream.",
-         MetricType::Counter, static_cast<double>(stats.forwarder.forwarded_spans));
-  Single(out, names::kTracesForwardDroppedSpans,
-         "Spans not forwarded: the queue was full or the upstream refused them.",
-         MetricType::Counter, static_cast<double>(stats.forwarder.dropped_spans));
-  Single(out, names::kTracesForwardFailures, "Failed Export calls to the OTLP upstream.",
-         MetricType::Counter, static_cast<double>(stats.forwarder.failures));
+  telemetry::AddCounter(&out, names::kTracesForwardedSpans, "Spans forwarded to the OTLP upstream.",
+                        static_cast<double>(stats.forwarder.forwarded_spans));
+  telemetry::AddCounter(&out, names::kTracesForwardDroppedSpans,
+                        "Spans not forwarded: the queue was full or the upstream refused them.",
+                        static_cast<double>(stats.forwarder.dropped_spans));
+  telemetry::AddCounter(&out, names::kTracesForwardFailures,
+                        "Failed Export calls to the OTLP upstream.",
+                        static_cast<double>(stats.forwarder.failures));
 }
 
 // Always exported (0 without --alertmanager_url), so a rule on them need not test presence.
 void AddAlertFamilies(const SidecarStats& stats, std::vector<MetricFamily>& out) {
-  auto sent = Family(names::kSidecarAlertsSent,
-                     "Alerts (firing or resolved) posted to Alertmanager, by status: ok, or "
-                     "failed (each retry counts again).",
-                     MetricType::Counter);
-  AddCounter(sent, {{std::string(names::kLabelStatus), "ok"}},
-             static_cast<double>(stats.alerts.sent));
-  AddCounter(sent, {{std::string(names::kLabelStatus), "failed"}},
-             static_cast<double>(stats.alerts.failed));
+  auto sent = MakeFamily(names::kSidecarAlertsSent,
+                         "Alerts (firing or resolved) posted to Alertmanager, by status: ok, or "
+                         "failed (each retry counts again).",
+                         MetricType::Counter);
+  AddMetric(sent, {{std::string(names::kLabelStatus), "ok"}}).counter.value =
+      static_cast<double>(stats.alerts.sent);
+  AddMetric(sent, {{std::string(names::kLabelStatus), "failed"}}).counter.value =
+      static_cast<double>(stats.alerts.failed);
   out.push_back(std::move(sent));
-  Single(out, names::kSidecarAlertsDropped,
-         "Alerts not posted: the queue of an unreachable Alertmanager was full.",
-         MetricType::Counter, static_cast<double>(stats.alerts.dropped));
-  Single(out, names::kSidecarAlertsFiring, "First-hand alerts this sidecar says are firing now.",
-         MetricType::Gauge, stats.alerts.firing);
+  telemetry::AddCounter(&out, names::kSidecarAlertsDropped,
+                        "Alerts not posted: the queue of an unreachable Alertmanager was full.",
+                        static_cast<double>(stats.alerts.dropped));
+  telemetry::AddGauge(&out, names::kSidecarAlertsFiring,
+                      "First-hand alerts this sidecar says are firing now.", stats.alerts.firing);
 }
 
 void AddSnapshotFamilies(const SidecarStats& stats, std::vector<MetricFamily>& out) {
-  Single(out, names::kSidecarSnapshots,
-         "Snapshots taken of this node's tasks' threads (stuck tasks, and on demand).",
-         MetricType::Counter, static_cast<double>(stats.keeper.captures));
-  Single(out, names::kSidecarSnapshotFailures,
-         "Snapshots that could not be taken (the process was gone).", MetricType::Counter,
-         static_cast<double>(stats.keeper.failures));
-  Single(out, names::kSidecarSnapshotBytes, "Bytes of the snapshots kept now.", MetricType::Gauge,
-         static_cast<double>(stats.keeper.bytes_kept));
-  Single(out, names::kSidecarSnapshotPause,
-         "The longest one thread was held stopped in the last snapshot.", MetricType::Gauge,
-         stats.keeper.last_pause_ms / 1000);
+  telemetry::AddCounter(
+      &out, names::kSidecarSnapshots,
+      "Snapshots taken of this node's tasks' threads (stuck tasks, and on demand).",
+      static_cast<double>(stats.keeper.captures));
+  telemetry::AddCounter(&out, names::kSidecarSnapshotFailures,
+                        "Snapshots that could not be taken (the process was gone).",
+                        static_cast<double>(stats.keeper.failures));
+  telemetry::AddGauge(&out, names::kSidecarSnapshotBytes, "Bytes of the snapshots kept now.",
+                      static_cast<double>(stats.keeper.bytes_kept));
+  telemetry::AddGauge(&out, names::kSidecarSnapshotPause,
+                      "The longest one thread was held stopped in the last snapshot.",
+                      stats.keeper.last_pause_ms / 1000);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "trainscope/sidecar/api.h"
 
 namespace trainscope::sidecar {
 namespace {
@@ -240,14 +242,22 @@ TEST(TraceStore, TraceDetailAndJson) {
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->spans.size(), 3u);
   ASSERT_EQ(d->requests.size(), 1u);
-  std::string json = TraceDetailToJson(*d);
-  EXPECT_NE(json.find("\"kind\":\"server\""), std::string::npos) << json;
-  std::string list = RequestsToJson(store.Slow({}, 0), {{"window_s", 300}});
-  EXPECT_NE(list.find("\"queue_ms\":15.0"), std::string::npos) << list;
-  EXPECT_NE(list.find("\"apply_ms\":null"), std::string::npos) << list;
-  EXPECT_NE(list.find("\"network_ms\":10.0"), std::string::npos) << list;
-  EXPECT_NE(list.find("\"window_s\":300"), std::string::npos) << list;
-  EXPECT_NE(list.find("\"start_time\":\"2023-11-14T22:13:20.000Z\""), std::string::npos) << list;
+  const auto detail = nlohmann::json::parse(ApiJson(ToProto(*d)));
+  ASSERT_EQ(detail["spans"].size(), 3u) << detail.dump();
+  EXPECT_EQ(detail["spans"][1]["kind"], "server") << detail.dump();
+  EXPECT_EQ(detail["requests"][0]["trace_id"], detail["trace_id"]) << detail.dump();
+  const auto list = nlohmann::json::parse(ApiJson(ToRequestList(store.Slow({}, 0), 300, 10)));
+  const auto& r = list["requests"][0];
+  EXPECT_EQ(r["queue_ms"], 15) << list.dump();
+  EXPECT_FALSE(r.contains("apply_ms")) << "unknown: absent, not null; " << list.dump();
+  EXPECT_EQ(r["network_ms"], 10) << list.dump();
+  EXPECT_EQ(r["has_client"], true) << list.dump();
+  EXPECT_EQ(r["error"], "") << "fields without presence are always printed; " << list.dump();
+  EXPECT_EQ(list["window_s"], 300) << list.dump();
+  EXPECT_EQ(list["per_key"], 10) << list.dump();
+  EXPECT_EQ(r["start_time"], "2023-11-14T22:13:20.000Z") << list.dump();
+  const auto errors = nlohmann::json::parse(ApiJson(ToRequestList(store.Errors({}, 0))));
+  EXPECT_FALSE(errors.contains("window_s")) << errors.dump();
 }
 
 TEST(TraceStore, HexAndCodeNames) {
@@ -284,7 +294,8 @@ TEST(TraceStore, RequestsMarkedSlowAreListedWhateverTheirRankWithinTheWindow) {
   }
   EXPECT_EQ(slow[2].kept, "slow,requested");  // 159 ms: both halves' reasons, once each.
   EXPECT_EQ(slow[3].kept, "slow");
-  EXPECT_NE(RequestsToJson(slow).find("\"kept\":\"slow,requested\""), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(ApiJson(ToRequestList(slow)))["requests"][2]["kept"],
+            "slow,requested");
   // Marks last as long as the window.
   EXPECT_EQ(store.Slow(all, 30).size(), 12u);
   EXPECT_EQ(store.Slow(all, 70).size(), 0u);

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <ctime>
 #include <deque>
+#include <limits>
 #include <set>
 #include <unordered_map>
 
@@ -19,7 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "nlohmann/json.hpp"
+#include "trainscope/sidecar/api.h"
 
 namespace trainscope::sidecar {
 namespace {
@@ -565,13 +566,6 @@ TraceStoreStats TraceStore::stats() {
 
 namespace {
 
-using nlohmann::json;
-
-json Opt(const std::optional<double>& v) {
-  return v && std::isfinite(*v) ? json(*v) : json(nullptr);
-}
-json OptStr(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
-
 std::string IsoTime(double unix_s) {
   if (!std::isfinite(unix_s) || unix_s <= 0) return "";
   time_t secs = static_cast<time_t>(unix_s);
@@ -582,29 +576,35 @@ std::string IsoTime(double unix_s) {
                          tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, std::clamp(ms, 0, 999));
 }
 
-json RequestJson(const RequestSummary& r) {
-  return json{{"trace_id", r.trace_id},
-              {"method", r.method},
-              {"worker", r.worker},
-              {"ps", r.ps},
-              {"start_unix", r.start_unix},
-              {"start_time", IsoTime(r.start_unix)},
-              {"duration_ms", std::isfinite(r.duration_ms) ? r.duration_ms : 0},
-              {"server_ms", Opt(r.server_ms)},
-              {"network_ms", Opt(r.network_ms)},
-              {"queue_ms", Opt(r.queue_ms)},
-              {"apply_ms", Opt(r.apply_ms)},
-              {"read_ms", Opt(r.read_ms)},
-              {"status", r.status},
-              {"error", r.error},
-              {"has_client", r.has_client},
-              {"has_server", r.has_server},
-              {"client_span_id", OptStr(r.client_span_id)},
-              {"server_span_id", OptStr(r.server_span_id)},
-              {"server_parent_span_id", OptStr(r.server_parent_span_id)},
-              {"deadline_ms", r.deadline_ms >= 0 ? json(r.deadline_ms) : json(nullptr)},
-              {"peer_address", r.peer_address},
-              {"kept", OptStr(r.kept)}};
+double Finite(double v) { return std::isfinite(v) ? v : 0; }
+
+int32_t Int32(int64_t v) {
+  return static_cast<int32_t>(std::clamp<int64_t>(v, 0, std::numeric_limits<int32_t>::max()));
+}
+
+void SetRequest(const RequestSummary& r, pb::RequestSummary* out) {
+  out->set_trace_id(r.trace_id);
+  out->set_method(CleanText(r.method));
+  out->set_worker(CleanText(r.worker));
+  out->set_ps(CleanText(r.ps));
+  out->set_start_unix(Finite(r.start_unix));
+  out->set_start_time(IsoTime(r.start_unix));
+  out->set_duration_ms(Finite(r.duration_ms));
+  if (r.server_ms && std::isfinite(*r.server_ms)) out->set_server_ms(*r.server_ms);
+  if (r.network_ms && std::isfinite(*r.network_ms)) out->set_network_ms(*r.network_ms);
+  if (r.queue_ms && std::isfinite(*r.queue_ms)) out->set_queue_ms(*r.queue_ms);
+  if (r.apply_ms && std::isfinite(*r.apply_ms)) out->set_apply_ms(*r.apply_ms);
+  if (r.read_ms && std::isfinite(*r.read_ms)) out->set_read_ms(*r.read_ms);
+  out->set_status(CleanText(r.status));
+  out->set_error(CleanText(r.error));
+  out->set_has_client(r.has_client);
+  out->set_has_server(r.has_server);
+  if (!r.client_span_id.empty()) out->set_client_span_id(r.client_span_id);
+  if (!r.server_span_id.empty()) out->set_server_span_id(r.server_span_id);
+  if (!r.server_parent_span_id.empty()) out->set_server_parent_span_id(r.server_parent_span_id);
+  if (r.deadline_ms >= 0) out->set_deadline_ms(Int32(r.deadline_ms));
+  out->set_peer_address(CleanText(r.peer_address));
+  if (!r.kept.empty()) out->set_kept(CleanText(r.kept));
 }
 
 const char* KindName(SpanKind k) {
@@ -622,59 +622,50 @@ const char* KindName(SpanKind k) {
   }
 }
 
-}  // namespace
-
-std::string RequestsToJson(const std::vector<RequestSummary>& requests,
-                           const std::map<std::string, double>& extra) {
-  json list = json::array();
-  for (const RequestSummary& r : requests) list.push_back(RequestJson(r));
-  json root = {{"requests", list}};
-  for (const auto& [k, v] : extra) {
-    if (!std::isfinite(v)) {
-      root[k] = 0;
-    } else if (v == std::floor(v) && std::abs(v) < 9e15) {
-      root[k] = static_cast<int64_t>(v);
-    } else {
-      root[k] = v;
-    }
+void SetSpan(const SpanRecord& s, pb::Span* out) {
+  out->set_trace_id(s.trace_id);
+  out->set_span_id(s.span_id);
+  if (!s.parent_span_id.empty()) out->set_parent_span_id(s.parent_span_id);
+  out->set_name(CleanText(s.name));
+  out->set_kind(KindName(s.kind));
+  out->set_task(CleanText(s.task));
+  out->set_service_name(CleanText(s.service_name));
+  out->set_start_unix(static_cast<double>(s.start_unix_nano) / 1e9);
+  out->set_duration_ms(Ms(s.DurationNs()));
+  out->set_status_code(s.status_code);
+  out->set_status_message(CleanText(s.status_message));
+  if (s.grpc_status_code >= 0) out->set_grpc_status_code(s.grpc_status_code);
+  out->set_peer_task(CleanText(s.peer_task));
+  out->set_net_peer_name(CleanText(s.net_peer_name));
+  if (s.deadline_ms >= 0) out->set_deadline_ms(Int32(s.deadline_ms));
+  if (s.request_bytes >= 0) out->set_request_bytes(static_cast<double>(s.request_bytes));
+  if (s.response_bytes >= 0) out->set_response_bytes(static_cast<double>(s.response_bytes));
+  if (!s.kept.empty()) out->set_kept(CleanText(s.kept));
+  for (const SpanEventRecord& e : s.events) {
+    pb::SpanEvent* event = out->add_events();
+    event->set_name(CleanText(e.name));
+    event->set_time_unix(static_cast<double>(e.time_unix_nano) / 1e9);
+    if (e.duration_ns >= 0) event->set_duration_ms(Ms(e.duration_ns));
   }
-  return root.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-std::string TraceDetailToJson(const TraceDetail& d) {
-  json spans = json::array();
-  for (const SpanRecord& s : d.spans) {
-    json events = json::array();
-    for (const SpanEventRecord& e : s.events) {
-      events.push_back({{"name", e.name},
-                        {"time_unix", static_cast<double>(e.time_unix_nano) / 1e9},
-                        {"duration_ms", e.duration_ns >= 0 ? json(Ms(e.duration_ns)) : json()}});
-    }
-    spans.push_back(
-        {{"trace_id", s.trace_id},
-         {"span_id", s.span_id},
-         {"parent_span_id", OptStr(s.parent_span_id)},
-         {"name", s.name},
-         {"kind", KindName(s.kind)},
-         {"task", s.task},
-         {"service_name", s.service_name},
-         {"start_unix", static_cast<double>(s.start_unix_nano) / 1e9},
-         {"duration_ms", Ms(s.DurationNs())},
-         {"status_code", s.status_code},
-         {"status_message", s.status_message},
-         {"grpc_status_code", s.grpc_status_code >= 0 ? json(s.grpc_status_code) : json(nullptr)},
-         {"peer_task", s.peer_task},
-         {"net_peer_name", s.net_peer_name},
-         {"deadline_ms", s.deadline_ms >= 0 ? json(s.deadline_ms) : json(nullptr)},
-         {"request_bytes", s.request_bytes >= 0 ? json(s.request_bytes) : json()},
-         {"response_bytes", s.response_bytes >= 0 ? json(s.response_bytes) : json()},
-         {"kept", OptStr(s.kept)},
-         {"events", events}});
-  }
-  json requests = json::array();
-  for (const RequestSummary& r : d.requests) requests.push_back(RequestJson(r));
-  json root = {{"trace_id", d.trace_id}, {"spans", spans}, {"requests", requests}};
-  return root.dump(-1, ' ', false, json::error_handler_t::replace);
+}  // namespace
+
+pb::RequestList ToRequestList(const std::vector<RequestSummary>& requests, double window_s,
+                              int per_key) {
+  pb::RequestList list;
+  for (const RequestSummary& r : requests) SetRequest(r, list.add_requests());
+  if (window_s >= 0 && std::isfinite(window_s)) list.set_window_s(window_s);
+  if (per_key >= 0) list.set_per_key(per_key);
+  return list;
+}
+
+pb::TraceDetail ToProto(const TraceDetail& d) {
+  pb::TraceDetail out;
+  out.set_trace_id(d.trace_id);
+  for (const SpanRecord& s : d.spans) SetSpan(s, out.add_spans());
+  for (const RequestSummary& r : d.requests) SetRequest(r, out.add_requests());
+  return out;
 }
 
 }  // namespace trainscope::sidecar

@@ -90,15 +90,20 @@ void AtomicHistogram::CollectInto(prometheus::ClientMetric* metric) const {
   h.sample_sum = sum_.load(std::memory_order_relaxed);
 }
 
+prometheus::MetricFamily MakeFamily(std::string_view name, std::string_view help,
+                                    prometheus::MetricType type) {
+  prometheus::MetricFamily f;
+  f.name = std::string(name);
+  f.help = std::string(help);
+  f.type = type;
+  return f;
+}
+
 prometheus::MetricFamily& AddFamily(std::vector<prometheus::MetricFamily>* families,
                                     const std::string& name, const std::string& help,
                                     prometheus::MetricType type) {
-  families->emplace_back();
-  auto& f = families->back();
-  f.name = name;
-  f.help = help;
-  f.type = type;
-  return f;
+  families->push_back(MakeFamily(name, help, type));
+  return families->back();
 }
 
 prometheus::ClientMetric& AddMetric(prometheus::MetricFamily& family,
@@ -285,7 +290,7 @@ void RpcMetrics::CollectCalls(std::vector<prometheus::MetricFamily>* families) c
   std::vector<prometheus::MetricFamily>& out = *families;
   auto labels = [&](int method, int status, int role) {
     std::vector<prometheus::ClientMetric::Label> l = {{names::kLabelMethod, kMethods[method]}};
-    if (status >= 0) l.push_back({names::kLabelStatus, StatusName(status)});
+    if (status >= 0) l.push_back({names::kLabelGrpcStatus, StatusName(status)});
     l.push_back({names::kLabelPeerRole, roles_[role]});
     return l;
   };

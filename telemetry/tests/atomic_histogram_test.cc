@@ -132,7 +132,7 @@ TEST(RpcMetricsTest, ConcurrentFirstUseOfANewSeriesMakesOneSeriesAndLosesNothing
         {names::kLabelMethod, "trainscope.v1.ParameterService/Pull"},
         {names::kLabelPeerRole, "ps"}};
     auto with_status = labels;
-    with_status.push_back({names::kLabelStatus, "DEADLINE_EXCEEDED"});
+    with_status.push_back({names::kLabelGrpcStatus, "DEADLINE_EXCEEDED"});
     for (const char* family :
          {names::kClientAttemptDuration, names::kClientAttemptSentBytes, names::kClientCallDuration,
           names::kServerCallDuration, names::kServerCallRcvdBytes}) {

@@ -11,6 +11,7 @@
 #include "google/protobuf/stubs/logging.h"
 #include "traces/trace_receiver.h"
 #include "trainscope/common/clock.h"
+#include "trainscope/sidecar/api.h"
 #include "trainscope/sidecar/trace_store.h"
 
 namespace {
@@ -36,7 +37,7 @@ void ReadStore(TraceStore& store, const otlp::ExportTraceServiceRequest& request
   }
   for (const std::string& id : trace_ids) {
     auto detail = store.Trace(trainscope::sidecar::HexId(id), now);
-    if (detail) (void)trainscope::sidecar::TraceDetailToJson(*detail);
+    if (detail) (void)trainscope::sidecar::ApiJson(trainscope::sidecar::ToProto(*detail));
   }
   (void)store.stats();
 }

@@ -7,6 +7,7 @@
 
 #include <thread>
 
+#include "nlohmann/json.hpp"
 #include "sidecar_harness.h"
 
 namespace trainscope::testing {
@@ -176,9 +177,13 @@ TEST(SidecarExchange, ServiceDiscoveryListsMetricsEndpoints) {
   auto worker = StartFakeTask(worker_address, "worker", 0);
   Sidecar sidecar({{"ps", {ps_address}}, {"worker", {worker_address}}}, {});
   ASSERT_TRUE(sidecar.WaitForState("ps:0", TaskState::kUp, seconds(10))) << sidecar.Describe();
-  EXPECT_EQ(sidecar.Get("/api/v1/sd"),
-            "[{\"labels\":{\"cluster\":\"default\",\"role\":\"ps\",\"task\":\"0\"},"
-            "\"targets\":[\"127.0.0.1:19999\"]}]");
+  // Prometheus' HTTP SD format; the worker has no /metrics address, so it is not listed.
+  const std::string body = sidecar.Get("/api/v1/sd");
+  EXPECT_EQ(nlohmann::json::parse(body, nullptr, false),
+            nlohmann::json::parse(R"([{"targets": ["127.0.0.1:19999"],
+                                       "labels": {"cluster": "default", "role": "ps",
+                                                  "task": "0"}}])"))
+      << body;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -45,6 +46,11 @@ Sidecar::Sidecar(const Cluster& cluster, std::vector<std::string> extra_args) {
   for (auto& a : extra_args) args.push_back(std::move(a));
   process_ = std::make_unique<Process>(BinPath("trainscope-sidecar"), args);
   process_->WaitForOutput("http on", std::chrono::seconds(10));
+}
+
+Sidecar::~Sidecar() {
+  process_.reset();
+  std::remove(spec_path_.c_str());
 }
 
 std::string Sidecar::Get(const std::string& path) {

@@ -26,6 +26,10 @@ std::string WriteSpecFile(const Cluster& cluster);
 class Sidecar {
  public:
   Sidecar(const Cluster& cluster, std::vector<std::string> extra_args);
+  // Stops the sidecar, then removes its spec file.
+  ~Sidecar();
+  Sidecar(const Sidecar&) = delete;
+  Sidecar& operator=(const Sidecar&) = delete;
   std::string http() const { return "127.0.0.1:" + std::to_string(http_port_); }
   int http_port() const { return http_port_; }
   Process& process() { return *process_; }

@@ -1,7 +1,7 @@
 #pragma once
 // The sidecar's messages at its edges: TaskView (the trackers' working type) to and from the
 // proto TaskView that /api/v1/tasks, the status page, trainscopectl and the exchange between
-// sidecars carry, and the JSON of /api/v1/tasks (protobuf's JSON mapping, proto field names).
+// sidecars carry, and the JSON of every /api/v1 body (protobuf's JSON mapping, proto field names).
 // Everything that comes from outside is bounded and checked here. Thread-safe (no state).
 
 #include <string>
@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "trainscope/sidecar/task_view.h"
+#include "trainscope/sidecar/v1/api.pb.h"
 #include "trainscope/sidecar/v1/sidecar.pb.h"
 
 namespace trainscope::sidecar {
@@ -38,6 +39,13 @@ absl::StatusOr<TaskView> FromProto(const pb::TaskView& proto);
 
 // JSON of a task list (never fails: strings are cleaned before they get here).
 std::string ToJson(const pb::TaskList& list);
+// JSON of any other /api/v1 body (api.proto): protobuf's JSON mapping with the proto field names,
+// every field without presence printed. "{}" if it cannot be rendered (only text that skipped
+// CleanText can make it fail).
+std::string ApiJson(const google::protobuf::Message& body);
+// /api/v1/sd: Prometheus' HTTP service discovery, a JSON array of pb::TargetGroup, one per task
+// with a /metrics address (`local_only`: this node's tasks only).
+std::string SdJson(const std::vector<TaskView>& views, bool local_only);
 
 // Parses /api/v1/tasks from this or an older sidecar. InvalidArgument naming what is wrong when
 // the body is not a task list.

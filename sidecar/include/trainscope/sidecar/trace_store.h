@@ -16,8 +16,11 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "trainscope/sidecar/v1/api.pb.h"
 
 namespace trainscope::sidecar {
+
+namespace pb = ::trainscope::sidecar::v1;
 
 // OTLP span kinds (the values of Span.SpanKind).
 enum class SpanKind { kUnspecified = 0, kInternal = 1, kServer = 2, kClient = 3, kOther = 4 };
@@ -157,11 +160,13 @@ class TraceStore {
   std::unique_ptr<Impl> impl_ ABSL_GUARDED_BY(mu_);
 };
 
-// JSON of a request list: {"requests": [...], plus `extra` fields}. Never throws.
-std::string RequestsToJson(const std::vector<RequestSummary>& requests,
-                           const std::map<std::string, double>& extra = {});
-// JSON of one trace: {"trace_id", "spans": [...], "requests": [...]}. Never throws.
-std::string TraceDetailToJson(const TraceDetail& detail);
+// The body of /api/v1/traces/slow (with the window and how many per key it keeps) and of
+// /api/v1/traces/errors (window_s and per_key negative: absent). Strings are cleaned (CleanText),
+// so ToJson never fails on them.
+pb::RequestList ToRequestList(const std::vector<RequestSummary>& requests, double window_s = -1,
+                              int per_key = -1);
+// The body of /api/v1/traces/<trace id>.
+pb::TraceDetail ToProto(const TraceDetail& detail);
 
 // Lowercase hex of bytes ("" for empty input).
 std::string HexId(std::string_view bytes);

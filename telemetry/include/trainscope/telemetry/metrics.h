@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -122,7 +123,10 @@ class RpcMetrics {
   std::vector<std::unique_ptr<AtomicHistogram>> deadline_used_;
 };
 
-// Helpers for collectors that build families at scrape time.
+// Helpers for collectors that build families at scrape time (the runtime's and the sidecar's).
+// An empty family, to fill before it is appended (for families filled side by side).
+prometheus::MetricFamily MakeFamily(std::string_view name, std::string_view help,
+                                    prometheus::MetricType type);
 // Appends an empty family to `families` and returns it.
 prometheus::MetricFamily& AddFamily(std::vector<prometheus::MetricFamily>* families,
                                     const std::string& name, const std::string& help,

@@ -1,7 +1,7 @@
 #pragma once
-// Every metric and label name a task exports on its /metrics, in one place, so that dashboards,
-// alert rules and tests can be checked against them. gRPC call metrics follow gRFC A66 as
-// Prometheus renders it; process metrics follow Prometheus' standard names. Constants only.
+// Every metric and label name a task or a sidecar exports on its /metrics, in one place, so that
+// dashboards, alert rules and tests can be checked against them. gRPC call metrics follow gRFC
+// A66 as Prometheus renders it; process metrics follow Prometheus' standard names. Constants only.
 
 namespace trainscope::telemetry::names {
 
@@ -10,8 +10,8 @@ namespace trainscope::telemetry::names {
 inline constexpr char kLabelCluster[] = "cluster";
 inline constexpr char kLabelRole[] = "role";
 inline constexpr char kLabelTask[] = "task";
-inline constexpr char kLabelMethod[] = "grpc_method";  // "trainscope.v1.ParameterService/Pull"
-inline constexpr char kLabelStatus[] = "grpc_status";  // "OK", "DEADLINE_EXCEEDED", ...
+inline constexpr char kLabelMethod[] = "grpc_method";      // "trainscope.v1.ParameterService/Pull"
+inline constexpr char kLabelGrpcStatus[] = "grpc_status";  // "OK", "DEADLINE_EXCEEDED", ...
 inline constexpr char kLabelPeerRole[] = "peer_role";
 inline constexpr char kLabelPeerTask[] = "peer_task";
 inline constexpr char kLabelPhase[] = "phase";
@@ -109,6 +109,114 @@ inline constexpr char kGpuMemoryTotal[] = "trainscope_gpu_memory_total_bytes";
 
 // Identity of the exporting task: value 1, labels cluster/role/task/version.
 inline constexpr char kTaskInfo[] = "trainscope_task_info";
+
+// ---- The sidecar's /metrics: what it decides about the tasks it watches, and itself.
+
+// Labels of the sidecar's families besides cluster, role, task, peer_role, peer_task (above).
+// Never `job` or `instance`: Prometheus owns those.
+inline constexpr char kLabelState[] = "state";
+// A node of the exchange: its id, host:port of its sidecar's exchange (NodeView.node).
+inline constexpr char kLabelNode[] = "node";
+inline constexpr char kLabelStatus[] = "status";
+inline constexpr char kLabelDirection[] = "direction";
+inline constexpr char kDirectionSent[] = "sent";
+inline constexpr char kDirectionReceived[] = "received";
+
+// Per watched task (local tasks only: a sidecar exports what it has seen first-hand).
+// 1 when the task's state is `up`, else 0 (also 0 for `done`: alert on state="dead", not on up).
+inline constexpr char kTaskUp[] = "trainscope_task_up";
+// 1 while the task and a peer are both alive (each answers its own sidecar) but cannot reach
+// each other; 0 otherwise. Each sidecar exports it for its own node's tasks only.
+inline constexpr char kTaskPartitioned[] = "trainscope_task_partitioned";
+// 1 per (task, peer) pair of a partition, exported by the sidecar of `task` while it lasts
+// (labels peer_role, peer_task).
+inline constexpr char kTaskPartition[] = "trainscope_task_partition";
+// 1 for the task's current state, 0 for every other state (one series per state).
+inline constexpr char kTaskState[] = "trainscope_task_state";
+// Seconds a blocked task has been waiting on each peer (series exist only while waiting).
+inline constexpr char kTaskBlockedSeconds[] = "trainscope_task_blocked_seconds";
+// Seconds since the last valid heartbeat answer (since watching began when never).
+inline constexpr char kTaskHeartbeatAge[] = "trainscope_task_heartbeat_age_seconds";
+// Restarts seen (incarnation changes).
+inline constexpr char kTaskRestarts[] = "trainscope_task_restarts_total";
+// Entries into each state (one series per state); a soak counts false alarms with it.
+inline constexpr char kTaskTransitions[] = "trainscope_task_state_transitions_total";
+// The failure detector's suspicion level (phi; 0 while answers come on time).
+inline constexpr char kTaskSuspicion[] = "trainscope_task_heartbeat_suspicion";
+// Heartbeat round-trip latency (histogram) and the latest one (gauge).
+inline constexpr char kTaskHeartbeatLatency[] = "trainscope_task_heartbeat_latency_seconds";
+inline constexpr char kTaskHeartbeatLastLatency[] =
+    "trainscope_task_heartbeat_last_latency_seconds";
+// Progress counter reported by the task (steps or updates applied).
+inline constexpr char kTaskSteps[] = "trainscope_task_steps_total";
+// Duration of the task's last step.
+inline constexpr char kTaskLastStepSeconds[] = "trainscope_task_last_step_seconds";
+// Resource usage the task reports about itself.
+inline constexpr char kTaskCpuSeconds[] = "trainscope_task_cpu_seconds_total";
+inline constexpr char kTaskResidentBytes[] = "trainscope_task_resident_memory_bytes";
+inline constexpr char kTaskThreads[] = "trainscope_task_threads";
+inline constexpr char kTaskOpenFds[] = "trainscope_task_open_fds";
+
+// The sidecar itself.
+inline constexpr char kSidecarWatchedTasks[] = "trainscope_sidecar_watched_tasks";
+inline constexpr char kSidecarPauses[] = "trainscope_sidecar_pauses_total";
+inline constexpr char kSidecarPeerErrors[] = "trainscope_sidecar_peer_errors_total";
+inline constexpr char kSidecarPeers[] = "trainscope_sidecar_peers";
+// The exchange between sidecars: other sidecars by status (alive, suspect, silent, left),
+// messages and payload bytes by direction, node records learned and refused.
+inline constexpr char kSidecarMembers[] = "trainscope_sidecar_members";
+inline constexpr char kSidecarExchangeMessages[] = "trainscope_sidecar_exchange_messages_total";
+inline constexpr char kSidecarExchangeBytes[] = "trainscope_sidecar_exchange_bytes_total";
+inline constexpr char kSidecarRecordsLearned[] =
+    "trainscope_sidecar_exchange_records_learned_total";
+inline constexpr char kSidecarRecordsRefused[] =
+    "trainscope_sidecar_exchange_records_refused_total";
+// 1 while this node is cut off from every other node.
+inline constexpr char kSidecarIsolated[] = "trainscope_sidecar_isolated";
+// First-hand alerts posted to --alertmanager_url: alerts (firing or resolved) by `status`, ok
+// (accepted) or failed (the post failed; each retry counts again); alerts dropped from a full
+// queue; alerts this sidecar says are firing now.
+inline constexpr char kSidecarAlertsSent[] = "trainscope_sidecar_alerts_sent_total";
+inline constexpr char kSidecarAlertsDropped[] = "trainscope_sidecar_alerts_dropped_total";
+inline constexpr char kSidecarAlertsFiring[] = "trainscope_sidecar_alerts_firing";
+// Snapshots of stuck tasks' threads (stack_keeper.h): taken (automatic and on demand), failed,
+// the bytes kept now, and the longest pause of one thread in the last capture.
+inline constexpr char kSidecarSnapshots[] = "trainscope_sidecar_snapshots_total";
+inline constexpr char kSidecarSnapshotFailures[] = "trainscope_sidecar_snapshot_failures_total";
+inline constexpr char kSidecarSnapshotBytes[] = "trainscope_sidecar_snapshot_bytes";
+inline constexpr char kSidecarSnapshotPause[] = "trainscope_sidecar_snapshot_last_pause_seconds";
+// 1, labelled with this sidecar's cluster, node id (`node`) and `hostname`: what joins a
+// scrape target (job, instance) to its node, so an alert on a target can be inhibited by one on
+// the node.
+inline constexpr char kSidecarInfo[] = "trainscope_sidecar_info";
+inline constexpr char kLabelHostname[] = "hostname";
+// 1 per other node (label `node`) this sidecar sees silent: it answers no probe, directly or
+// through other nodes (cut off, or its machine down). Series exist only while that lasts, so a
+// sidecar's series do not grow with the cluster while all is well.
+inline constexpr char kNodeSilent[] = "trainscope_node_silent";
+// 1 per task (cluster, role, task) of such a node, with its `node`: what lets Alertmanager hold
+// back the alerts its tasks' peers raise about them (they name the task, not the node).
+inline constexpr char kTaskNodeSilent[] = "trainscope_task_node_silent";
+
+// The sidecar as the node's trace agent (OTLP TraceService/Export on its gRPC port).
+// Spans received (valid or not) in Export calls.
+inline constexpr char kTracesSpansReceived[] = "trainscope_sidecar_traces_spans_received_total";
+// Spans held now (pending a join, slow or failed requests), and their estimated bytes.
+inline constexpr char kTracesSpansKept[] = "trainscope_sidecar_traces_spans_kept";
+inline constexpr char kTracesKeptBytes[] = "trainscope_sidecar_traces_kept_bytes";
+// Spans not kept or forgotten early, by `reason`: invalid (bad ids), evicted (memory budget),
+// trace_full (too many spans in one trace), duplicate (same span id twice).
+inline constexpr char kTracesSpansDropped[] = "trainscope_sidecar_traces_spans_dropped_total";
+// Forwarding to --otlp_upstream: spans sent, spans dropped (queue full or refused), failed
+// Export calls.
+inline constexpr char kTracesForwardedSpans[] = "trainscope_sidecar_traces_forwarded_spans_total";
+inline constexpr char kTracesForwardDroppedSpans[] =
+    "trainscope_sidecar_traces_forward_dropped_spans_total";
+inline constexpr char kTracesForwardFailures[] = "trainscope_sidecar_traces_forward_failures_total";
+inline constexpr char kReasonInvalid[] = "invalid";
+inline constexpr char kReasonEvicted[] = "evicted";
+inline constexpr char kReasonTraceFull[] = "trace_full";
+inline constexpr char kReasonDuplicate[] = "duplicate";
 
 // gRFC A66 latency bucket bounds, in seconds.
 inline constexpr double kLatencyBuckets[] = {
