@@ -1,8 +1,9 @@
 #pragma once
-// Prometheus exposition of the sidecar: per-task families built at scrape time from the
-// watcher's published views (so series of blocked peers vanish with the wait), what the cluster
-// view says of this node's tasks (partitions) and of this node (cut off), the exchange's
-// counters, and the sidecar's own process_* metrics. Series grow with this node's tasks, never
+// Prometheus exposition of the sidecar, built at scrape time: each part's own families (detect:
+// per-task families from the watcher's published views, so series of blocked peers vanish with
+// the wait; gossip: the exchange; traces: spans), what the cluster view says of this node's
+// tasks (partitions) and of this node (cut off), the notifier's alerts, and the process_*
+// metrics of telemetry's one process collector. Series grow with this node's tasks, never
 // with the cluster. Private to the sidecar library.
 
 #include <cstdint>

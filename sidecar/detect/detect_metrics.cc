@@ -1,0 +1,144 @@
+// The detect part's metric families; see detect_metrics.h.
+#include "detect/detect_metrics.h"
+
+#include <limits>
+#include <string>
+
+#include "prometheus/metric_family.h"
+#include "trainscope/sidecar/names.h"
+#include "trainscope/telemetry/metrics.h"
+
+namespace trainscope::sidecar {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+using telemetry::AddMetric;
+using telemetry::MakeFamily;
+
+std::vector<prometheus::ClientMetric::Label> TaskLabels(const TaskView& v) {
+  return {{std::string(names::kLabelCluster), v.cluster},
+          {std::string(names::kLabelRole), v.task.role},
+          {std::string(names::kLabelTask), std::to_string(v.task.index)}};
+}
+
+namespace {
+
+// A task's heartbeat latency histogram, from the watcher's counters.
+ClientMetric LatencyHistogram(std::vector<ClientMetric::Label> labels, const TaskCounters& c) {
+  ClientMetric h;
+  h.label = std::move(labels);
+  h.histogram.sample_count = c.latency_count;
+  h.histogram.sample_sum = c.latency_sum;
+  const auto& bounds = LatencyBounds();
+  for (size_t b = 0; b < bounds.size() && b < c.latency_buckets.size(); ++b) {
+    h.histogram.bucket.push_back({c.latency_buckets[b], bounds[b]});
+  }
+  h.histogram.bucket.push_back({c.latency_count, std::numeric_limits<double>::infinity()});
+  return h;
+}
+
+}  // namespace
+
+void AddTaskFamilies(const LocalSnapshot& local, const std::map<TaskRef, TaskState>& decided,
+                     std::vector<MetricFamily>* out_families) {
+  std::vector<MetricFamily>& out = *out_families;
+  auto up = MakeFamily(
+      names::kTaskUp,
+      "1 when the task is up (answers on time, makes progress); 0 otherwise, done included.",
+      MetricType::Gauge);
+  auto state = MakeFamily(names::kTaskState, "1 for the task's current state, 0 for the others.",
+                          MetricType::Gauge);
+  auto transitions = MakeFamily(names::kTaskTransitions, "Times the task entered each state.",
+                                MetricType::Counter);
+  auto blocked = MakeFamily(names::kTaskBlockedSeconds,
+                            "Seconds the task has been waiting on each peer (while blocked).",
+                            MetricType::Gauge);
+  auto age = MakeFamily(names::kTaskHeartbeatAge,
+                        "Seconds since the task's last valid heartbeat answer.", MetricType::Gauge);
+  auto restarts = MakeFamily(names::kTaskRestarts, "Restarts of the task (incarnation changes).",
+                             MetricType::Counter);
+  auto phi = MakeFamily(names::kTaskSuspicion,
+                        "Phi-accrual suspicion that the task failed (0 while answers are on time).",
+                        MetricType::Gauge);
+  auto latency = MakeFamily(names::kTaskHeartbeatLatency,
+                            "Heartbeat round-trip latency in seconds.", MetricType::Histogram);
+  auto last_latency =
+      MakeFamily(names::kTaskHeartbeatLastLatency,
+                 "Latest heartbeat round-trip latency in seconds.", MetricType::Gauge);
+  auto steps = MakeFamily(names::kTaskSteps, "The task's progress counter (steps or updates).",
+                          MetricType::Counter);
+  auto step_time = MakeFamily(names::kTaskLastStepSeconds, "Duration of the task's last step.",
+                              MetricType::Gauge);
+  auto cpu = MakeFamily(names::kTaskCpuSeconds, "CPU seconds the task reports having used.",
+                        MetricType::Counter);
+  auto rss = MakeFamily(names::kTaskResidentBytes, "Resident memory the task reports, in bytes.",
+                        MetricType::Gauge);
+  auto threads = MakeFamily(names::kTaskThreads, "Threads the task reports.", MetricType::Gauge);
+  auto fds =
+      MakeFamily(names::kTaskOpenFds, "Open file descriptors the task reports.", MetricType::Gauge);
+  for (size_t i = 0; i < local.views.size(); ++i) {
+    const TaskView& v = local.views[i];
+    const TaskCounters& c = local.counters[i];
+    auto labels = TaskLabels(v);
+    const auto it = decided.find(v.task);
+    const TaskState now = it != decided.end() ? it->second : v.state;
+    AddMetric(up, labels).gauge.value = now == TaskState::kUp ? 1 : 0;
+    for (int s = 0; s < kNumTaskStates; ++s) {
+      auto l = labels;
+      l.push_back(
+          {std::string(names::kLabelState), std::string(StateName(static_cast<TaskState>(s)))});
+      AddMetric(state, l).gauge.value = static_cast<int>(now) == s ? 1 : 0;
+      AddMetric(transitions, l).counter.value = static_cast<double>(c.transitions[s]);
+    }
+    for (const BlockedPeer& b : v.blocked_on) {
+      auto l = labels;
+      l.push_back({std::string(names::kLabelPeerRole), b.peer.role});
+      l.push_back({std::string(names::kLabelPeerTask), std::to_string(b.peer.index)});
+      AddMetric(blocked, l).gauge.value = b.seconds;
+    }
+    AddMetric(restarts, labels).counter.value = static_cast<double>(v.restarts);
+    if (v.heartbeat_age_seconds >= 0) {
+      AddMetric(age, labels).gauge.value = v.heartbeat_age_seconds;
+      AddMetric(phi, labels).gauge.value = v.phi;
+      AddMetric(last_latency, labels).gauge.value = v.latency_seconds;
+      latency.metric.push_back(LatencyHistogram(labels, c));
+      AddMetric(steps, labels).counter.value = static_cast<double>(v.steps);
+      AddMetric(step_time, labels).gauge.value = v.last_step_seconds;
+      AddMetric(cpu, labels).counter.value = v.cpu_seconds;
+      AddMetric(rss, labels).gauge.value = static_cast<double>(v.resident_bytes);
+      AddMetric(threads, labels).gauge.value = v.threads;
+      AddMetric(fds, labels).gauge.value = v.open_fds;
+    }
+  }
+  for (auto* f : {&up, &state, &transitions, &blocked, &age, &restarts, &phi, &latency,
+                  &last_latency, &steps, &step_time, &cpu, &rss, &threads, &fds}) {
+    out.push_back(std::move(*f));
+  }
+}
+
+void AddWatcherFamilies(const LocalSnapshot& local, int64_t pauses,
+                        std::vector<MetricFamily>* out) {
+  telemetry::AddGauge(out, names::kSidecarWatchedTasks, "Tasks this sidecar watches first-hand.",
+                      static_cast<double>(local.views.size()));
+  telemetry::AddCounter(out, names::kSidecarPauses,
+                        "Times the sidecar's own loop was paused and it re-learned.",
+                        static_cast<double>(pauses));
+}
+
+void AddSnapshotFamilies(const KeeperStats& keeper, std::vector<MetricFamily>* out) {
+  telemetry::AddCounter(
+      out, names::kSidecarSnapshots,
+      "Snapshots taken of this node's tasks' threads (stuck tasks, and on demand).",
+      static_cast<double>(keeper.captures));
+  telemetry::AddCounter(out, names::kSidecarSnapshotFailures,
+                        "Snapshots that could not be taken (the process was gone).",
+                        static_cast<double>(keeper.failures));
+  telemetry::AddGauge(out, names::kSidecarSnapshotBytes, "Bytes of the snapshots kept now.",
+                      static_cast<double>(keeper.bytes_kept));
+  telemetry::AddGauge(out, names::kSidecarSnapshotPause,
+                      "The longest one thread was held stopped in the last snapshot.",
+                      keeper.last_pause_ms / 1000);
+}
+
+}  // namespace trainscope::sidecar

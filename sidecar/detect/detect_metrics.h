@@ -1,0 +1,34 @@
+#pragma once
+// The detect part's metric families, built at scrape time with telemetry's builders: each local
+// task's state, heartbeat and resources as its tracker saw them first-hand, the watcher's own
+// counters, and the snapshots of stuck tasks. Series grow with this node's tasks only.
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "detect/stack_keeper.h"
+#include "detect/task_watcher.h"
+#include "prometheus/client_metric.h"
+#include "trainscope/sidecar/task_view.h"
+
+namespace prometheus {
+struct MetricFamily;
+}
+
+namespace trainscope::sidecar {
+
+// cluster, role and task: the labels of a task's own series.
+std::vector<prometheus::ClientMetric::Label> TaskLabels(const TaskView& v);
+
+// `decided`: each task's state as the cluster view decided it (it may blame a ps slower than its
+// peers); a task missing from it has its tracker's state.
+void AddTaskFamilies(const LocalSnapshot& local, const std::map<TaskRef, TaskState>& decided,
+                     std::vector<prometheus::MetricFamily>* out);
+// Tasks watched, and the times the watcher's own loop was paused.
+void AddWatcherFamilies(const LocalSnapshot& local, int64_t pauses,
+                        std::vector<prometheus::MetricFamily>* out);
+// Snapshots taken and failed, their bytes kept, the last capture's longest pause.
+void AddSnapshotFamilies(const KeeperStats& keeper, std::vector<prometheus::MetricFamily>* out);
+
+}  // namespace trainscope::sidecar
