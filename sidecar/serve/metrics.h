@@ -17,7 +17,7 @@
 #include "gossip/membership.h"
 #include "serve/alert_notifier.h"
 #include "serve/cluster_view.h"
-#include "traces/trace_receiver.h"
+#include "traces/trace_stats.h"
 #include "trainscope/sidecar/task_tracker.h"
 #include "trainscope/sidecar/task_view.h"
 #include "trainscope/sidecar/trace_store.h"
@@ -30,9 +30,9 @@ struct SidecarStats {
   int64_t pauses = 0;  // The watcher's.
   ExchangeStats exchange;
   std::vector<Member> members;  // The exchange's view of the other sidecars.
-  TraceReceiver::Stats receiver;
+  ReceiverStats receiver;
   TraceStoreStats store;
-  OtlpForwarder::Stats forwarder;
+  ForwarderStats forwarder;
   NotifierStats alerts;
   KeeperStats keeper;
 };

@@ -14,9 +14,8 @@ using prometheus::MetricType;
 using telemetry::AddMetric;
 using telemetry::MakeFamily;
 
-void AddTraceFamilies(const TraceReceiver::Stats& receiver, const TraceStoreStats& store,
-                      const OtlpForwarder::Stats& forwarder,
-                      std::vector<prometheus::MetricFamily>* out) {
+void AddTraceFamilies(const ReceiverStats& receiver, const TraceStoreStats& store,
+                      const ForwarderStats& forwarder, std::vector<prometheus::MetricFamily>* out) {
   telemetry::AddCounter(out, names::kTracesSpansReceived,
                         "Spans received over OTLP (TraceService/Export).",
                         static_cast<double>(receiver.spans_received));

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "traces/trace_receiver.h"
+#include "traces/trace_stats.h"
 #include "trainscope/sidecar/trace_store.h"
 
 namespace prometheus {
@@ -14,8 +14,7 @@ struct MetricFamily;
 
 namespace trainscope::sidecar {
 
-void AddTraceFamilies(const TraceReceiver::Stats& receiver, const TraceStoreStats& store,
-                      const OtlpForwarder::Stats& forwarder,
-                      std::vector<prometheus::MetricFamily>* out);
+void AddTraceFamilies(const ReceiverStats& receiver, const TraceStoreStats& store,
+                      const ForwarderStats& forwarder, std::vector<prometheus::MetricFamily>* out);
 
 }  // namespace trainscope::sidecar

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "opentelemetry/proto/collector/trace/v1/trace_service.grpc.pb.h"
+#include "traces/trace_stats.h"
 #include "trainscope/sidecar/trace_store.h"
 
 namespace trainscope::sidecar {
@@ -40,11 +41,7 @@ ConvertResult ConvertExport(const otlp::ExportTraceServiceRequest& request);
 // Thread-safe.
 class OtlpForwarder {
  public:
-  struct Stats {
-    int64_t forwarded_spans = 0;
-    int64_t dropped_spans = 0;  // Queue full, or the upstream refused them.
-    int64_t failures = 0;       // Failed Export calls.
-  };
+  using Stats = ForwarderStats;
   // `endpoint`: "http://host:port" (insecure), "https://host:port" (TLS) or "host:port".
   // InvalidArgument when it is none of these.
   static absl::StatusOr<std::unique_ptr<OtlpForwarder>> Create(const std::string& endpoint,
@@ -84,11 +81,7 @@ class OtlpForwarder {
 // The TraceService implementation. Thread-safe (gRPC calls Export from its threads).
 class TraceReceiver final : public otlp::TraceService::Service {
  public:
-  struct Stats {
-    int64_t requests = 0;
-    int64_t spans_received = 0;
-    int64_t spans_invalid = 0;
-  };
+  using Stats = ReceiverStats;
   // `store` must outlive this; `forwarder` may be null.
   TraceReceiver(TraceStore* store, OtlpForwarder* forwarder);
 
