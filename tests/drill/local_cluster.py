@@ -18,7 +18,7 @@ import tempfile
 import time
 import urllib.parse
 
-from fire_drill import DrillError, log, wait_for  # the drill's error, log and polling
+from fire_drill import TASK_FLAGS, DrillError, log, wait_for  # the drill's own
 from trainscope_testing import monitoring, nodes, training
 from trainscope_testing.web import http_json
 
@@ -37,6 +37,8 @@ class LocalCluster(training.TrainingCluster):
     """Tasks ps:0..N-1 and worker:0..M-1; groups: the tasks of each node n1, n2, ... (each
     node's sidecar watches its group; default: one node with every task). Sidecars are started
     by start_sidecars, tasks by start_task or exercise. Not thread-safe."""
+
+    task_flags = TASK_FLAGS
 
     def __init__(self, bin_dir, work_dir, num_ps=2, num_workers=2, groups=None,
                  sidecar_args=()):
@@ -57,8 +59,8 @@ class LocalCluster(training.TrainingCluster):
         if task == "ps:0":
             argv += ["--ps_memory_limit_bytes", str(1 << 20)]  # a budget, for its panels
         if task == "worker:0":
-            # A short deadline, so that a slowed ps makes DEADLINE_EXCEEDED calls.
-            argv += ["--rpc_deadline_ms", "1000"]
+            # A short deadline, so that a slowed ps makes DEADLINE_EXCEEDED calls; keeps going.
+            argv += ["--rpc_deadline_ms", "1000", "--max_step_failures", "1000000"]
         return argv
 
     def start_sidecars(self):

@@ -2,13 +2,14 @@
 """The scale-out path: Prometheus agents per group of nodes, remote_write to one store.
 
 A real cluster (local_cluster.py) of two nodes' worth of tasks on loopback: ps:0 and worker:0
-watched by sidecar A, ps:1 and worker:1 by sidecar B (each receiving its own tasks' spans). Two Prometheus agents (Debian's 2.42,
---enable-feature=agent), each with the shipped dashboards/prometheus/scale-out/agent.yml for its
-group (its sidecar, its node's tasks through /api/v1/sd?local=1), write to one Prometheus with
---web.enable-remote-write-receiver and the shipped scale-out/store.yml (alerts.yml). On the
-store, every dashboard panel query must return data (GPU panels excepted without a GPU); then
-worker:1 is killed with kill -9 and TrainscopeTaskDead must fire on the store for it, through
-agent B. The times from the kill to the sidecar's state and to the firing alert are printed.
+watched by sidecar A, ps:1 and worker:1 by sidecar B (each receiving its own tasks' spans). Two
+Prometheus agents (Debian's 2.42, --enable-feature=agent), each with the shipped
+dashboards/prometheus/scale-out/agent.yml for its group (its sidecar, its node's tasks through
+/api/v1/sd?local=1), write to one Prometheus with --web.enable-remote-write-receiver and the
+shipped scale-out/store.yml (alerts.yml). On the store, every dashboard panel query must return
+data (GPU panels excepted without a GPU); then worker:1 is killed with kill -9 and
+TrainscopeTaskDead must fire on the store for it, through agent B. The times from the kill to
+the sidecar's state and to the firing alert are printed.
 
 Usage: scale_out_test.py --bin BUILD/bin --src SOURCE_DIR [--out DIR]
 Exit 0 when every check passed. Standard library only.

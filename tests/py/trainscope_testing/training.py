@@ -132,6 +132,8 @@ class TrainingCluster:
     Every read goes to a sidecar over HTTP from inside a node (default: the node it asks
     about), so what it sees is what that node sees."""
 
+    task_flags = TASK_FLAGS  # every task's; a subclass may give its own
+
     def __init__(self, cluster, bin_dir, layout, cluster_name=CLUSTER_NAME,
                  step_delay_ms=DEFAULT_STEP_DELAY_MS, sidecar_args=(), task_args=(),
                  sidecar_nodes=None, tls=False, _state=None):
@@ -234,7 +236,7 @@ class TrainingCluster:
     def task_argv(self, task, tls_flags=None):
         flags = self.tls_flags(self.task_node[task]) if tls_flags is None else tls_flags
         return [os.path.join(self.bin, "linear_regression"), "--cluster_name", self.name,
-                "--step_delay_ms", str(self.step_delay_ms), *TASK_FLAGS, *flags,
+                "--step_delay_ms", str(self.step_delay_ms), *self.task_flags, *flags,
                 *self.task_args]
 
     def task_env(self, task):
