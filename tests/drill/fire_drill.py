@@ -2,8 +2,9 @@
 """The fire drill: every alert proven against a real cluster, sidecar, Prometheus and Alertmanager.
 
 Starts, all on 127.0.0.1 and free ports, in a temporary folder:
-  - a cluster of build/bin/linear_regression tasks (ps:0..2, worker:0..1, fault injection on),
-  - build/bin/trainscope-sidecar watching them,
+  - a cluster of build/bin/linear_regression tasks (ps:0..2, worker:0..1, fault injection on)
+    and build/bin/trainscope-sidecar watching them (DrillCluster: a
+    trainscope_testing.training.TrainingCluster on one nodes.Loopback node),
   - Prometheus with dashboards/prometheus/prometheus.yml and alerts.yml, rendered with 1 s
     intervals and the drill's ports (and a few thresholds shortened; see RULE_OVERRIDES),
   - Alertmanager with dashboards/alertmanager/alertmanager.yml delivering to
@@ -39,12 +40,10 @@ import urllib.request
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 
 import ps_restore  # beside this file
-from trainscope_testing import dashboards, monitoring, waiting
-from trainscope_testing.cluster_spec import tf_config
+from trainscope_testing import dashboards, monitoring, nodes, training, waiting
 from trainscope_testing.logs import logger
 from trainscope_testing.monitoring import RULE_OVERRIDES
 from trainscope_testing.ports import free_port
-from trainscope_testing.processes import Proc
 from trainscope_testing.waiting import HarnessError
 from trainscope_testing.web import http_get, http_json
 
@@ -57,6 +56,11 @@ PS0_BUDGET = 124  # bytes: 120 held = 97% (alerts above 90%), room for the 4-byt
 # that a ps killed in ps-kill-restore comes back with its variables, and the checkpoint panels
 # have data. By steps, not seconds: the scenario's bound on the steps lost is one interval.
 CHECKPOINT_EVERY_STEPS = 100
+
+# Every drill task's flags (also local_cluster.py's). Not training.TASK_FLAGS: only worker:0
+# rides out failed steps; worker:1 goes on through a ps restart with the default tolerance
+# (ps_restore.py).
+TASK_FLAGS = ["--enable_fault_injection", "--steps", "100000000", "--log_every", "2000"]
 
 INTERVALS = {"scrape": "1s", "evaluation": "1s", "http_sd_refresh": "1s",
              "am_group_wait": "1s", "am_group_interval": "1s"}
@@ -72,6 +76,43 @@ def has_gpu():
         "ldconfig -p | grep -q libnvidia-ml.so.1", shell=True).returncode == 0
 
 
+class DrillCluster(training.TrainingCluster):
+    """ps:0..2 and worker:0..1 with the drill's flags, and one sidecar watching them (paging
+    Alertmanager at am_port first-hand), on one loopback node. Not thread-safe."""
+
+    task_flags = TASK_FLAGS
+
+    def __init__(self, bin_dir, work_dir, am_port, metrics_port=True):
+        layout = training.Layout([(f"ps:{i}", 1) for i in range(3)]
+                                 + [(f"worker:{i}", 1) for i in range(2)])
+        super().__init__(
+            nodes.Loopback(1, os.path.join(work_dir, "logs"), log=log), bin_dir, layout,
+            CLUSTER, STEP_DELAY_MS, sidecar_args=[
+                # First-hand alerts (dead, hung) straight to Alertmanager; the rules are the
+                # backstop.
+                "--alertmanager_url", f"127.0.0.1:{am_port}"],
+            task_args=["--features", str(FEATURES),
+                       "--checkpoint_dir", os.path.join(work_dir, "checkpoints"),
+                       "--checkpoint_every_steps", str(CHECKPOINT_EVERY_STEPS),
+                       "--checkpoint_every_s", "0",
+                       *(["--metrics_port", "0"] if metrics_port else [])])
+        self.prepare()
+
+    def task_argv(self, task, tls_flags=None):
+        argv = super().task_argv(task, tls_flags)
+        if task == "ps:0":
+            argv += ["--ps_memory_limit_bytes", str(PS0_BUDGET)]
+        if task == "worker:0":
+            # Short deadline: the deadline scenario makes its calls to ps:0 fail; it keeps
+            # retrying its steps meanwhile, as a resilient job would, instead of giving up
+            # after 10 failed steps.
+            argv += ["--rpc_deadline_ms", "1000", "--max_step_failures", "1000000"]
+        elif task.startswith("worker:"):
+            # Long deadline: worker:1 rides out a stopped ps.
+            argv += ["--rpc_deadline_ms", "60000"]
+        return argv
+
+
 class Drill:
     def __init__(self, args):
         self.args = args
@@ -82,10 +123,7 @@ class Drill:
         # A folder reused from an earlier run: start from empty data (only what we write).
         for old in ("prom-data", "am-data", "logs", "checkpoints"):
             shutil.rmtree(os.path.join(self.dir, old), ignore_errors=True)
-        self.logdir = os.path.join(self.dir, "logs")
-        os.makedirs(self.logdir, exist_ok=True)
-        self.procs = []
-        self.tasks = {}  # "ps:0" -> Proc
+        self.cluster = None  # a DrillCluster, once preflight has passed
         self.results = []
         self.failures = []
         self.notes = []
@@ -100,8 +138,8 @@ class Drill:
 
     def preflight(self):
         self.lr = self.need(os.path.join(self.bin, "linear_regression"), "the example program")
-        self.sidecar_bin = self.need(os.path.join(self.bin, "trainscope-sidecar"), "the sidecar")
-        self.ctl = self.need(os.path.join(self.bin, "trainscopectl"), "trainscopectl")
+        self.need(os.path.join(self.bin, "trainscope-sidecar"), "the sidecar")
+        self.need(os.path.join(self.bin, "trainscopectl"), "trainscopectl")
         self.prometheus = self.need(shutil.which("prometheus") or "/usr/bin/prometheus",
                                     "prometheus (apt-get install prometheus)")
         self.promtool = self.need(shutil.which("promtool") or "/usr/bin/promtool", "promtool")
@@ -115,58 +153,18 @@ class Drill:
                 raise DrillError(f"MISSING: linear_regression has no {flag}")
         self.has_metrics_port = "--metrics_port" in helptext
 
-    def register(self, proc):
-        self.procs.append(proc)
-        return proc
-
-    def start_cluster(self):
-        roles = {"ps": 3, "worker": 2}
-        self.addr = {f"{r}:{i}": f"127.0.0.1:{free_port()}" for r, n in roles.items()
-                     for i in range(n)}
-        self.spec = {"cluster": {r: [self.addr[f"{r}:{i}"] for i in range(n)]
-                                 for r, n in roles.items()}}
-        with open(os.path.join(self.dir, "cluster_spec.json"), "w") as f:
-            json.dump(self.spec, f)
-
-    def task_argv(self, name):
-        role, index = name.split(":")
-        argv = [self.lr, "--cluster_name", CLUSTER, "--enable_fault_injection",
-                "--features", str(FEATURES), "--steps", "100000000",
-                "--step_delay_ms", str(STEP_DELAY_MS), "--log_every", "2000",
-                "--checkpoint_dir", os.path.join(self.dir, "checkpoints"),
-                "--checkpoint_every_steps", str(CHECKPOINT_EVERY_STEPS),
-                "--checkpoint_every_s", "0"]
-        if self.has_metrics_port:
-            argv += ["--metrics_port", "0"]
-        if name == "ps:0":
-            argv += ["--ps_memory_limit_bytes", str(PS0_BUDGET)]
-        if name == "worker:0":
-            # Short deadline: the deadline scenario makes its calls to ps:0 fail; it keeps
-            # retrying its steps meanwhile, as a resilient job would, instead of giving up
-            # after 10 failed steps.
-            argv += ["--rpc_deadline_ms", "1000", "--max_step_failures", "1000000"]
-        elif role == "worker":
-            # Long deadline: worker:1 rides out a stopped ps.
-            argv += ["--rpc_deadline_ms", "60000"]
-        return argv
+    @property
+    def tasks(self):
+        """"ps:0" -> the task's Proc (ps_restore.py reads their logs)."""
+        return self.cluster.tasks
 
     def start_task(self, name):
-        role, index = name.split(":")
-        env = {"TF_CONFIG": tf_config(self.spec, role, index),
-               "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.otlp_port}",
-               "OTEL_SERVICE_NAME": f"{CLUSTER}-{role}"}
-        p = self.tasks.get(name)
-        if p is None:
-            p = self.register(Proc(name, self.task_argv(name), self.logdir, env))
-            self.tasks[name] = p
-        p.start()
-        return p
+        return self.cluster.start_task(name)
 
     def start_sidecar(self):
-        """(Re)starts the sidecar process on its port and waits for /healthz."""
-        self.sidecar.start()
-        wait_for("the sidecar's /healthz", lambda: http_get(
-            f"http://127.0.0.1:{self.sidecar_port}/healthz")[0] == 200, 20)
+        """(Re)starts the sidecar on its port and waits for /healthz."""
+        self.cluster.start_sidecar(1)
+        self.cluster.wait_sidecar(1)
 
     def render_configs(self):
         """The shipped rules, scrape config and Alertmanager config, for this drill."""
@@ -187,15 +185,15 @@ class Drill:
     def start_monitoring(self):
         self.webhook_log = os.path.join(self.dir, "webhook.jsonl")
         open(self.webhook_log, "w").close()
-        self.webhook = self.register(Proc("webhook", [
-            sys.executable, os.path.join(HERE, "webhook_receiver.py"), "--port",
-            str(self.webhook_port), "--out", self.webhook_log], self.logdir)).start()
-        self.am = self.register(Proc("alertmanager", monitoring.argv_alertmanager(
-            self.alertmanager, self.am_config, os.path.join(self.dir, "am-data"), self.am_port),
-            self.logdir)).start()
-        self.prom = self.register(Proc("prometheus", monitoring.argv_prometheus(
-            self.prometheus, self.prom_config, os.path.join(self.dir, "prom-data"),
-            self.prom_port), self.logdir)).start()
+        spawn = functools.partial(self.cluster.c.spawn, 1)  # beside the cluster
+        spawn([sys.executable, os.path.join(HERE, "webhook_receiver.py"), "--port",
+               str(self.webhook_port), "--out", self.webhook_log], name="webhook")
+        spawn(monitoring.argv_alertmanager(self.alertmanager, self.am_config,
+                                           os.path.join(self.dir, "am-data"), self.am_port),
+              name="alertmanager")
+        spawn(monitoring.argv_prometheus(self.prometheus, self.prom_config,
+                                         os.path.join(self.dir, "prom-data"), self.prom_port),
+              name="prometheus")
         wait_for("the webhook receiver", lambda: http_get(
             f"http://127.0.0.1:{self.webhook_port}/")[0] == 200, 15)
         wait_for("Alertmanager ready", lambda: http_get(
@@ -206,14 +204,10 @@ class Drill:
     # ---------------------------------------------------------------- observing
 
     def tasks_view(self):
-        body = http_json(f"http://127.0.0.1:{self.sidecar_port}/api/v1/tasks?local=1")
-        return body["tasks"] if isinstance(body, dict) else body
+        return self.cluster.view(1, local=True)["tasks"]
 
     def state_of(self, name):
-        for t in self.tasks_view():
-            if f"{t.get('role')}:{t.get('task')}" == name:
-                return t.get("state")
-        return None
+        return self.cluster.states().get(name)
 
     def prom_query(self, expr, at=None):
         q = {"query": expr}
@@ -259,13 +253,13 @@ class Drill:
         for name, p in self.tasks.items():
             if not p.alive() and name in self.should_run:
                 last = self.results[-1]["scenario"] if self.results else "start-up"
-                log(f"{name} exited (code {p.popen.returncode}); restarting it")
-                self.notes.append(f"{name} exited with code {p.popen.returncode} during "
+                log(f"{name} exited (code {p.returncode}); restarting it")
+                self.notes.append(f"{name} exited with code {p.returncode} during "
                                   f"{last} and was restarted")
                 self.start_task(name)
 
         def all_up():
-            view = {f"{t['role']}:{t['task']}": t["state"] for t in self.tasks_view()}
+            view = self.cluster.states()
             bad = {n: view.get(n) for n in self.should_run if view.get(n) != "up"}
             self._not_up = bad
             return not bad
@@ -372,7 +366,7 @@ class Drill:
     def scenario_kill_worker(self):
         def fault():
             t = time.time()
-            self.tasks["worker:1"].kill9()
+            self.cluster.kill("worker:1")
             return t
 
         def undo():
@@ -386,23 +380,19 @@ class Drill:
     def scenario_stop_ps(self):
         def fault():
             t = time.time()
-            self.tasks["ps:1"].signal(signal.SIGSTOP)
+            self.cluster.kill("ps:1", signal.SIGSTOP)
             return t
 
         def undo():
             t = time.time()
-            self.tasks["ps:1"].signal(signal.SIGCONT)
+            self.cluster.kill("ps:1", signal.SIGCONT)
             return t
         self.run_scenario("sigstop-ps", "TrainscopeTaskHung",
                           {"cluster": CLUSTER, "role": "ps", "task": "1"}, fault, undo,
                           detect=("ps:1", "hung"))
 
     def inject(self, task, delay_ms):
-        r = subprocess.run([self.ctl, "fault", "--task", self.addr[task],
-                            "--parameter_delay_ms", str(delay_ms)],
-                           capture_output=True, text=True, timeout=20)
-        if r.returncode != 0:
-            raise DrillError(f"trainscopectl fault on {task} failed: {r.stdout}{r.stderr}")
+        self.cluster.fault(task, parameter_delay_ms=delay_ms)
         return time.time()
 
     def scenario_slow_ps(self):
@@ -436,7 +426,7 @@ class Drill:
                 if restarts() >= 3:
                     break
                 t = time.time()
-                self.tasks["worker:1"].kill9()
+                self.cluster.kill("worker:1")
                 self.start_task("worker:1")
                 wait_for("worker:1 up again", lambda: self.state_of("worker:1") == "up", 30,
                          interval=0.1)
@@ -450,7 +440,7 @@ class Drill:
 
         def fault():
             t = time.time()
-            self.sidecar.kill9()
+            self.cluster.kill("sidecar:n1")
             return t
 
         def undo():
@@ -533,14 +523,14 @@ class Drill:
         if not self.has_metrics_port:
             self.notes.append("linear_regression has no --metrics_port yet: tasks cannot be "
                               "scraped, RPC/ps/training alerts and panels cannot pass")
-        for attr in ("am_port", "prom_port", "webhook_port", "otlp_port"):
+        for attr in ("am_port", "prom_port", "webhook_port"):
             setattr(self, attr, free_port())
-        self.start_cluster()
-        self.sidecar_port = free_port()  # the configs name it
+        self.cluster = DrillCluster(self.bin, self.dir, self.am_port, self.has_metrics_port)
+        self.sidecar_port = self.cluster.http_ports["n1"]  # the configs name it
         self.render_configs()
         self.start_monitoring()
         self.should_run = {"ps:0", "ps:1", "worker:0", "worker:1"}
-        self.start_sidecar_proc()
+        self.start_sidecar()
         for name in ("ps:0", "ps:1"):
             self.start_task(name)
         self.ps0_started_at = time.time()
@@ -587,17 +577,6 @@ class Drill:
                 self.check_json_panels()
             self.run_panel_queries()
 
-    def start_sidecar_proc(self):
-        self.sidecar = self.register(Proc("sidecar", [
-            self.sidecar_bin, "--cluster_spec", os.path.join(self.dir, "cluster_spec.json"),
-            "--cluster_name", CLUSTER, "--local_tasks", ",".join(sorted(self.addr)),
-            "--http_address", "127.0.0.1", "--http_port", str(self.sidecar_port),
-            # gRPC: grpc.health.v1 and the OTLP trace receiver the tasks export spans to.
-            "--grpc_port", str(self.otlp_port), "--peer_sidecars", "none",
-            # First-hand alerts (dead, hung) straight to Alertmanager; the rules are the backstop.
-            "--alertmanager_url", f"127.0.0.1:{self.am_port}"], self.logdir))
-        self.start_sidecar()
-
     # Alerts that are right to fire as a consequence of a scenario, besides the one it expects.
     CONSEQUENCES = {
         ("TrainscopeTaskBlocked", "worker", "1"): "ps-never-starts: both workers wait for ps:2",
@@ -632,13 +611,8 @@ class Drill:
 
     def stop_all(self):
         # Workers first (they would log their ps leaving), then the ps, then the rest.
-        order = sorted(self.procs, key=lambda p: (0 if p.name.startswith("worker") else
-                                                  1 if p.name.startswith("ps") else 2))
-        for p in order:
-            try:
-                p.stop()
-            except Exception as e:  # noqa: BLE001 (clean-up goes on)
-                log(f"stopping {p.name} (pid {p.pid}): {e}")
+        if self.cluster:
+            self.cluster.c.destroy(first=("worker", "ps"))
 
     def report(self):
         rep = {"ok": not self.failures, "failures": self.failures, "notes": self.notes,
@@ -717,8 +691,8 @@ def main():
     rep = drill.report()
     if drill.failures:
         log("failures:\n  " + "\n  ".join(drill.failures))
-        for p in drill.procs:
-            if p.name in ("sidecar", "prometheus", "alertmanager") or p.name in drill.tasks:
+        for p in drill.cluster.c.procs if drill.cluster else []:
+            if p.name in ("sidecar:n1", "prometheus", "alertmanager") or p.name in drill.tasks:
                 log(f"--- last lines of {p.name} ({p.log_path}):\n{p.tail(8)}")
         log(f"everything is in {drill.dir}")
         return 1

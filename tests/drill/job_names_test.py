@@ -33,7 +33,7 @@ def run(args, work, failures):
     check_dashboards = dashboards.check_dashboards(src)
     cluster = LocalCluster(args.bin, work)
     try:
-        sidecar = cluster.start_sidecar("sidecar", sorted(cluster.addr), otlp=True)
+        sidecar, = cluster.start_sidecars().values()
         promtool = monitoring.tool("promtool", "prometheus")
         rules = os.path.join(work, "alerts.yml")
         monitoring.render_rules(src, rules, promtool)

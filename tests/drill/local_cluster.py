@@ -1,29 +1,26 @@
-"""A small trainscope cluster on loopback for the monitoring-stack tests.
+"""The drills' cluster on loopback, for the monitoring-stack tests: a training.TrainingCluster
+on nodes.Loopback with the drills' flags.
 
-linear_regression tasks (ps and workers, fault injection on) and trainscope-sidecars watching
-them, all on 127.0.0.1 and free ports; plus `exercise()`, which makes every dashboard panel have
-something to show (workers blocked on a ps that starts late, a ps past a worker's deadline for a
-moment, a ps with a memory budget), as a real run would over time. Used by job_names_test.py and
-scale_out_test.py; the processes are trainscope_testing.processes.Proc, stopped by pid.
+linear_regression tasks (ps and workers, fault injection on, checkpoints, ps:0 with a memory
+budget, worker:0 with a short deadline) and a trainscope-sidecar per group of tasks (a loopback
+node each), all on 127.0.0.1 and free ports; plus `exercise()`, which makes every dashboard
+panel have something to show (workers blocked on a ps that starts late, a ps past a worker's
+deadline for a moment, a ps with a memory budget), as a real run would over time, and `add()`
+for the monitoring programs beside it. How tasks and sidecars are started is training.py's.
+Used by job_names_test.py, scale_out_test.py, vm_scale_out_test.py and sidecar_alerts_test.py.
 Standard library only.
 """
 
 import argparse
-import json
 import os
 import shutil
-import signal
-import subprocess
 import tempfile
 import time
 import urllib.parse
 
-from fire_drill import DrillError, log, wait_for  # the drill's error, log and polling
-from trainscope_testing import monitoring
-from trainscope_testing.cluster_spec import tf_config
-from trainscope_testing.ports import free_port
-from trainscope_testing.processes import Proc
-from trainscope_testing.web import http_get, http_json
+from fire_drill import TASK_FLAGS, DrillError, log, wait_for  # the drill's own
+from trainscope_testing import monitoring, nodes, training
+from trainscope_testing.web import http_json
 
 CLUSTER = "stack"
 
@@ -36,128 +33,81 @@ def prom_query(prom, expr):
     return body["data"]["result"]
 
 
-class LocalCluster:
-    """Tasks ps:0..ps:N-1, worker:0..worker:M-1 and the sidecars given by start_sidecar."""
+class LocalCluster(training.TrainingCluster):
+    """Tasks ps:0..N-1 and worker:0..M-1; groups: the tasks of each node n1, n2, ... (each
+    node's sidecar watches its group; default: one node with every task). Sidecars are started
+    by start_sidecars, tasks by start_task or exercise. Not thread-safe."""
 
-    def __init__(self, bin_dir, work_dir, num_ps=2, num_workers=2):
-        self.bin, self.dir = os.path.abspath(bin_dir), work_dir
-        self.logdir = os.path.join(work_dir, "logs")
-        os.makedirs(self.logdir, exist_ok=True)
-        for exe in ("linear_regression", "trainscope-sidecar", "trainscopectl"):
-            if not os.access(os.path.join(self.bin, exe), os.X_OK):
-                raise DrillError(f"MISSING: {os.path.join(self.bin, exe)} (build it first)")
-        self.otlp_port = free_port()
-        roles = {"ps": num_ps, "worker": num_workers}
-        self.addr = {f"{r}:{i}": f"127.0.0.1:{free_port()}" for r, n in roles.items()
-                     for i in range(n)}
-        self.spec = {"cluster": {r: [self.addr[f"{r}:{i}"] for i in range(n)]
-                                 for r, n in roles.items()}}
-        self.spec_path = os.path.join(work_dir, "cluster_spec.json")
-        with open(self.spec_path, "w") as f:
-            json.dump(self.spec, f)
-        self.procs, self.tasks, self.sidecars = [], {}, {}
+    task_flags = TASK_FLAGS
 
-    def add(self, name, argv, env=None):
-        p = Proc(name, argv, self.logdir, env).start()
-        self.procs.append(p)
-        return p
+    def __init__(self, bin_dir, work_dir, num_ps=2, num_workers=2, groups=None,
+                 sidecar_args=()):
+        groups = groups or [[f"ps:{i}" for i in range(num_ps)]
+                            + [f"worker:{i}" for i in range(num_workers)]]
+        layout = training.Layout([(t, n) for n, group in enumerate(groups, 1) for t in group])
+        loopback = nodes.Loopback(len(groups), os.path.join(work_dir, "logs"), log=log)
+        super().__init__(loopback, bin_dir, layout, CLUSTER, step_delay_ms=20,
+                         sidecar_args=sidecar_args, task_args=[
+                             "--metrics_port", "0",
+                             # Checkpoints (worker:0 saves every second), for their panels.
+                             "--checkpoint_dir", os.path.join(work_dir, "checkpoints"),
+                             "--checkpoint_every_s", "1"])
+        self.prepare()
 
-    def start_task(self, name):
-        role, index = name.split(":")
-        argv = [os.path.join(self.bin, "linear_regression"), "--cluster_name", CLUSTER,
-                "--enable_fault_injection", "--steps", "100000000", "--step_delay_ms", "20",
-                "--log_every", "2000", "--metrics_port", "0",
-                # Checkpoints (worker:0 saves every second), for the checkpoint panels.
-                "--checkpoint_dir", os.path.join(self.dir, "checkpoints"),
-                "--checkpoint_every_s", "1"]
-        if name == "ps:0":
+    def task_argv(self, task, tls_flags=None):
+        argv = super().task_argv(task, tls_flags)
+        if task == "ps:0":
             argv += ["--ps_memory_limit_bytes", str(1 << 20)]  # a budget, for its panels
-        if name == "worker:0":
+        if task == "worker:0":
             # A short deadline, so that a slowed ps makes DEADLINE_EXCEEDED calls; keeps going.
             argv += ["--rpc_deadline_ms", "1000", "--max_step_failures", "1000000"]
-        env = {"TF_CONFIG": tf_config(self.spec, role, index),
-               "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.otlp_port}",
-               "OTEL_SERVICE_NAME": f"{CLUSTER}-{role}"}
-        self.tasks[name] = self.add(name, argv, env)
-        return self.tasks[name]
+        return argv
 
-    def start_sidecar(self, name, local_tasks, otlp=False, extra=()):
-        """A sidecar watching local_tasks; its host:port. otlp: it receives the tasks' spans.
-        extra: more flags (--alertmanager_url ...)."""
-        port = free_port()
-        grpc = str(self.otlp_port) if otlp else "-1"
-        self.add(name, [os.path.join(self.bin, "trainscope-sidecar"), "--cluster_spec",
-                        self.spec_path, "--cluster_name", CLUSTER, "--local_tasks",
-                        ",".join(local_tasks), "--http_address", "127.0.0.1", "--http_port",
-                        str(port), "--grpc_port", grpc, "--peer_sidecars", "none", *extra])
-        hostport = f"127.0.0.1:{port}"
-        wait_for(f"{name}'s /healthz", lambda: http_get(f"http://{hostport}/healthz")[0] == 200,
-                 20)
-        self.sidecars[hostport] = local_tasks
-        return hostport
+    def start_sidecars(self):
+        """Starts every node's sidecar and waits for each to answer; their host:port by node."""
+        for node in self.c.nodes:
+            self.start_sidecar(node)
+        for node in self.c.nodes:
+            self.wait_sidecar(node)
+        return {node: self.sidecar_address(node) for node in self.c.nodes}
 
-    def states(self):
-        """Each task's state as the sidecar that watches it says."""
-        out = {}
-        for hostport, local in self.sidecars.items():
-            body = http_json(f"http://{hostport}/api/v1/tasks?local=1")
-            for t in body["tasks"] if isinstance(body, dict) else body:
-                name = f"{t['role']}:{t['task']}"
-                if name in local:
-                    out[name] = t["state"]
-        return out
+    def add(self, name, argv):
+        """Starts a program beside the cluster (Prometheus, a webhook receiver, ...), stopped
+        with it; its Proc."""
+        return self.c.spawn(self.c.nodes[0], argv, name=name)
 
     def wait_state(self, name, state, timeout=30):
         wait_for(f"{name} {state}", lambda: self.states().get(name) == state, timeout, interval=0.2)
 
-    def fault(self, task, delay_ms):
-        r = subprocess.run([os.path.join(self.bin, "trainscopectl"), "fault", "--task",
-                            self.addr[task], "--parameter_delay_ms", str(delay_ms)],
-                           capture_output=True, text=True, timeout=20)
-        if r.returncode != 0:
-            raise DrillError(f"trainscopectl fault on {task}: {r.stdout}{r.stderr}")
+    def wait_all_up(self, timeout=60):
+        wait_for("every task up", lambda: all(
+            self.states().get(n) == "up" for n in self.task_node), timeout, interval=0.2)
 
     def exercise(self, settle_s=8, prom=None):
         """Starts the workers, then the ps once worker:0 is blocked on them (and, given the
         Prometheus at `prom`, once it has scraped the wait); once all are up, slows ps:1 past
         worker:0's deadline for 3 s; then lets the metrics settle. Needs every sidecar started
         first."""
-        workers = sorted(n for n in self.addr if n.startswith("worker"))
-        for name in workers:
+        for name in sorted(n for n in self.task_node if n.startswith("worker")):
             self.start_task(name)
         self.wait_state("worker:0", "blocked")
         time.sleep(4)  # a few scrapes of the wait
         if prom:  # its targets come from the sidecar's discovery, which a loaded machine delays
             wait_for("the wait scraped", lambda: prom_query(
                 prom, "trainscope_session_waiting_seconds"), 30, interval=0.5)
-        for name in sorted(n for n in self.addr if n.startswith("ps")):
+        for name in sorted(n for n in self.task_node if n.startswith("ps")):
             self.start_task(name)
-        wait_for("every task up", lambda: all(
-            self.states().get(n) == "up" for n in self.addr), 60, interval=0.2)
-        self.fault("ps:1", 1500)
+        self.wait_all_up()
+        self.fault("ps:1", parameter_delay_ms=1500)
         time.sleep(3)
-        self.fault("ps:1", 0)
+        self.fault("ps:1", parameter_delay_ms=0)
         log(f"cluster exercised (blocked, deadline exceeded); settling {settle_s} s")
         time.sleep(settle_s)
 
     def stop_all(self):
         """SIGTERM to the workers, then the ps, then Prometheus agents (they flush to the
         store), then the rest, each tier at once; SIGKILL to whatever has not exited 5 s later."""
-        tiers = [[p for p in self.procs if p.name.startswith(t)]
-                 for t in ("worker", "ps", "agent")]
-        tiers.append([p for p in self.procs if not any(p in t for t in tiers)])
-        for tier in tiers:
-            live = [p for p in tier if p.alive()]
-            for p in live:
-                p.signal(signal.SIGCONT)
-                p.popen.send_signal(signal.SIGTERM)
-            deadline = time.time() + 5
-            for p in live:
-                try:
-                    p.popen.wait(max(0.1, deadline - time.time()))
-                except subprocess.TimeoutExpired:
-                    log(f"{p.name} (pid {p.pid}) ignored SIGTERM; killing it")
-                    p.kill9()
+        self.c.destroy(first=("worker", "ps", "agent"))
 
 
 def test_main(doc, run, prefix):

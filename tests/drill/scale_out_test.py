@@ -2,13 +2,14 @@
 """The scale-out path: Prometheus agents per group of nodes, remote_write to one store.
 
 A real cluster (local_cluster.py) of two nodes' worth of tasks on loopback: ps:0 and worker:0
-watched by sidecar A, ps:1 and worker:1 by sidecar B. Two Prometheus agents (Debian's 2.42,
---enable-feature=agent), each with the shipped dashboards/prometheus/scale-out/agent.yml for its
-group (its sidecar, its node's tasks through /api/v1/sd?local=1), write to one Prometheus with
---web.enable-remote-write-receiver and the shipped scale-out/store.yml (alerts.yml). On the
-store, every dashboard panel query must return data (GPU panels excepted without a GPU); then
-worker:1 is killed with kill -9 and TrainscopeTaskDead must fire on the store for it, through
-agent B. The times from the kill to the sidecar's state and to the firing alert are printed.
+watched by sidecar A, ps:1 and worker:1 by sidecar B (each receiving its own tasks' spans). Two
+Prometheus agents (Debian's 2.42, --enable-feature=agent), each with the shipped
+dashboards/prometheus/scale-out/agent.yml for its group (its sidecar, its node's tasks through
+/api/v1/sd?local=1), write to one Prometheus with --web.enable-remote-write-receiver and the
+shipped scale-out/store.yml (alerts.yml). On the store, every dashboard panel query must return
+data (GPU panels excepted without a GPU); then worker:1 is killed with kill -9 and
+TrainscopeTaskDead must fire on the store for it, through agent B. The times from the kill to
+the sidecar's state and to the firing alert are printed.
 
 Usage: scale_out_test.py --bin BUILD/bin --src SOURCE_DIR [--out DIR]
 Exit 0 when every check passed. Standard library only.
@@ -71,7 +72,7 @@ def kill_worker(cluster, store, failures):
     sel = (f'ALERTS{{alertname="TrainscopeTaskDead", alertstate="firing", cluster="{CLUSTER}", '
            'role="worker", task="1"}')
     t0 = time.time()
-    cluster.tasks["worker:1"].kill9()
+    cluster.kill("worker:1")
     t_state = None
     deadline = t0 + 90
     while time.time() < deadline:
@@ -91,10 +92,9 @@ def run(args, work, failures):
     src = os.path.abspath(args.src)
     check_dashboards = dashboards.check_dashboards(src)
     promtool = monitoring.tool("promtool", "prometheus")
-    cluster = LocalCluster(args.bin, work)
+    cluster = LocalCluster(args.bin, work, groups=list(GROUPS.values()))
     try:
-        sidecars = {g: cluster.start_sidecar(f"sidecar-{g}", tasks, otlp=(g == "a"))
-                    for g, tasks in GROUPS.items()}
+        sidecars = dict(zip(GROUPS, cluster.start_sidecars().values()))
         store = start_store(cluster, src, work, promtool)
         agents = {g: start_agent(cluster, src, work, promtool, g, sidecar, store)
                   for g, sidecar in sidecars.items()}
@@ -104,7 +104,7 @@ def run(args, work, failures):
         start = time.time()
         cluster.exercise(settle_s=12)  # remote write sends every 5 s at most
         wait_for("every task's series on the store", lambda: len(prom_query(
-            prom, f'trainscope_task_info{{cluster="{CLUSTER}"}}')) == len(cluster.addr), 30,
+            prom, f'trainscope_task_info{{cluster="{CLUSTER}"}}')) == len(cluster.task_node), 30,
             interval=0.5)
         end = time.time()
         check_halves(cluster, agents, failures)

@@ -138,21 +138,20 @@ def check_one_alert(am, prom, labels, failures):
 
 
 def run(args, work, failures):
-    cluster = LocalCluster(args.bin, work, num_ps=2, num_workers=2)
     am_port, webhook_port, closed_port = free_port(), free_port(), free_port()
+    am = f"http://127.0.0.1:{am_port}"
+    cluster = LocalCluster(args.bin, work, num_ps=2, num_workers=2, sidecar_args=[
+        "--alertmanager_url", f"127.0.0.1:{am_port},127.0.0.1:{closed_port}",
+        "--alertmanager_url", BLACKHOLE])
     try:
         # The sidecar first (Prometheus's config names it), then the monitoring, then tasks.
-        am = f"http://127.0.0.1:{am_port}"
-        extra = ["--alertmanager_url", f"127.0.0.1:{am_port},127.0.0.1:{closed_port}",
-                 "--alertmanager_url", BLACKHOLE]
-        sidecar = cluster.start_sidecar("sidecar", sorted(cluster.addr), extra=extra)
+        sidecar, = cluster.start_sidecars().values()
         sidecar_url = f"http://{sidecar}/"
         hook, prom = start_monitoring(args, work, cluster, sidecar.split(":")[1], am_port,
                                       webhook_port)
         for name in ("ps:0", "ps:1", "worker:0", "worker:1"):
             cluster.start_task(name)
-        wait_for("every task up", lambda: all(
-            cluster.states().get(n) == "up" for n in cluster.addr), 60, interval=0.2)
+        cluster.wait_all_up()
 
         log("1. no fault for 10 s: nothing may page")
         quiet_from = time.time()
@@ -163,7 +162,7 @@ def run(args, work, failures):
         log("2. kill -9 worker:1: TrainscopeTaskDead from the sidecar")
         dead = {"cluster": CLUSTER, "role": "worker", "task": "1"}
         t0 = time.time()
-        cluster.tasks["worker:1"].kill9()
+        cluster.kill("worker:1")
         times = {"dead": expect_page(hook, t0, "TrainscopeTaskDead", dead, sidecar_url,
                                      failures)}
         check_one_alert(am, prom, dict(dead, alertname="TrainscopeTaskDead"), failures)
@@ -184,10 +183,10 @@ def run(args, work, failures):
         log("4. SIGSTOP ps:1: TrainscopeTaskHung from the sidecar; SIGCONT: resolved")
         hung = {"cluster": CLUSTER, "role": "ps", "task": "1"}
         t0 = time.time()
-        cluster.tasks["ps:1"].signal(signal.SIGSTOP)
+        cluster.kill("ps:1", signal.SIGSTOP)
         times["hung"] = expect_page(hook, t0, "TrainscopeTaskHung", hung, sidecar_url, failures)
         t_undo = time.time()
-        cluster.tasks["ps:1"].signal(signal.SIGCONT)
+        cluster.kill("ps:1", signal.SIGCONT)
         hit = wait_for("resolved TrainscopeTaskHung", lambda: hook.find(
             t_undo, "TrainscopeTaskHung", hung, "resolved"), 60, interval=0.1)
         log(f"  resolved at the webhook {hit[0] - t_undo:.2f} s after SIGCONT")
@@ -195,7 +194,7 @@ def run(args, work, failures):
 
         log("5. worker:0 finishes (SIGUSR1): done, and nothing pages about it")
         t_done = time.time()
-        cluster.tasks["worker:0"].signal(signal.SIGUSR1)
+        cluster.kill("worker:0", signal.SIGUSR1)
         cluster.wait_state("worker:0", "done", 30)
         time.sleep(8)
         about = [a for _, _, a in hook.alerts(t_done) if a["labels"].get("role") == "worker"
@@ -208,13 +207,13 @@ def run(args, work, failures):
         ok = metric(sidecar, "trainscope_sidecar_alerts_sent_total", '{status="ok"}')
         if not failed or not ok:
             failures.append(f"alerts_sent_total: ok {ok}, failed {failed}; want both > 0")
-        with open(os.path.join(work, "logs", "sidecar.log"), errors="replace") as f:
+        side = cluster.sidecars["n1"]
+        with open(side.log_path, errors="replace") as f:
             text = f.read()
         for url in (f"http://127.0.0.1:{closed_port}", BLACKHOLE):
             n = text.count(f"cannot post alerts to {url}:")
             if n != 1:
                 failures.append(f"the failure to post to {url} was logged {n} times, want once")
-        side = [p for p in cluster.procs if p.name == "sidecar"][0]
         t_stop = time.time()
         side.popen.send_signal(signal.SIGTERM)
         side.popen.wait(10)

@@ -128,7 +128,7 @@ def kill_worker(cluster, store, vmalert, notifications, failures):
               "notified": lambda: any(dead_alert(a["labels"]) for a in notified(notifications))}
     seen = {}
     t0 = time.time()
-    cluster.tasks["worker:1"].kill9()
+    cluster.kill("worker:1")
     while time.time() < t0 + KILL_TIMEOUT_S and len(seen) < len(checks):
         for what, check in checks.items():
             try:
@@ -153,10 +153,9 @@ def run(args, work, failures):
     src = os.path.abspath(args.src)
     check_dashboards = dashboards.check_dashboards(src)
     promtool = monitoring.tool("promtool", "prometheus")
-    cluster = LocalCluster(args.bin, work)
+    cluster = LocalCluster(args.bin, work, groups=list(GROUPS.values()))
     try:
-        sidecars = {g: cluster.start_sidecar(f"sidecar-{g}", tasks, otlp=(g == "a"))
-                    for g, tasks in GROUPS.items()}
+        sidecars = dict(zip(GROUPS, cluster.start_sidecars().values()))
         store = start_store(cluster, work)
         agents = {g: start_agent(cluster, src, work, promtool, g, sidecar, store)
                   for g, sidecar in sidecars.items()}
@@ -167,7 +166,7 @@ def run(args, work, failures):
         start = time.time()
         cluster.exercise(settle_s=6)  # vmagent flushes every second
         wait_for("every task's series on the store", lambda: len(prom_query(
-            prom, f'trainscope_task_info{{cluster="{CLUSTER}"}}')) == len(cluster.addr), 30,
+            prom, f'trainscope_task_info{{cluster="{CLUSTER}"}}')) == len(cluster.task_node), 30,
             interval=0.5)
         end = time.time()
         check_halves(agents, failures)
@@ -180,7 +179,7 @@ def run(args, work, failures):
             f"{sum(1 for e in entries if e['result'].startswith('empty'))} allowed empty")
         kill_worker(cluster, prom, vmalert, notifications, failures)
     finally:
-        for p in cluster.procs:  # before the store: it would retry its last writes
+        for p in cluster.c.procs:  # before the store: it would retry its last writes
             if p.name == "vmalert":
                 p.stop()
         cluster.stop_all()

@@ -10,6 +10,9 @@ each test's ENVIRONMENT; by hand, `PYTHONPATH=tests/py /usr/bin/python3 tests/..
 - web: `http_get`, `http_json`, `http_text`.
 - cluster_spec: the TF_CONFIG of one task of a cluster.
 - certs: CAs and leaf certificates made with openssl.
-- netns, training, diagnosis: clusters of network namespaces (tests/multinode).
+- nodes, netns: the nodes a cluster runs on: `nodes.Loopback` (all on 127.0.0.1) or
+  `netns.Cluster` (a network namespace per node, root), both `nodes.Nodes`.
+- training: `TrainingCluster`, tasks and sidecars on such nodes (tests/multinode, the drills).
+- diagnosis: what the multi-node tests check in a sidecar's view.
 - monitoring: Prometheus, Alertmanager and the webhook receiver of the drills.
 """

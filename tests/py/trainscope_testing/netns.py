@@ -44,10 +44,8 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 
-from trainscope_testing import processes
+from trainscope_testing import nodes, processes, web
 from trainscope_testing.waiting import HarnessError
 
 SKIP_CODE = 77  # ctest's SKIP_RETURN_CODE for the multi-node tests.
@@ -317,11 +315,14 @@ class Proc:
         return f"<{self.name} pid {self.pid} on {self.node}>"
 
 
-class Cluster:
-    """N nodes as network namespaces on one bridge; see the module's comment.
+class Cluster(nodes.Nodes):
+    """N nodes as network namespaces on one bridge; see the module's comment. The nodes.Nodes
+    a training.TrainingCluster runs on in the multi-node tests (each node its own network).
 
     Not thread-safe: one thread drives it (other threads may call http_get, http_json and
     reachable, which touch no state). Nodes are named n1..nN and may be given as 1..N."""
+
+    own_networks = True
 
     def __init__(self, nodes=3, log_dir=None, subnet=None, grace_s=3.0, log=None,
                  _attach=None):
@@ -453,17 +454,6 @@ class Cluster:
 
     # ------------------------------------------------------------ naming
 
-    def node(self, node):
-        """The node's name (n3) for 3, "3" or "n3"; HarnessError for anything else."""
-        s = str(node)
-        name = s if s.startswith("n") else f"n{s}"
-        if name not in self.nodes:
-            raise HarnessError(f"no node {node!r}: the nodes are {', '.join(self.nodes)}")
-        return name
-
-    def index(self, node):
-        return self.nodes.index(self.node(node)) + 1
-
     def namespace(self, node):
         """The network namespace of the node, e.g. ts1234-n1."""
         return f"{self.prefix}-{self.node(node)}"
@@ -511,17 +501,6 @@ class Cluster:
         p = Proc(node, name, list(map(str, argv)), log, popen)
         self.procs.append(p)
         return p
-
-    def run(self, node, argv, timeout=30, input=None):
-        """Runs argv in the node to its end; returns subprocess.CompletedProcess (text stdout,
-        stderr). HarnessError when it takes longer than timeout."""
-        try:
-            return subprocess.run(self.exec_argv(node, argv), capture_output=True, text=True,
-                                  timeout=timeout, input=input,
-                                  stdin=None if input is not None else subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            raise HarnessError(f"`{' '.join(map(str, argv))}` on {self.node(node)} took more "
-                               f"than {timeout} s") from None
 
     def _ours(self, pid):
         # A child not yet reaped keeps its pid; anything else must be in our namespaces now.
@@ -583,22 +562,7 @@ class Cluster:
         """GET url from inside the node (no proxy); returns (status, body bytes). HTTP errors
         return their status; network errors raise OSError (urllib.error.URLError). context:
         an ssl.SSLContext for https:// URLs (CA, client certificate)."""
-        def get():
-            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
-                                                 urllib.request.HTTPSHandler(context=context))
-            try:
-                with opener.open(url, timeout=timeout) as r:
-                    return r.status, r.read()
-            except urllib.error.HTTPError as e:
-                return e.code, e.read()
-        return self.in_node(node, get, timeout + 5)
-
-    def http_json(self, node, url, timeout=2.0, context=None):
-        """GET url from inside the node and parse JSON; OSError/ValueError when that fails."""
-        status, body = self.http_get(node, url, timeout, context)
-        if status != 200:
-            raise OSError(f"GET {url} from {self.node(node)}: HTTP {status}")
-        return json.loads(body)
+        return self.in_node(node, lambda: web.get(url, timeout, context), timeout + 5)
 
     def reachable(self, src, dst, port, timeout=1.0):
         """True when a TCP connection from node src to node dst's port succeeds within timeout."""

@@ -18,10 +18,11 @@ def tail(log_path, n=15):
 
 class Proc:
     """A program started by a test: its pid, its log (`logdir/name.log`, appended), and how to
-    signal and stop it. Not thread-safe."""
+    signal and stop it; node: the node it runs on, when started by nodes.Loopback. Not
+    thread-safe."""
 
-    def __init__(self, name, argv, logdir, env=None):
-        self.name, self.argv, self.env = name, argv, env
+    def __init__(self, name, argv, logdir, env=None, node=None):
+        self.name, self.argv, self.env, self.node = name, argv, env, node
         self.log_path = os.path.join(logdir, name.replace(":", "-") + ".log")
         self.popen = None
         self.stopped = False  # SIGSTOPped by us
@@ -44,6 +45,10 @@ class Proc:
 
     def alive(self):
         return self.popen is not None and self.popen.poll() is None
+
+    @property
+    def returncode(self):
+        return self.popen.poll() if self.popen is not None else None
 
     def signal(self, sig):
         if self.alive():

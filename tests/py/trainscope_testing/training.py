@@ -1,11 +1,14 @@
 #!/usr/bin/python3
-"""A trainscope training cluster on a netns.Cluster: real linear_regression tasks and one
+"""A trainscope training cluster on nodes: real linear_regression tasks and one
 trainscope-sidecar per node, with the ways to look at them from inside the nodes.
 
-The one place that says how the multi-node harness starts tasks and sidecars (TASK_FLAGS,
-sidecar_argv): cluster.py, the smoke test and the multi-node tests all build on it.
+The one place that says how the tests start tasks and sidecars (TASK_FLAGS, sidecar_argv, the
+spec file, TF_CONFIG, ports): cluster.py, the multi-node tests and the drills all build on it.
+The nodes are a nodes.Nodes: netns.Cluster (a network namespace per node, root) or
+nodes.Loopback (every node this machine; each task and sidecar on a free port, each sidecar
+told its node's tasks, no exchange between sidecars).
 
-    with netns.Cluster(3) as c:
+    with netns.Cluster(3) as c:        # or nodes.Loopback(3)
         t = training.TrainingCluster(c, "build/bin", training.Layout.default(3))
         t.start()
         t.wait_training()
@@ -23,12 +26,16 @@ import subprocess
 import time
 
 from trainscope_testing import certs as tls_certs
-from trainscope_testing import netns
+from trainscope_testing import waiting
 from trainscope_testing.cluster_spec import tf_config
+from trainscope_testing.waiting import HarnessError
 
+# Ports on nodes with networks of their own; on loopback, free ports instead.
 TASK_PORT = 2222  # first task port on each node (then 2223, ...)
 SIDECAR_HTTP_PORT = 9400  # the sidecar's default --http_port
 SIDECAR_GRPC_PORT = 4317  # the sidecar's default --grpc_port (exchange, OTLP)
+# Set by the cluster on loopback, where the sidecars share one network.
+LOOPBACK_SIDECAR_FLAGS = ("--local_tasks", "--http_port", "--grpc_port", "--peer_sidecars")
 CLUSTER_NAME = "multinode"
 
 # Every task: trains "forever", slowly enough to leave the CPU to the others, rides out a
@@ -64,19 +71,19 @@ class Layout:
         for task, _ in self.placement:
             role, _, index = task.partition(":")
             if not index.isdigit():
-                raise netns.HarnessError(f"layout: {task!r} is not role:index")
+                raise HarnessError(f"layout: {task!r} is not role:index")
             roles.setdefault(role, []).append(int(index))
         for role, indices in roles.items():
             if sorted(indices) != list(range(len(indices))):
-                raise netns.HarnessError(f"layout: {role} indices {sorted(indices)} are not "
-                                         f"0..{len(indices) - 1}, each once")
+                raise HarnessError(f"layout: {role} indices {sorted(indices)} are not "
+                                   f"0..{len(indices) - 1}, each once")
 
     def check(self, nodes):
         """HarnessError when a task is placed on a node beyond 1..nodes."""
         for task, node in self.placement:
             if not 1 <= node <= nodes:
-                raise netns.HarnessError(f"layout: {task} on node {node}, but the nodes are "
-                                         f"1..{nodes}")
+                raise HarnessError(f"layout: {task} on node {node}, but the nodes are "
+                                   f"1..{nodes}")
 
     @classmethod
     def default(cls, nodes, ps_nodes=(1,), workers_per_node=1):
@@ -99,25 +106,33 @@ class Layout:
         for item in filter(None, (s.strip() for s in text.split(","))):
             task, _, node = item.partition("@")
             if not node.lstrip("n").isdigit():
-                raise netns.HarnessError(f"layout {item!r}: expected role@node, e.g. worker@2")
+                raise HarnessError(f"layout {item!r}: expected role@node, e.g. worker@2")
             role, _, index = task.partition(":")
             if not index:
                 index = str(counts.get(role, 0))
             counts[role] = int(index) + 1
             placement.append((f"{role}:{index}", int(node.lstrip("n"))))
         if not any(t.startswith("worker:") or t.startswith("chief:") for t, _ in placement):
-            raise netns.HarnessError(f"layout {text!r} has no worker")
+            raise HarnessError(f"layout {text!r} has no worker")
         return cls(placement)
 
     def to_list(self):
         return [list(p) for p in self.placement]
 
 
+def task_name(t):
+    """"role:index" of a task as a sidecar lists it (/api/v1/tasks)."""
+    return f"{t['role']}:{t['task']}" if "role" in t else t.get("name")
+
+
 class TrainingCluster:
-    """Tasks and sidecars on the nodes of a netns.Cluster. Not thread-safe (like the Cluster).
+    """Tasks and sidecars on nodes (a nodes.Nodes: netns.Cluster or nodes.Loopback). Not
+    thread-safe (like the nodes).
 
     Every read goes to a sidecar over HTTP from inside a node (default: the node it asks
     about), so what it sees is what that node sees."""
+
+    task_flags = TASK_FLAGS  # every task's; a subclass may give its own
 
     def __init__(self, cluster, bin_dir, layout, cluster_name=CLUSTER_NAME,
                  step_delay_ms=DEFAULT_STEP_DELAY_MS, sidecar_args=(), task_args=(),
@@ -132,16 +147,23 @@ class TrainingCluster:
         layout.check(len(cluster.nodes))
         self.task_node = {t: cluster.node(n) for t, n in layout.placement}
         self.sidecar_nodes = [cluster.node(n) for n in (sidecar_nodes or cluster.nodes)]
-        self.http_port = int(flag_value(self.sidecar_args, "--http_port", SIDECAR_HTTP_PORT))
-        self.grpc_port = int(flag_value(self.sidecar_args, "--grpc_port", SIDECAR_GRPC_PORT))
-        self.tasks = {}  # name -> netns.Proc
+        if not cluster.own_networks:
+            given = [f for f in LOOPBACK_SIDECAR_FLAGS if flag_value(self.sidecar_args, f, None)]
+            if given:
+                raise HarnessError(f"sidecar flags {', '.join(given)}: set by the cluster on "
+                                   "nodes that share one network")
+        http = int(flag_value(self.sidecar_args, "--http_port", SIDECAR_HTTP_PORT))
+        grpc = int(flag_value(self.sidecar_args, "--grpc_port", SIDECAR_GRPC_PORT))
+        self.http_ports = {n: cluster.listen_port(n, http) for n in cluster.nodes}
+        self.grpc_ports = {n: cluster.listen_port(n, grpc) for n in cluster.nodes}
+        self.tasks = {}  # name -> the nodes' Proc
         self.delays = {}  # name -> {"parameter_delay_ms": .., "heartbeat_delay_ms": ..}
-        self.sidecars = {}  # node -> netns.Proc
+        self.sidecars = {}  # node -> the nodes' Proc
         ports = {}
         self.task_address = {}
         for t, node in self.task_node.items():
             port = ports[node] = ports.get(node, TASK_PORT - 1) + 1
-            self.task_address[t] = f"{cluster.address(node)}:{port}"
+            self.task_address[t] = f"{cluster.address(node)}:{cluster.listen_port(node, port)}"
         roles = {}
         for t in self.task_node:
             role, index = t.split(":")
@@ -160,12 +182,13 @@ class TrainingCluster:
     def need(self, name):
         path = os.path.join(self.bin, name)
         if not os.access(path, os.X_OK):
-            raise netns.HarnessError(f"{path} is missing: build it first (cmake --build build "
-                                     f"--target {name})")
+            raise HarnessError(f"{path} is missing: build it first (cmake --build build "
+                               f"--target {name})")
         return path
 
-    def start(self):
-        """Writes the spec, starts every sidecar, then the ps tasks, then the others."""
+    def prepare(self):
+        """Checks the binaries, writes the spec and (tls) the certificates: what starting a
+        sidecar or a task needs."""
         for b in ("linear_regression", "trainscope-sidecar", "trainscopectl"):
             self.need(b)
         with open(self.spec_path, "w") as f:
@@ -173,6 +196,10 @@ class TrainingCluster:
         if self.tls:
             for node in self.c.nodes:
                 self.tls.node(node, self.c.address(node))
+
+    def start(self):
+        """prepare(), then starts every sidecar, then the ps tasks, then the others."""
+        self.prepare()
         for node in self.sidecar_nodes:
             self.start_sidecar(node)
         for t in sorted(self.task_node, key=lambda t: not t.startswith("ps:")):
@@ -182,9 +209,22 @@ class TrainingCluster:
         """The TLS flags of every process on node ([] without tls)."""
         return self.tls.flags(self.c.node(node)) if self.tls else []
 
+    def tasks_on(self, node):
+        node = self.c.node(node)
+        return [t for t, n in self.task_node.items() if n == node]
+
     def sidecar_argv(self, node, tls_flags=None):
-        return sidecar_argv(self.bin, self.spec_path, self.name, [
-            *(self.tls_flags(node) if tls_flags is None else tls_flags), *self.sidecar_args])
+        flags = list(self.tls_flags(node) if tls_flags is None else tls_flags)
+        if not self.c.own_networks:
+            # Every node is one host to the sidecars: each is told its node's tasks and ports,
+            # and they do not exchange (all of them would be one node to each other).
+            node = self.c.node(node)
+            if not self.tasks_on(node):
+                raise HarnessError(f"no task on {node}: its sidecar would watch every task")
+            flags += ["--local_tasks", ",".join(self.tasks_on(node)),
+                      "--http_port", str(self.http_ports[node]),
+                      "--grpc_port", str(self.grpc_ports[node]), "--peer_sidecars", "none"]
+        return sidecar_argv(self.bin, self.spec_path, self.name, [*flags, *self.sidecar_args])
 
     def start_sidecar(self, node, tls_flags=None):
         """Starts (or starts again) node's sidecar; tls_flags replace the node's own."""
@@ -196,22 +236,23 @@ class TrainingCluster:
     def task_argv(self, task, tls_flags=None):
         flags = self.tls_flags(self.task_node[task]) if tls_flags is None else tls_flags
         return [os.path.join(self.bin, "linear_regression"), "--cluster_name", self.name,
-                "--step_delay_ms", str(self.step_delay_ms), *TASK_FLAGS, *flags,
+                "--step_delay_ms", str(self.step_delay_ms), *self.task_flags, *flags,
                 *self.task_args]
 
     def task_env(self, task):
         role, index = task.split(":")
+        grpc_port = self.grpc_ports[self.task_node[task]]
         return {"TF_CONFIG": tf_config(self.spec, role, index),
                 # Spans go to this node's own sidecar, whatever the caller's environment says.
-                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.grpc_port}",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{grpc_port}",
                 "OTEL_SERVICE_NAME": f"{self.name}-{role}"}
 
     def start_task(self, task, tls_flags=None):
         """Starts (or starts again) task on its node; tls_flags replace its node's (e.g. a
         certificate from another CA, to be refused)."""
         if task not in self.task_node:
-            raise netns.HarnessError(f"no task {task!r}: the tasks are "
-                                     f"{', '.join(self.task_node)}")
+            raise HarnessError(f"no task {task!r}: the tasks are "
+                               f"{', '.join(self.task_node)}")
         self.tasks[task] = self.c.spawn(self.task_node[task], self.task_argv(task, tls_flags),
                                         env=self.task_env(task), name=task)
         return self.tasks[task]
@@ -223,18 +264,18 @@ class TrainingCluster:
         if who.startswith("sidecar:"):
             node = self.c.node(who.split(":", 1)[1])
             if node not in self.sidecars:
-                raise netns.HarnessError(f"no sidecar on {node}")
+                raise HarnessError(f"no sidecar on {node}")
             return self.sidecars[node]
         if who not in self.tasks:
-            raise netns.HarnessError(f"no task {who!r}: the tasks are {', '.join(self.tasks)}"
-                                     "; sidecars are sidecar:n1, ...")
+            raise HarnessError(f"no task {who!r}: the tasks are {', '.join(self.tasks)}"
+                               "; sidecars are sidecar:n1, ...")
         return self.tasks[who]
 
     def kill(self, who, sig=signal.SIGKILL):
         """Sends sig (default SIGKILL) to a task or sidecar, by pid."""
         p = self.proc(who)
         if not p.alive():
-            raise netns.HarnessError(f"{who} (pid {p.pid}) is not running")
+            raise HarnessError(f"{who} (pid {p.pid}) is not running")
         self.c.signal(p, sig)
         return p
 
@@ -242,8 +283,8 @@ class TrainingCluster:
         """Delays every parameter call (a slow ps) and/or heartbeat answer of task, through
         `trainscopectl fault` run inside its node; None keeps a delay as it is, 0 clears it."""
         if task not in self.task_node:
-            raise netns.HarnessError(f"no task {task!r}: the tasks are "
-                                     f"{', '.join(self.task_node)}")
+            raise HarnessError(f"no task {task!r}: the tasks are "
+                               f"{', '.join(self.task_node)}")
         delays = self.delays.setdefault(task, {"parameter_delay_ms": 0, "heartbeat_delay_ms": 0})
         for key, value in (("parameter_delay_ms", parameter_delay_ms),
                            ("heartbeat_delay_ms", heartbeat_delay_ms)):
@@ -254,8 +295,8 @@ class TrainingCluster:
             "fault", "--task", self.task_address[task],
             *[f"--{k}={v}" for k, v in sorted(delays.items())]], timeout=15)
         if r.returncode != 0:
-            raise netns.HarnessError(f"trainscopectl fault on {task}: "
-                                     f"{(r.stdout + r.stderr).strip()}")
+            raise HarnessError(f"trainscopectl fault on {task}: "
+                               f"{(r.stdout + r.stderr).strip()}")
         if not any(delays.values()):
             del self.delays[task]
         return dict(delays)
@@ -264,16 +305,16 @@ class TrainingCluster:
         """Wedges task for real through `trainscopectl fault` inside its node: its training
         thread deadlocks on two mutexes, or its ParameterService blocks (restart it to undo)."""
         if task not in self.task_node:
-            raise netns.HarnessError(f"no task {task!r}: the tasks are "
-                                     f"{', '.join(self.task_node)}")
+            raise HarnessError(f"no task {task!r}: the tasks are "
+                               f"{', '.join(self.task_node)}")
         flags = (["--deadlock_training"] if deadlock_training else []) + (
             ["--block_parameter_service"] if block_parameter_service else [])
         r = self.c.run(self.task_node[task], [
             os.path.join(self.bin, "trainscopectl"), *self.tls_flags(self.task_node[task]),
             "fault", "--task", self.task_address[task], *flags], timeout=15)
         if r.returncode != 0:
-            raise netns.HarnessError(f"trainscopectl fault on {task}: "
-                                     f"{(r.stdout + r.stderr).strip()}")
+            raise HarnessError(f"trainscopectl fault on {task}: "
+                               f"{(r.stdout + r.stderr).strip()}")
 
     # ------------------------------------------------------------ looking
 
@@ -289,9 +330,42 @@ class TrainingCluster:
                 self.sidecar_url(node, "").replace("http://", ""), *(["--fresh"] if fresh else [])]
         return self.c.run(node, argv, timeout=timeout)
 
+    @property
+    def http_port(self):
+        """The HTTP port of every node's sidecar, where it is one (nodes with networks of their
+        own); else HarnessError: see http_ports."""
+        return self._one_port(self.http_ports)
+
+    @property
+    def grpc_port(self):
+        """As http_port, for the gRPC port (grpc_ports)."""
+        return self._one_port(self.grpc_ports)
+
+    def _one_port(self, ports):
+        if len(set(ports.values())) != 1:
+            raise HarnessError(f"the sidecars' ports differ by node: {ports}")
+        return next(iter(ports.values()))
+
+    def sidecar_address(self, node):
+        """host:port of node's sidecar's HTTP server."""
+        node = self.c.node(node)
+        return f"{self.c.address(node)}:{self.http_ports[node]}"
+
     def sidecar_url(self, node, path="/"):
         scheme = "https" if self.tls else "http"
-        return f"{scheme}://{self.c.address(node)}:{self.http_port}{path}"
+        return f"{scheme}://{self.sidecar_address(node)}{path}"
+
+    def wait_sidecar(self, node, timeout=20):
+        """Waits until node's sidecar answers /healthz; HarnessError with its log's tail when it
+        exits or does not answer in time."""
+        p = self.proc(f"sidecar:{self.c.node(node)}")
+
+        def healthy():
+            if not p.alive():
+                raise HarnessError(f"{p.name} exited ({p.returncode}); its log "
+                                   f"{p.log_path}:\n{p.tail(6)}")
+            return self.http_get(node, self.sidecar_url(node, "/healthz"))[0] == 200
+        waiting.wait_for(f"{p.name}'s /healthz", healthy, timeout)
 
     def http_get(self, node, url, timeout=2.0):
         """GET url from inside node, over HTTPS with the harness's certificate under tls."""
@@ -308,9 +382,19 @@ class TrainingCluster:
         that sidecar does not list it."""
         node = self.c.node(node or self.task_node[task])
         for t in self.view(node, local=node == self.task_node[task])["tasks"]:
-            if t.get("name") == task or f"{t.get('role')}:{t.get('task')}" == task:
+            if task_name(t) == task:
                 return t
         return None
+
+    def states(self):
+        """Each task's state, first-hand from its node's sidecar (left out: tasks whose node
+        has no sidecar)."""
+        out = {}
+        for node in self.sidecars:
+            for t in self.view(node, local=True)["tasks"]:
+                if self.task_node.get(task_name(t)) == node:
+                    out[task_name(t)] = t["state"]
+        return out
 
     def steps(self, task):
         """The task's step count, first-hand from its own node's sidecar (None when unknown)."""
@@ -328,8 +412,8 @@ class TrainingCluster:
                     (f"sidecar:{self.task_node[t]}", self.sidecars.get(self.task_node[t]))
                     for t in pending]:
                 if p is not None and not p.alive():
-                    raise netns.HarnessError(f"{who} exited ({p.returncode}) before training "
-                                             f"began; its log {p.log_path}:\n{p.tail(6)}")
+                    raise HarnessError(f"{who} exited ({p.returncode}) before training "
+                                       f"began; its log {p.log_path}:\n{p.tail(6)}")
             for t in sorted(pending):
                 try:
                     if (self.steps(t) or 0) > 0:
@@ -340,7 +424,7 @@ class TrainingCluster:
                     pass
             time.sleep(0.2)
         if pending:
-            raise netns.HarnessError(
+            raise HarnessError(
                 f"no steps from {', '.join(sorted(pending))} after {timeout:.0f} s; "
                 + "; ".join(f"{p}: {self._tail(p)}" for p in sorted(pending)))
 
