@@ -8,9 +8,6 @@
 #include <sstream>
 #include <thread>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -20,10 +17,10 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "serve/alert_notifier.h"
+#include "serve/api_routes.h"
 #include "serve/cluster_view.h"
 #include "serve/http_routes.h"
 #include "serve/metrics.h"
-#include "serve/status_page.h"
 #include "spdlog/spdlog.h"
 #include "traces/trace_receiver.h"
 #include "trainscope/common/clock.h"
@@ -33,7 +30,6 @@
 #include "trainscope/common/http_server.h"
 #include "trainscope/common/http_tls.h"
 #include "trainscope/sidecar/local_hosts.h"
-#include "trainscope/sidecar/names.h"
 #include "trainscope/sidecar/trace_store.h"
 
 namespace trainscope::sidecar {
@@ -231,42 +227,6 @@ std::string Summary(const Plan& plan, const SidecarOptions& o) {
       "; peers: ", plan.peers.empty() ? "none" : absl::StrJoin(plan.peers, ", "),
       "; alerts to: ", alertmanagers.empty() ? "none" : absl::StrJoin(alertmanagers, ", "),
       "; listens on ", absl::StrJoin(plan.bind, ", "));
-}
-
-bool IsTraceId(std::string_view id) {
-  return id.size() == 32 && std::all_of(id.begin(), id.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
-}
-
-RequestFilter FilterFrom(const std::string& query) {
-  RequestFilter f;
-  f.method = QueryParam(query, "method");
-  f.ps = QueryParam(query, "ps");
-  int limit = 0;
-  if (absl::SimpleAtoi(QueryParam(query, "limit"), &limit) && limit > 0) {
-    f.limit = static_cast<size_t>(std::min(limit, 1000));
-  }
-  return f;
-}
-
-HttpServer::Response Json(std::string body) { return {200, "application/json", std::move(body)}; }
-
-int HttpStatusOf(const absl::Status& s) {
-  switch (s.code()) {
-    case absl::StatusCode::kInvalidArgument:
-      return 400;
-    case absl::StatusCode::kNotFound:
-      return 404;
-    case absl::StatusCode::kFailedPrecondition:
-      return 409;
-    case absl::StatusCode::kResourceExhausted:
-      return 413;
-    case absl::StatusCode::kDeadlineExceeded:
-      return 504;
-    default:
-      return 503;
-  }
 }
 
 }  // namespace
@@ -507,70 +467,15 @@ class Sidecar::Impl {
   }
 
   void AddRoutes() {
-    routes_.Exact(std::string(names::kPathMetrics), [this](const HttpServer::Request&) {
-      auto local = watcher_->snapshot();
-      return HttpServer::Response{200, "text/plain; version=0.0.4; charset=utf-8",
-                                  RenderMetrics(*local, Stats(), CurrentView())};
-    });
-    routes_.Exact(std::string(names::kPathTasks), [this](const HttpServer::Request& r) {
-      pb::TaskList list =
-          ToTaskList(options_.cluster_name, CurrentView(), QueryParam(r.query, "local") == "1");
-      const std::string task = QueryParam(r.query, "task");
-      if (!task.empty()) {
-        auto* tasks = list.mutable_tasks();
-        tasks->erase(std::remove_if(tasks->begin(), tasks->end(),
-                                    [&](const pb::TaskView& t) { return t.name() != task; }),
-                     tasks->end());
-      }
-      return Json(ToJson(list));
-    });
-    routes_.Exact(std::string(names::kPathSd), [this](const HttpServer::Request& r) {
-      ClusterView view = CurrentView();
-      return Json(SdJson(view.tasks, QueryParam(r.query, "local") == "1"));
-    });
-    routes_.Exact(std::string(names::kPathTracesSlow), [this](const HttpServer::Request& r) {
-      return Json(ApiJson(ToRequestList(trace_store_.Slow(FilterFrom(r.query), MonotonicSeconds()),
-                                        options_.slow_window_s, options_.slow_per_key)));
-    });
-    routes_.Exact(std::string(names::kPathTracesErrors), [this](const HttpServer::Request& r) {
-      return Json(
-          ApiJson(ToRequestList(trace_store_.Errors(FilterFrom(r.query), MonotonicSeconds()))));
-    });
-    routes_.Prefix(std::string(names::kPathTracesPrefix), [this](const HttpServer::Request& r) {
-      std::string id = absl::AsciiStrToLower(r.path.substr(names::kPathTracesPrefix.size()));
-      if (!IsTraceId(id)) {
-        return HttpServer::Response{400, "text/plain; charset=utf-8",
-                                    "a trace id is 32 hex digits: /api/v1/traces/<trace id>\n"};
-      }
-      auto detail = trace_store_.Trace(id, MonotonicSeconds());
-      if (!detail) {
-        return HttpServer::Response{
-            404, "text/plain; charset=utf-8",
-            absl::StrCat("trace ", id,
-                         " is not kept here (neither slow nor failed, or already forgotten)\n")};
-      }
-      return Json(ApiJson(ToProto(*detail)));
-    });
-    routes_.Exact(std::string(names::kPathStacks), [this](const HttpServer::Request& r) {
-      auto list = StacksOf(QueryParam(r.query, "task"), QueryParam(r.query, "fresh") == "1");
-      if (!list.ok()) {
-        return HttpServer::Response{HttpStatusOf(list.status()), "text/plain; charset=utf-8",
-                                    absl::StrCat(list.status().message(), "\n")};
-      }
-      if (QueryParam(r.query, "format") == "text") {
-        return HttpServer::Response{200, "text/plain; charset=utf-8",
-                                    StacksToText(*list, UnixSeconds())};
-      }
-      return Json(ToJson(*list));
-    });
-    routes_.Exact(std::string(names::kPathHealthz), [](const HttpServer::Request&) {
-      return HttpServer::Response{200, "text/plain; charset=utf-8", "ok\n"};
-    });
-    auto page = [](const HttpServer::Request&) {
-      return HttpServer::Response{200, "text/html; charset=utf-8", std::string(StatusPageHtml())};
-    };
-    routes_.Exact(std::string(names::kPathStatusPage), page);
-    routes_.Exact("/index.html", page);
+    ApiSources api;
+    api.cluster_name = options_.cluster_name;
+    api.slow_window_s = options_.slow_window_s;
+    api.slow_per_key = options_.slow_per_key;
+    api.view = [this] { return CurrentView(); };
+    api.metrics = [this] { return RenderMetrics(*watcher_->snapshot(), Stats(), CurrentView()); };
+    api.traces = &trace_store_;
+    api.stacks = [this](const std::string& task, bool fresh) { return StacksOf(task, fresh); };
+    AddApiRoutes(std::move(api), &routes_);
   }
 
   // Credentials of the gRPC server (exchange, OTLP receive, health) and of the channels (polls,
