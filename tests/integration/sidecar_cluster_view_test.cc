@@ -43,6 +43,16 @@ class Sidecars {
   Sidecar& operator[](size_t i) { return *sidecars_[i]; }
   const std::string& node(size_t i) const { return grpc_[i]; }
   size_t size() const { return sidecars_.size(); }
+  // Every sidecar's tasks and output, for failure messages: a task can fail in one view because
+  // another node's sidecar went down.
+  std::string DescribeAll() {
+    std::string out;
+    for (size_t i = 0; i < sidecars_.size(); ++i) {
+      out +=
+          "=== sidecar " + std::to_string(i) + " (" + grpc_[i] + ")\n" + sidecars_[i]->Describe();
+    }
+    return out;
+  }
 
  private:
   Cluster cluster_;
@@ -64,8 +74,9 @@ TEST(SidecarExchange, EverySidecarShowsTheWholeClusterAndEveryChange) {
   Sidecars s(cluster, {"ps:0", "worker:0", "worker:1", "worker:2"});
   for (size_t i = 0; i < s.size(); ++i) {
     for (const char* t : {"ps:0", "worker:0", "worker:1", "worker:2"}) {
-      ASSERT_TRUE(s[i].WaitForState(t, TaskState::kUp, seconds(20))) << i << "\n"
-                                                                     << s[i].Describe();
+      ASSERT_TRUE(s[i].WaitForState(t, TaskState::kUp, seconds(20)))
+          << "sidecar " << i << " on " << t << "\n"
+          << s.DescribeAll();
     }
   }
   auto w2_at_0 = s[0].Task("worker:2");

@@ -92,6 +92,9 @@ std::string Sidecar::Describe() {
     out += v.task.ShortName() + " " + std::string(sidecar::StateName(v.state)) + ": " + v.reason +
            "\n";
   }
+  // A sidecar that died (a sanitizer's report aborts it) says so, with its output.
+  const std::optional<int> code = process_->Wait(std::chrono::milliseconds(0));
+  if (code) out += "--- the sidecar EXITED with status " + std::to_string(*code) + " ---\n";
   return out + "--- sidecar output ---\n" + process_->Output();
 }
 
