@@ -48,8 +48,6 @@ install(FILES ${PROJECT_BINARY_DIR}/trainscopeConfig.cmake
 
 install(TARGETS trainscope-sidecar trainscopectl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   COMPONENT sidecar)
-install(TARGETS trainscope_openssl3_shim LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/trainscope
-  COMPONENT sidecar)
 install(FILES packaging/debian/trainscope-sidecar.service
   DESTINATION /lib/systemd/system COMPONENT sidecar)
 install(FILES packaging/debian/trainscope-sidecar.default

@@ -82,10 +82,5 @@ TEST_F(HttpTlsTest, ReloadsAChangedPairAndKeepsTheLastGoodOneWhileHalfWritten) {
   EXPECT_EQ((*tls)->reloads(), 1u);
 }
 
-TEST(CivetwebPort, BracketsIpv6AndMarksTls) {
-  EXPECT_EQ(CivetwebPort("127.0.0.1", 9400, false), "127.0.0.1:9400");
-  EXPECT_EQ(CivetwebPort("::1", 9400, true), "[::1]:9400s");
-}
-
 }  // namespace
 }  // namespace trainscope
