@@ -123,7 +123,9 @@ class HttpServer::Impl {
  private:
   void Accept(tcp::acceptor* acceptor);
   void Admit(tcp::socket socket);
+  bool MakeRoomFrom(const std::string& address);
   bool MakeRoom(const std::string& address);
+  Connection* Oldest(const std::function<bool(const Connection&)>& pick);
   void Stop();
 
   const Handler handler_;
@@ -417,6 +419,8 @@ absl::Status HttpServer::Impl::SetUpTls() {
   ssl_.emplace(asio::ssl::context::tls_server);
   ssl_->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
                     asio::ssl::context::no_sslv3 | asio::ssl::context::single_dh_use);
+  // OpenSSL's record buffers only while a record is in flight: most connections wait.
+  SSL_CTX_set_mode(ssl_->native_handle(), SSL_MODE_RELEASE_BUFFERS);
   tls_->ConfigureServer(ssl_->native_handle());
   return absl::OkStatus();
 }
@@ -444,8 +448,10 @@ void HttpServer::Impl::Admit(tcp::socket socket) {
   if (ec) return;  // Gone already.
   const std::string address = peer.address().to_string();
   const int mine = per_address_.count(address) ? per_address_[address] : 0;
-  const bool full = static_cast<int>(connections_.size()) >= options_.max_connections;
-  if (mine >= options_.max_connections_per_address || (full && !MakeRoom(address))) {
+  const bool room =
+      (mine < options_.max_connections_per_address || MakeRoomFrom(address)) &&
+      (static_cast<int>(connections_.size()) < options_.max_connections || MakeRoom(address));
+  if (!room) {
     if (!ssl_) {  // Say why, if it fits in the socket's buffer now; never wait for it.
       socket.non_blocking(true, ec);
       socket.write_some(asio::buffer(kTooMany, sizeof(kTooMany) - 1), ec);
@@ -454,6 +460,9 @@ void HttpServer::Impl::Admit(tcp::socket socket) {
     socket.close(ec);
     return;
   }
+  // A response or a TLS flight goes out whole: Nagle would hold its last piece for the
+  // client's delayed ACK (40 ms).
+  socket.set_option(tcp::no_delay(true), ec);
   const uint64_t id = next_id_++;
   auto connection = std::make_shared<Connection>(this, std::move(socket), id, address);
   connections_.emplace(id, connection);
@@ -461,21 +470,47 @@ void HttpServer::Impl::Admit(tcp::socket socket) {
   connection->Start();
 }
 
+Connection* HttpServer::Impl::Oldest(const std::function<bool(const Connection&)>& pick) {
+  Connection* oldest = nullptr;
+  for (auto& [id, c] : connections_) {
+    if (pick(*c) && (oldest == nullptr || c->since() < oldest->since())) oldest = c.get();
+  }
+  return oldest;
+}
+
+namespace {
+
+bool Idle(const Connection& c) {
+  return c.state() == Connection::State::kIdle || c.state() == Connection::State::kClosing;
+}
+
+bool Unfinished(const Connection& c) {
+  return c.state() == Connection::State::kReading || c.state() == Connection::State::kHandshake;
+}
+
+}  // namespace
+
+// `address` holds its share: closes its oldest idle connection, else its oldest unfinished
+// request, so that a client's newest connections are the ones held (a slow client cannot keep
+// out another client behind the same address). Whether room was made.
+bool HttpServer::Impl::MakeRoomFrom(const std::string& address) {
+  Connection* victim =
+      Oldest([&](const Connection& c) { return Idle(c) && c.address() == address; });
+  if (victim == nullptr) {
+    victim = Oldest([&](const Connection& c) { return Unfinished(c) && c.address() == address; });
+  }
+  if (victim == nullptr) return false;
+  victim->Close();
+  return true;
+}
+
 // Full: closes the oldest idle keep-alive connection; else, when `address` holds fewer
 // connections than the client holding the most, that client's oldest unfinished request (a slow
 // client's, most likely). Connections whose handler runs, or whose response is being written,
 // are never closed here. Whether room was made.
 bool HttpServer::Impl::MakeRoom(const std::string& address) {
-  Connection* oldest_idle = nullptr;
-  for (auto& [id, c] : connections_) {
-    const bool idle =
-        c->state() == Connection::State::kIdle || c->state() == Connection::State::kClosing;
-    if (idle && (oldest_idle == nullptr || c->since() < oldest_idle->since())) {
-      oldest_idle = c.get();
-    }
-  }
-  if (oldest_idle != nullptr) {
-    oldest_idle->Close();
+  if (Connection* idle = Oldest(Idle); idle != nullptr) {
+    idle->Close();
     return true;
   }
   std::string heaviest;
@@ -485,15 +520,8 @@ bool HttpServer::Impl::MakeRoom(const std::string& address) {
   }
   const int mine = per_address_.count(address) ? per_address_[address] : 0;
   if (mine + 1 >= most) return false;
-  Connection* victim = nullptr;
-  for (auto& [id, c] : connections_) {
-    const bool unfinished =
-        c->state() == Connection::State::kReading || c->state() == Connection::State::kHandshake;
-    if (unfinished && c->address() == heaviest &&
-        (victim == nullptr || c->since() < victim->since())) {
-      victim = c.get();
-    }
-  }
+  Connection* victim =
+      Oldest([&](const Connection& c) { return Unfinished(c) && c.address() == heaviest; });
   if (victim == nullptr) return false;
   victim->Close();
   return true;

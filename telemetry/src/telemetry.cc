@@ -183,7 +183,7 @@ absl::Status Telemetry::Serve() {
   // Scraped by a Prometheus or two and the node's sidecar: fewer connections than the
   // sidecar's page (docs/security.md, "HTTP listeners"); one scrape at a time is rendered.
   HttpServerOptions limits;
-  limits.max_connections = 128;
+  limits.max_connections = 64;
   limits.max_connections_per_address = 16;
   limits.handler_threads = 1;
   auto server = HttpServer::Start(

@@ -12,4 +12,5 @@ each test's ENVIRONMENT; by hand, `PYTHONPATH=tests/py /usr/bin/python3 tests/..
 - certs: CAs and leaf certificates made with openssl.
 - netns, training, diagnosis: clusters of network namespaces (tests/multinode).
 - monitoring: Prometheus, Alertmanager and the webhook receiver of the drills.
+- hostile: slow, idle and half-handshaken HTTP clients, and a prober (the HTTP load test).
 """

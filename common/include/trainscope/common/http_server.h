@@ -24,7 +24,7 @@ class HttpTls;
 struct HttpServerOptions {
   // Connections held at once, in all and from one client address. A new connection beyond
   // either is answered 503 (HTTPS: closed) unless room is made for it (see the file comment).
-  int max_connections = 512;
+  int max_connections = 256;
   int max_connections_per_address = 64;
   // From accept (or the first byte of a later request on a keep-alive connection) until the
   // request line, the headers and any body are read, whatever the pace of the bytes.
