@@ -3,7 +3,7 @@
 #   dev      the runtime library and what it links (static), its public headers, and the CMake
 #            package trainscopeConfig.cmake: find_package(trainscope) gives trainscope::runtime
 #            and trainscope::common
-#   sidecar  trainscope-sidecar and trainscopectl, the OpenSSL 3 shim of the HTTPS listeners, the
+#   sidecar  trainscope-sidecar and trainscopectl, the
 #            systemd unit with its flags in /etc/default/trainscope-sidecar, and the dashboards
 #            and alert rules under share/trainscope
 include(CMakePackageConfigHelpers)

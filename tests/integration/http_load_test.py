@@ -26,14 +26,17 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.parse
 
 from trainscope_testing.certs import make_pem_certs, pem_context
 from trainscope_testing.cluster_spec import tf_config
 from trainscope_testing.hostile import Attacker, Prober, memory, percentile, raise_fd_limit
 from trainscope_testing.logs import logger
+from trainscope_testing.monitoring import argv_prometheus
 from trainscope_testing.ports import free_port
 from trainscope_testing.processes import ProcGroup
-from trainscope_testing.waiting import wait_for
+from trainscope_testing.waiting import HarnessError, wait_for
+from trainscope_testing.web import http_json
 
 log = logger("http-load")
 
@@ -49,7 +52,7 @@ def start_cluster(bin_dir, d, procs, tls):
     ps_proc = procs.start(f"ps{suffix}", [f"{bin_dir}/linear_regression", "--metrics_port", str(metrics),
                                 "--disable_tracing", *flags],
                 env={"TF_CONFIG": tf_config(spec, "ps", 0)})
-    procs.start(f"worker{suffix}", [f"{bin_dir}/linear_regression", "--metrics_port",
+    worker_proc = procs.start(f"worker{suffix}", [f"{bin_dir}/linear_regression", "--metrics_port",
                                     str(worker_metrics), "--disable_tracing", "--steps",
                                     "1000000", "--step_delay_ms", "20", *flags],
                 env={"TF_CONFIG": tf_config(spec, "worker", 0)})
@@ -66,16 +69,89 @@ def start_cluster(bin_dir, d, procs, tls):
         wait_for(f"{name} answers", lambda: probe.probe(port, path) == 200, 30,
                  errors=(OSError, http.client.HTTPException))
     return (endpoints, ctx, [("127.0.0.1", http_port), ("127.0.0.1", metrics)],
-            [("sidecar", sidecar_proc), ("ps", ps_proc)])
+            [("sidecar", sidecar_proc), ("ps", ps_proc)], worker_proc)
 
 
-def phase(what, endpoints, ctx, targets, count, sources, kinds, hold, watched):
-    """One load: returns the failed probes (strings)."""
+def start_prometheus(d, procs, targets, tls):
+    """A real Prometheus scraping `targets` every second (over mutual TLS under tls); its
+    port, or None when there is no prometheus here."""
+    prom = shutil.which("prometheus") or "/usr/bin/prometheus"
+    if not os.path.exists(prom):
+        log("no prometheus binary: the scrape check is skipped")
+        return None
+    port = free_port()
+    job = {"job_name": "load", "scrape_interval": "1s", "scrape_timeout": "1s",
+           "static_configs": [{"targets": [f"{h}:{p}" for h, p in targets]}]}
+    if tls:
+        job["scheme"] = "https"
+        job["tls_config"] = {"ca_file": f"{d}/ca.pem", "cert_file": f"{d}/client.pem",
+                             "key_file": f"{d}/client.key", "server_name": "localhost"}
+    name = "prometheus-tls" if tls else "prometheus"
+    with open(os.path.join(d, f"{name}.yml"), "w") as f:
+        json.dump({"scrape_configs": [job]}, f)  # JSON is YAML.
+    procs.start(name, argv_prometheus(prom, f"{d}/{name}.yml", f"{d}/{name}-data", port))
+    wait_for("Prometheus scrapes every target (up == 1)",
+             lambda: [v for _, v in scrapes(port, 2)] == [(2, 2)] * len(targets)
+             or None, 60, errors=(OSError, ValueError, KeyError))
+    return port
+
+
+def scrapes(port, seconds):
+    """[(instance, (successful scrapes, scrapes))] of the last `seconds` s, by instance."""
+    out = {}
+    for what in ("sum_over_time", "count_over_time"):
+        q = urllib.parse.quote(f'{what}(up{{job="load"}}[{int(seconds)}s])')
+        result = http_json(f"http://127.0.0.1:{port}/api/v1/query?query={q}")["data"]["result"]
+        for r in result:
+            out.setdefault(r["metric"]["instance"], []).append(int(float(r["value"][1])))
+    return sorted((k, tuple(v)) for k, v in out.items())
+
+
+def dead_named(endpoints, ctx, worker):
+    """Kills the worker with SIGKILL; seconds until the sidecar's /api/v1/tasks says it is
+    dead, or None after 60 s."""
+    port = endpoints[1][1]
+    probe = Prober(endpoints, ctx)
+    start = time.monotonic()
+    worker.kill9()
+
+    def dead():
+        c = probe.connection(port)
+        try:
+            c.request("GET", "/api/v1/tasks")
+            tasks = json.loads(c.getresponse().read())["tasks"]
+        finally:
+            c.close()
+        return any(t.get("role") == "worker" and t.get("state") == "dead" for t in tasks)
+    try:
+        wait_for("the sidecar names the killed worker dead", dead, 60, interval=0.2,
+                 errors=(OSError, ValueError, KeyError, http.client.HTTPException))
+    except HarnessError:
+        return None
+    return time.monotonic() - start
+
+
+def phase(what, endpoints, ctx, targets, count, sources, kinds, hold, watched, prometheus,
+          worker=None):
+    """One load (and, with `worker`, a kill -9 of it under the load): the failures."""
     attack = Attacker(targets, count, sources, kinds).start()
     time.sleep(2)  # Let the connections pile up before probing.
     probe = Prober(endpoints, ctx).start()
     time.sleep(hold)
     probe.stop()
+    failures = []
+    if prometheus:
+        for instance, (ok, total) in scrapes(prometheus, hold):
+            log(f"  Prometheus scraped {instance} {total} times, {ok} successfully")
+            if ok != total or total == 0:
+                failures.append(f"{what}: Prometheus: {total - ok} of {total} scrapes of "
+                                f"{instance} failed")
+    if worker:
+        took = dead_named(endpoints, ctx, worker)
+        log(f"  a kill -9 of the worker named by the sidecar after "
+            f"{'never' if took is None else f'{took:.1f} s'}")
+        if took is None:
+            failures.append(f"{what}: the sidecar did not name a killed worker dead in 60 s")
     rss = ", ".join(f"{name} {memory(p.pid)}" for name, p in watched)
     attack.stop()
     held = attack.held
@@ -87,8 +163,8 @@ def phase(what, endpoints, ctx, targets, count, sources, kinds, hold, watched):
     for f in probe.failures[:20]:
         log(f"  FAIL {f}")
     if not any(probe.latencies.values()):
-        return [f"{what}: no probe answered"]
-    return [f"{what}: {f}" for f in probe.failures]
+        failures.append(f"{what}: no probe answered")
+    return failures + [f"{what}: {f}" for f in probe.failures]
 
 
 def run(bin_dir, d, count, hold):
@@ -100,15 +176,16 @@ def run(bin_dir, d, count, hold):
     for tls in (False, True):
         procs = ProcGroup(d)
         try:
-            endpoints, ctx, targets, watched = start_cluster(bin_dir, d, procs, tls)
+            endpoints, ctx, targets, watched, worker = start_cluster(bin_dir, d, procs, tls)
+            prometheus = start_prometheus(d, procs, targets, tls)
             kinds = ["tls-stall", "tls-trickle"] if tls else ["slowloris", "idle"]
             scheme = "HTTPS, stopped TLS handshakes" if tls else "HTTP, slowloris and idle"
             for sources in (one, fifty):
                 what = f"{scheme}, {count} per server from {len(sources)} address(es)"
                 failures += phase(what, endpoints, ctx, targets, count, sources, kinds, hold,
-                                  watched)
+                                  watched, prometheus, worker if sources is fifty else None)
             for p in procs.procs:
-                if not p.alive():
+                if not p.alive() and p is not worker:
                     failures.append(f"{p.name} exited under load:\n{p.tail()}")
         finally:
             procs.stop()

@@ -173,13 +173,17 @@ class Prober:
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
-    def probe(self, port, path):
+    def connection(self, port):
+        """An http.client connection to 127.0.0.1:port from the prober's address."""
         if self.ctx:
-            c = http.client.HTTPSConnection("127.0.0.1", port, timeout=self.timeout,
-                                            context=self.ctx, source_address=(self.source, 0))
-        else:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=self.timeout,
-                                           source_address=(self.source, 0))
+            return http.client.HTTPSConnection("127.0.0.1", port, timeout=self.timeout,
+                                               context=self.ctx, source_address=(self.source, 0))
+        return http.client.HTTPConnection("127.0.0.1", port, timeout=self.timeout,
+                                          source_address=(self.source, 0))
+
+    def probe(self, port, path):
+        """The status of GET path, on a new connection."""
+        c = self.connection(port)
         try:
             c.request("GET", path)
             r = c.getresponse()

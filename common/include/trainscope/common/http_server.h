@@ -4,8 +4,9 @@
 // thread for every connection's I/O), so a slow client holds a few KiB, never a thread; the
 // handler runs on a small pool so that a slow handler does not stall the I/O. Bounded: a
 // deadline for the TLS handshake and one for the whole request (a trickle cannot extend it), a
-// cap on connections in all and per client address (idle keep-alive connections are closed
-// first when full, then the oldest unfinished request of the client holding the most).
+// cap on connections in all and per client address. When full, idle keep-alive connections
+// are closed first, then the oldest unfinished request of the address holding the most (at an
+// address's own cap: its own oldest); docs/security.md, "HTTP listeners".
 // Thread-safe: the handler is called from several pool threads at once, so it must be too.
 
 #include <cstddef>
@@ -24,6 +25,7 @@ class HttpTls;
 struct HttpServerOptions {
   // Connections held at once, in all and from one client address. A new connection beyond
   // either is answered 503 (HTTPS: closed) unless room is made for it (see the file comment).
+  // A TLS connection may take some 200 KiB while it handshakes: the caps bound the memory.
   int max_connections = 256;
   int max_connections_per_address = 64;
   // From accept (or the first byte of a later request on a keep-alive connection) until the
