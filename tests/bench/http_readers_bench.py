@@ -5,7 +5,8 @@ sidecar/serve/status_page.html does) and --scrapers Prometheus-like scrapers of 
 1 s, each on a keep-alive connection from an address of its own (127.0.0.2, ...), against a
 trainscope-sidecar watching --tasks scripted tasks (sidecar_fake_task). Prints the sidecar's CPU
 (share of one core) idle and under the readers, its resident memory, and the readers' latency
-p50/p99 and failures.
+p50/p99 and failures; before the readers, the latency of --sequential GETs in a row of /healthz
+and of /api/v1/tasks by one client alone on one keep-alive connection.
 
 Usage: PYTHONPATH=tests/py /usr/bin/python3 tests/bench/http_readers_bench.py --bin build/bin
 [--tasks 64] [--viewers 50] [--scrapers 10] [--seconds 30]. Standard library only.
@@ -80,6 +81,19 @@ def reader(port, source, paths, stop, latencies, failures):
         stop.wait(max(0.0, 1.0 - (time.monotonic() - start)))
 
 
+def alone(port, path, n):
+    """p50 and p90 (s) of n GETs of path in a row on one keep-alive connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    lat = []
+    for _ in range(n):
+        t = time.perf_counter()
+        conn.request("GET", path)
+        conn.getresponse().read()
+        lat.append(time.perf_counter() - t)
+    conn.close()
+    return percentile(lat, 50), percentile(lat, 90)
+
+
 def run(bin_dir, d, a):
     procs = ProcGroup(d)
     try:
@@ -97,6 +111,10 @@ def run(bin_dir, d, a):
         wait_for(f"{a.tasks} tasks up", lambda: sum(
             t.get("state") == "up" for t in http_json(url)["tasks"]) == a.tasks, 60)
         time.sleep(3)
+        for path in ("/healthz", "/api/v1/tasks"):
+            p50, p90 = alone(http_port, path, a.sequential)
+            log(f"one client alone, {a.sequential} GETs of {path} in a row: "
+                f"p50 {p50 * 1000:.2f} ms, p90 {p90 * 1000:.2f} ms")
         c0, t0 = cpu_seconds(sidecar.pid), time.monotonic()
         time.sleep(a.seconds / 2)
         idle = (cpu_seconds(sidecar.pid) - c0) / (time.monotonic() - t0)
@@ -136,6 +154,7 @@ def main():
     ap.add_argument("--viewers", type=int, default=50)
     ap.add_argument("--scrapers", type=int, default=10)
     ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--sequential", type=int, default=400)
     a = ap.parse_args()
     if a.viewers + a.scrapers > 250:
         ap.error("at most 250 readers (one loopback address each)")
