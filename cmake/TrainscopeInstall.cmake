@@ -3,7 +3,7 @@
 #   dev      the runtime library and what it links (static), its public headers, and the CMake
 #            package trainscopeConfig.cmake: find_package(trainscope) gives trainscope::runtime
 #            and trainscope::common
-#   sidecar  trainscope-sidecar and trainscopectl, the OpenSSL 3 shim of the HTTPS listeners, the
+#   sidecar  trainscope-sidecar and trainscopectl, the
 #            systemd unit with its flags in /etc/default/trainscope-sidecar, and the dashboards
 #            and alert rules under share/trainscope
 include(CMakePackageConfigHelpers)
@@ -47,8 +47,6 @@ install(FILES ${PROJECT_BINARY_DIR}/trainscopeConfig.cmake
   DESTINATION ${trainscope_cmake_dir} COMPONENT dev)
 
 install(TARGETS trainscope-sidecar trainscopectl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
-  COMPONENT sidecar)
-install(TARGETS trainscope_openssl3_shim LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/trainscope
   COMPONENT sidecar)
 install(FILES packaging/debian/trainscope-sidecar.service
   DESTINATION /lib/systemd/system COMPONENT sidecar)

@@ -43,7 +43,7 @@ set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 # protobuf-compiler-grpc: gRPC's CMake package names its plugins, which Debian's libgrpc++-dev
 # does not bring (fresh_root_test.sh found it).
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
-  "libgrpc++-dev, protobuf-compiler-grpc, libprotobuf-dev, libabsl-dev, prometheus-cpp-dev, libcivetweb-dev, libssl-dev, libspdlog-dev, nlohmann-json3-dev, libeigen3-dev, libcli11-dev")
+  "libgrpc++-dev, protobuf-compiler-grpc, libprotobuf-dev, libabsl-dev, prometheus-cpp-dev, libssl-dev, libspdlog-dev, nlohmann-json3-dev, libeigen3-dev, libcli11-dev")
 set(CPACK_DEBIAN_DEV_PACKAGE_RECOMMENDS "trainscope-sidecar (= ${PROJECT_VERSION}-1)")
 set(CPACK_COMPONENT_DEV_DESCRIPTION
   "parameter-server training runtime with diagnosis built in (development files)

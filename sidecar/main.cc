@@ -62,7 +62,7 @@ int PrintCheckedConfig(const trainscope::sidecar::SidecarOptions& o) {
 
 int main(int argc, char** argv) {
   // glibc gives each thread that allocates its own arena (up to 8 per core); with gRPC's and
-  // civetweb's threads that is several MiB of mostly idle heap. Two arenas suffice.
+  // the HTTP handlers' threads that is several MiB of mostly idle heap. Two arenas suffice.
   mallopt(M_ARENA_MAX, 2);
   // gRPC's mutexes are absl::Mutex; Debian's abseil keeps its deadlock detection on (a graph of
   // every lock order, updated on each lock): ~10% of the sidecar's CPU while polling.

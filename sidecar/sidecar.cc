@@ -291,9 +291,13 @@ class Sidecar::Impl {
       if (!tls.ok()) return absl::InvalidArgumentError(tls.status().message());
       http_tls_ = std::move(*tls);
     }
+    // The limits are HttpServerOptions' defaults (docs/security.md, "HTTP listeners"), but
+    // more handler threads: a stack capture takes 100+ ms, a remote snapshot seconds.
+    HttpServerOptions limits;
+    limits.handler_threads = 8;
     auto http = HttpServer::Start(
         ForPort(plan_.bind, options_.http_port), options_.http_port,
-        [this](const HttpServer::Request& r) { return routes_.Serve(r); }, http_tls_.get());
+        [this](const HttpServer::Request& r) { return routes_.Serve(r); }, http_tls_.get(), limits);
     if (!http.ok()) return http.status();
     http_ = std::move(*http);
     if (absl::Status s = StartGrpc(); !s.ok()) return s;

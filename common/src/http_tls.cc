@@ -1,14 +1,9 @@
-// TLS for the civetweb HTTP servers; see http_tls.h.
+// TLS for the HTTP servers; see http_tls.h.
 #include "trainscope/common/http_tls.h"
 
-#include <civetweb.h>
-#include <dlfcn.h>
 #include <openssl/ssl.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "tls_material.h"
@@ -16,28 +11,6 @@
 namespace trainscope {
 
 namespace {
-
-thread_local HttpTls* t_current = nullptr;
-
-// Loads civetweb_openssl3_shim.cc's library so that civetweb can use OpenSSL 3: from
-// $TRAINSCOPE_OPENSSL3_SHIM, beside the program, where the build put it, or where the packages
-// install it. Its path, or empty.
-std::string LoadOpenSsl3Shim() {
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("TRAINSCOPE_OPENSSL3_SHIM")) candidates.push_back(env);
-  char exe[4096] = {};
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n > 0) {
-    std::string dir(exe, static_cast<size_t>(n));
-    candidates.push_back(dir.substr(0, dir.rfind('/') + 1) + "libtrainscope_openssl3_shim.so");
-  }
-  candidates.push_back(TRAINSCOPE_OPENSSL3_SHIM_BUILT);
-  candidates.push_back(TRAINSCOPE_OPENSSL3_SHIM_INSTALLED);
-  for (const std::string& path : candidates) {
-    if (!path.empty() && dlopen(path.c_str(), RTLD_NOW) != nullptr) return path;
-  }
-  return "";
-}
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -47,25 +20,7 @@ int64_t NowMs() {
 
 }  // namespace
 
-absl::Status InitCivetwebTls() {
-  // civetweb loads libssl at run time, once, when asked for TLS (before its first mg_start
-  // with TLS ports); without it, it refuses them with only "Error initializing SSL context".
-  static const std::string error = [] {
-    const std::string shim = LoadOpenSsl3Shim();
-    if ((mg_init_library(MG_FEATURES_TLS) & MG_FEATURES_TLS) != 0) return std::string();
-    return absl::StrCat("civetweb cannot load OpenSSL 3 for HTTPS: ",
-                        shim.empty() ? "libtrainscope_openssl3_shim.so not found beside the "
-                                       "program, in " TRAINSCOPE_OPENSSL3_SHIM_INSTALLED
-                                       " (package trainscope-sidecar) or at "
-                                       "$TRAINSCOPE_OPENSSL3_SHIM"
-                                     : "libssl.so and libcrypto.so did not load");
-  }();
-  if (!error.empty()) return absl::FailedPreconditionError(error);
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::unique_ptr<HttpTls>> HttpTls::Create(const TlsFiles& files, Log log) {
-  if (absl::Status s = InitCivetwebTls(); !s.ok()) return s;
   if (files.cert_file.empty()) {
     return absl::InvalidArgumentError("TLS on HTTP needs --tls_cert_file and --tls_key_file");
   }
@@ -132,18 +87,6 @@ int HttpTls::ConfigureServer(void* ssl_ctx) {
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   }
   return 1;
-}
-
-ScopedHttpTls::ScopedHttpTls(HttpTls* tls) : previous_(t_current) { t_current = tls; }
-ScopedHttpTls::~ScopedHttpTls() { t_current = previous_; }
-
-int HttpTlsInitSsl(void* ssl_ctx, void* /*user_data*/) {
-  return t_current == nullptr ? -1 : t_current->ConfigureServer(ssl_ctx);
-}
-
-std::string CivetwebPort(const std::string& host, int port, bool tls) {
-  const bool v6 = host.find(':') != std::string::npos;
-  return absl::StrCat(v6 ? "[" : "", host, v6 ? "]" : "", ":", port, tls ? "s" : "");
 }
 
 }  // namespace trainscope

@@ -1,13 +1,21 @@
-// HttpTls: what it accepts at start, and what a change of its files does (the handshakes
-// themselves are tested end to end by tests/integration/http_tls_test.py).
+// HttpTls: what it accepts at start, what a change of its files does, and one HTTPS exchange
+// with the HTTP server (mutual TLS and rotation end to end: tests/integration/http_tls_test.py).
 #include "trainscope/common/http_tls.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <openssl/ssl.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+
+#include "trainscope/common/http_server.h"
 
 namespace trainscope {
 namespace {
@@ -82,9 +90,58 @@ TEST_F(HttpTlsTest, ReloadsAChangedPairAndKeepsTheLastGoodOneWhileHalfWritten) {
   EXPECT_EQ((*tls)->reloads(), 1u);
 }
 
-TEST(CivetwebPort, BracketsIpv6AndMarksTls) {
-  EXPECT_EQ(CivetwebPort("127.0.0.1", 9400, false), "127.0.0.1:9400");
-  EXPECT_EQ(CivetwebPort("::1", 9400, true), "[::1]:9400s");
+int ConnectTo(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+  return fd;
+}
+
+// What an HTTPS GET of `path` gets back (the client does not check the certificate).
+std::string HttpsGet(int port, const std::string& path) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL* ssl = SSL_new(ctx);
+  const int fd = ConnectTo(port);
+  SSL_set_fd(ssl, fd);
+  std::string got;
+  if (SSL_connect(ssl) == 1) {
+    const std::string request = "GET " + path + " HTTP/1.0\r\n\r\n";
+    SSL_write(ssl, request.data(), static_cast<int>(request.size()));
+    char buf[4096];
+    for (int n; (n = SSL_read(ssl, buf, sizeof(buf))) > 0;) got.append(buf, static_cast<size_t>(n));
+  }
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  close(fd);
+  return got;
+}
+
+TEST_F(HttpTlsTest, TheHttpServerServesHttpsAndEndsAStalledHandshake) {
+  auto tls = HttpTls::Create(Files("a.pem", "a.key"));
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  HttpServerOptions o;
+  o.tls_handshake_timeout_ms = 500;
+  auto server = HttpServer::Start(
+      {"127.0.0.1"}, 0,
+      [](const HttpServer::Request& r) {
+        return HttpServer::Response{200, "text/plain", r.path};
+      },
+      tls->get(), o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string got = HttpsGet((*server)->port(), "/over-tls");
+  EXPECT_NE(got.find("HTTP/1.0 200 OK"), std::string::npos) << got;
+  EXPECT_NE(got.find("/over-tls"), std::string::npos) << got;
+
+  // A client that connects and never says hello is cut off at the handshake's deadline.
+  const int fd = ConnectTo((*server)->port());
+  pollfd p{fd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 10000), 1) << "a stalled handshake was held for 10 s";
+  char c;
+  EXPECT_LE(recv(fd, &c, 1, 0), 0);
+  close(fd);
 }
 
 }  // namespace

@@ -4,12 +4,11 @@
 
 #include <chrono>
 
-#include "CivetServer.h"
 #include "absl/strings/str_cat.h"
-#include "prometheus/collectable.h"
-#include "prometheus/exposer.h"
+#include "prometheus/text_serializer.h"
 #include "system_metrics.h"
 #include "trainscope/common/cluster_spec.h"
+#include "trainscope/common/http_server.h"
 #include "trainscope/common/http_tls.h"
 #include "trainscope/common/proc.h"
 #include "trainscope/telemetry/names.h"
@@ -110,16 +109,6 @@ void CollectTail(std::vector<MetricFamily>* out, const FlightRecorder& recorder,
 
 }  // namespace
 
-// What prometheus-cpp's exposer calls at every scrape.
-class Telemetry::Collectable final : public prometheus::Collectable {
- public:
-  explicit Collectable(const Telemetry* telemetry) : t_(telemetry) {}
-  std::vector<MetricFamily> Collect() const override { return t_->Collect(); }
-
- private:
-  const Telemetry* t_;
-};
-
 std::vector<MetricFamily> Telemetry::Collect() const {
   std::vector<MetricFamily> out = rpc_.Collect();
   {
@@ -138,8 +127,8 @@ Telemetry::Telemetry(TelemetryOptions options)
     : options_(std::move(options)), rpc_(options_.peers) {}
 
 Telemetry::~Telemetry() {
-  exposer_.reset();
-  tail_.reset();  // Its last pass hands spans to the processor, which then flushes them.
+  server_.reset();  // Waits for a scrape in progress.
+  tail_.reset();    // Its last pass hands spans to the processor, which then flushes them.
   if (processor_) processor_->Shutdown(std::chrono::milliseconds(1000)).IgnoreError();
 }
 
@@ -175,9 +164,12 @@ void Telemetry::AddCollector(MetricsCollector collector) {
   collectors_.push_back(std::move(collector));
 }
 
+std::string Telemetry::RenderMetrics() const {
+  return prometheus::TextSerializer().Serialize(Collect());
+}
+
 absl::Status Telemetry::Serve() {
   const std::string host = options_.metrics_host.empty() ? "0.0.0.0" : options_.metrics_host;
-  const std::string bind = CivetwebPort(host, options_.metrics_port, false);
   if (!options_.tls.cert_file.empty()) {
     auto tls = HttpTls::Create(options_.tls, options_.log);
     if (!tls.ok()) {
@@ -188,29 +180,29 @@ absl::Status Telemetry::Serve() {
     }
     http_tls_ = *std::move(tls);
   }
-  CivetCallbacks callbacks;
-  callbacks.init_ssl = HttpTlsInitSsl;
-  ScopedHttpTls scoped_tls(http_tls_.get());
-  try {
-    // Bounded as the sidecar's server is: 16 KiB of request (civetweb caps headers at 64),
-    // 3 s per read or write, a few threads, 16 connections queued for them and 16 in the
-    // kernel's backlog, so that one slow client does not stop Prometheus' scrapes.
-    exposer_ = std::make_unique<prometheus::Exposer>(
-        std::vector<std::string>{
-            "listening_ports", CivetwebPort(host, options_.metrics_port, http_tls_ != nullptr),
-            "num_threads", "4", "request_timeout_ms", "3000", "max_request_size", "16384",
-            "connection_queue", "16", "listen_backlog", "16"},
-        &callbacks);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat(options_.name, " cannot serve /metrics on ", bind,
-                                               ": ", e.what(), " (is --metrics_port in use?)"));
+  // Scraped by a Prometheus or two and the node's sidecar: fewer connections than the
+  // sidecar's page (docs/security.md, "HTTP listeners"); one scrape at a time is rendered.
+  HttpServerOptions limits;
+  limits.max_connections = 64;
+  limits.max_connections_per_address = 16;
+  limits.handler_threads = 1;
+  auto server = HttpServer::Start(
+      {host}, options_.metrics_port,
+      [this](const HttpServer::Request& r) -> HttpServer::Response {
+        if (r.path != "/metrics") {
+          return {404, "text/plain; charset=utf-8", "not found; the metrics are at /metrics\n"};
+        }
+        return {200, "text/plain; version=0.0.4; charset=utf-8", RenderMetrics()};
+      },
+      http_tls_.get(), limits);
+  if (!server.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat(options_.name, " cannot serve /metrics: ", server.status().message(),
+                     " (is --metrics_port in use?)"));
   }
-  collectable_ = std::make_shared<Collectable>(this);
-  exposer_->RegisterCollectable(collectable_);
-  std::vector<int> ports = exposer_->GetListeningPorts();
-  const int port = ports.empty() ? options_.metrics_port : ports.front();
+  server_ = *std::move(server);
   const std::string& shown = options_.advertised_host.empty() ? host : options_.advertised_host;
-  metrics_address_ = JoinHostPort(shown, port);
+  metrics_address_ = JoinHostPort(shown, server_->port());
   return absl::OkStatus();
 }
 

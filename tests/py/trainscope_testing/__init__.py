@@ -15,4 +15,5 @@ each test's ENVIRONMENT; by hand, `PYTHONPATH=tests/py /usr/bin/python3 tests/..
 - training: `TrainingCluster`, tasks and sidecars on such nodes (tests/multinode, the drills).
 - diagnosis: what the multi-node tests check in a sidecar's view.
 - monitoring: Prometheus, Alertmanager and the webhook receiver of the drills.
+- hostile: slow, idle and half-handshaken HTTP clients, and a prober (the HTTP load test).
 """

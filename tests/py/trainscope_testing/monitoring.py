@@ -225,11 +225,10 @@ def argv_victoria_metrics(binary, data, port):
 
 def argv_vmagent(binary, config, data, port, store, interval="1s"):
     """vmagent with a Prometheus agent config (check_vmagent_config) writing to the store
-    (host:port); its discovery re-read every `interval`. Without keep-alive: the tasks'
-    /metrics (prometheus-cpp's civetweb) close each connection after one answer without saying
-    `Connection: close`, and vmagent would fail every other scrape on the reused connection."""
+    (host:port); its discovery re-read every `interval`. With keep-alive, as a deployment runs
+    it: the tasks' and the sidecars' HTTP servers keep connections open between scrapes
+    (common/include/trainscope/common/http_server.h)."""
     return [binary, f"-promscrape.config={config}", "-promscrape.config.strictParse=false",
-            "-promscrape.disableKeepAlive",
             f"-promscrape.fileSDCheckInterval={interval}",
             f"-promscrape.httpSDCheckInterval={interval}",
             f"-remoteWrite.url=http://{store}/api/v1/write", f"-remoteWrite.tmpDataPath={data}",

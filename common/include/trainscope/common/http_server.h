@@ -1,8 +1,15 @@
 #pragma once
-// A small HTTP server on civetweb: one handler function for every GET (the sidecar's page, API
-// and /metrics).
-// Thread-safe: civetweb calls the handler from its worker threads, so the handler must be too.
+// The one HTTP server of the project (the sidecar's page, API, SD and /metrics; every task's
+// /metrics): one handler function for every GET and HEAD. Event-driven (Boost.Asio/Beast, one
+// thread for every connection's I/O), so a slow client holds a few KiB, never a thread; the
+// handler runs on a small pool so that a slow handler does not stall the I/O. Bounded: a
+// deadline for the TLS handshake and one for the whole request (a trickle cannot extend it), a
+// cap on connections in all and per client address. When full, idle keep-alive connections
+// are closed first, then the oldest unfinished request of the address holding the most (at an
+// address's own cap: its own oldest); docs/security.md, "HTTP listeners".
+// Thread-safe: the handler is called from several pool threads at once, so it must be too.
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -10,19 +17,38 @@
 
 #include "absl/status/statusor.h"
 
-struct mg_context;
 namespace trainscope {
-class HttpTls;
-}
-struct mg_connection;
 
-namespace trainscope {
+class HttpTls;
+
+// Limits of one HttpServer (docs/security.md, "HTTP listeners", says what they bound).
+struct HttpServerOptions {
+  // Connections held at once, in all and from one client address. A new connection beyond
+  // either is answered 503 (HTTPS: closed) unless room is made for it (see the file comment).
+  // A TLS connection may take some 200 KiB while it handshakes: the caps bound the memory.
+  int max_connections = 256;
+  int max_connections_per_address = 64;
+  // From accept (or the first byte of a later request on a keep-alive connection) until the
+  // request line, the headers and any body are read, whatever the pace of the bytes.
+  int request_timeout_ms = 5000;
+  // From accept until the TLS handshake is done (inside the request's deadline).
+  int tls_handshake_timeout_ms = 3000;
+  // A keep-alive connection waiting for its next request.
+  int idle_timeout_ms = 30000;
+  // Writing a response to a client that does not read it.
+  int write_timeout_ms = 10000;
+  // Request line and headers; a body (GET seldom has one).
+  size_t max_header_bytes = 16384;
+  size_t max_body_bytes = 4096;
+  // Threads that run the handler.
+  int handler_threads = 4;
+};
 
 class HttpServer {
  public:
   struct Request {
-    std::string path;
-    std::string query;
+    std::string path;   // Percent-decoded, without the query.
+    std::string query;  // As sent (QueryParam-style decoding is the handler's).
   };
   struct Response {
     int status = 200;
@@ -31,21 +57,26 @@ class HttpServer {
   };
   using Handler = std::function<Response(const Request&)>;
 
-  // Listens on port of each of `addresses` (port 0: any free port, one address only) with a
-  // few worker threads; HTTPS when `tls` is given (it must outlive the server).
+  // Listens on `port` of each of `addresses` (port 0: any free port, the same on every
+  // address); HTTPS when `tls` is given (it must outlive the server). Unavailable, naming the
+  // address, when one cannot be bound.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
-      const std::vector<std::string>& addresses, int port, Handler handler, HttpTls* tls = nullptr);
+      const std::vector<std::string>& addresses, int port, Handler handler, HttpTls* tls = nullptr,
+      const HttpServerOptions& options = HttpServerOptions());
+  // Closes every connection and waits for handlers that run (queued ones are dropped).
   ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
   int port() const { return port_; }
+
+  class Impl;
 
  private:
   HttpServer() = default;
-  static int Dispatch(::mg_connection* conn, void* self);
 
-  mg_context* ctx_ = nullptr;
-  Handler handler_;
+  std::unique_ptr<Impl> impl_;
   int port_ = 0;
-  std::string address_;
 };
 
 }  // namespace trainscope

@@ -1,13 +1,12 @@
 #pragma once
-// TLS for the civetweb HTTP servers (the sidecar's page and API, a task's /metrics): one
-// OpenSSL setup shared by both, from the --tls_* files. civetweb creates its SSL_CTX and hands
-// it to HttpTlsInitSsl; the certificate is then chosen per handshake from what HttpTls last
+// TLS for the HTTP servers (the sidecar's page and API, a task's /metrics; http_server.h): one
+// OpenSSL setup shared by both, from the --tls_* files. The server creates its SSL_CTX and hands
+// it to ConfigureServer; the certificate is then chosen per handshake from what HttpTls last
 // read, so a rotated certificate, key or CA is served from the next handshake on, with no
 // restart and no refused connection (docs/security.md, "HTTP listeners").
 //
 //   auto tls = HttpTls::Create(files, log);              // reads and checks the files
-//   ScopedHttpTls scope(tls->get());                     // for the mg_start on this thread
-//   mg_start(&callbacks /* .init_ssl = HttpTlsInitSsl */, ..., {"listening_ports", "h:p" "s"});
+//   auto server = HttpServer::Start(addresses, port, handler, tls->get());
 
 #include <atomic>
 #include <cstdint>
@@ -43,8 +42,8 @@ class HttpTls {
   uint64_t reloads() const { return reloads_.load(); }
   bool requires_client_certificate() const { return files_.mutual(); }
 
-  // For civetweb's init_ssl: sets up `ssl_ctx` (TLS 1.2 at least, our certificate per
-  // handshake, client certificates required with a CA). Returns civetweb's 1 (done).
+  // Sets up `ssl_ctx` (an SSL_CTX*: TLS 1.2 at least, our certificate per handshake, client
+  // certificates required with a CA). Returns 1.
   int ConfigureServer(void* ssl_ctx);
 
  private:
@@ -60,30 +59,5 @@ class HttpTls {
   std::atomic<int64_t> last_check_ms_{0};
   std::atomic<uint64_t> reloads_{0};
 };
-
-// Names the HttpTls that HttpTlsInitSsl uses for mg_start calls on this thread while in scope
-// (civetweb calls init_ssl from mg_start; prometheus::Exposer gives no other way to pass it).
-class ScopedHttpTls {
- public:
-  explicit ScopedHttpTls(HttpTls* tls);
-  ~ScopedHttpTls();
-  ScopedHttpTls(const ScopedHttpTls&) = delete;
-  ScopedHttpTls& operator=(const ScopedHttpTls&) = delete;
-
- private:
-  HttpTls* previous_;
-};
-
-// Has civetweb load OpenSSL (once per process): before any civetweb server or client with TLS.
-// FailedPrecondition when it cannot.
-absl::Status InitCivetwebTls();
-
-// civetweb's init_ssl callback: configures the SSL_CTX with the HttpTls in scope; -1 (civetweb
-// fails to start) when there is none.
-int HttpTlsInitSsl(void* ssl_ctx, void* user_data);
-
-// "host:port" as civetweb's listening_ports wants it: IPv6 hosts in brackets, and an "s"
-// suffix for TLS.
-std::string CivetwebPort(const std::string& host, int port, bool tls);
 
 }  // namespace trainscope

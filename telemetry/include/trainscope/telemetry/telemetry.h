@@ -24,12 +24,12 @@
 #include "trainscope/telemetry/tracing.h"
 
 namespace prometheus {
-class Exposer;
 struct MetricFamily;
 }  // namespace prometheus
 
 namespace trainscope {
 class HttpTls;
+class HttpServer;
 }  // namespace trainscope
 
 namespace trainscope::telemetry {
@@ -92,11 +92,11 @@ class Telemetry {
   // process and tracing ones. What it reads must outlive this Telemetry. Thread-safe.
   void AddCollector(MetricsCollector collector);
 
-  class Collectable;
-
  private:
   explicit Telemetry(TelemetryOptions options);
   absl::Status Serve();
+  // What a scrape of /metrics reads (Prometheus' text format).
+  std::string RenderMetrics() const;
   std::vector<prometheus::MetricFamily> Collect() const;
 
   const TelemetryOptions options_;
@@ -108,9 +108,8 @@ class Telemetry {
   std::unique_ptr<TailSampler> tail_;         // null when spans are not exported
   mutable std::mutex collectors_mu_;
   std::vector<MetricsCollector> collectors_ ABSL_GUARDED_BY(collectors_mu_);
-  std::shared_ptr<Collectable> collectable_;
-  std::unique_ptr<HttpTls> http_tls_;  // Outlives exposer_, which uses it.
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<HttpTls> http_tls_;  // Outlives server_, which uses it.
+  std::unique_ptr<HttpServer> server_;
   std::string metrics_address_;
 };
 
