@@ -1,0 +1,78 @@
+"""Servers that no one here wrote a heartbeat for: the tasks a sidecar watches from outside.
+
+`grpc`: a gRPC server on Debian's python3-grpcio (as a TensorFlow ps is, to the sidecar: it
+serves gRPC on its spec address and answers UNIMPLEMENTED to trainscope's Heartbeat), serving
+one method of its own (`outside.Echo/Say`) and, with --health, `grpc.health.v1.Health/Check`
+(SERVING). `tcp`: a plain TCP listener that accepts connections and never says a word (no
+HTTP/2). Run as `python3 -m trainscope_testing.outside_servers grpc --port P [--health]`;
+`argv(...)` builds that command line for a test's ProcGroup.
+"""
+
+import argparse
+import signal
+import socket
+import sys
+import threading
+from concurrent import futures
+
+# grpc.health.v1.HealthCheckResponse{status: SERVING}: field 1, varint 1.
+_SERVING = b"\x08\x01"
+
+
+def argv(kind, port, health=False):
+    """The command line that runs server `kind` ("grpc" or "tcp") on 127.0.0.1:port."""
+    args = [sys.executable, "-m", "trainscope_testing.outside_servers", kind, "--port", str(port)]
+    return args + (["--health"] if health else [])
+
+
+def _serve_grpc(port, health):
+    import grpc  # python3-grpcio; imported here so that `tcp` needs nothing but the stdlib
+
+    def say(request, _context):
+        return request
+
+    def check(_request, _context):
+        return _SERVING
+
+    handlers = [grpc.method_handlers_generic_handler(
+        "outside.Echo", {"Say": grpc.unary_unary_rpc_method_handler(say)})]
+    if health:
+        handlers.append(grpc.method_handlers_generic_handler(
+            "grpc.health.v1.Health", {"Check": grpc.unary_unary_rpc_method_handler(check)}))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), handlers=handlers)
+    if server.add_insecure_port(f"127.0.0.1:{port}") != port:
+        sys.exit(f"cannot listen on 127.0.0.1:{port}")
+    server.start()
+    print(f"gRPC server on 127.0.0.1:{port} (health: {health})", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop.wait()
+    server.stop(0)
+
+
+def _serve_tcp(port):
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(64)
+    print(f"plain TCP listener on 127.0.0.1:{port}", flush=True)
+    held = []  # accepted and never answered
+    while True:
+        conn, _ = listener.accept()
+        held.append(conn)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kind", choices=["grpc", "tcp"])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--health", action="store_true", help="serve grpc.health.v1 too")
+    args = parser.parse_args()
+    if args.kind == "grpc":
+        _serve_grpc(args.port, args.health)
+    else:
+        _serve_tcp(args.port)
+
+
+if __name__ == "__main__":
+    main()
