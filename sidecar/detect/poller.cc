@@ -267,7 +267,8 @@ struct HeartbeatPoller::Impl {
     Slot& slot = slots[call->target];
     const bool outside = s.error_code() == grpc::StatusCode::UNIMPLEMENTED ||
                          (slot.target.black_box && (s.ok() || FromTheServer(s.error_code())));
-    if (outside || s.ok()) slot.spoke_grpc = true;
+    const bool server_answered = s.ok() || FromTheServer(s.error_code());
+    if (server_answered) slot.spoke_grpc = true;
     if (outside) {
       return OutsideAnswer(slot.target.address, slot.target.local, slot.owner, call->sent_s, now_s);
     }
@@ -276,7 +277,20 @@ struct HeartbeatPoller::Impl {
     if (r.failure != FailureKind::kRefused && slot.target.local && !slot.spoke_grpc) {
       NameSilentListener(slot, now_s, r);
     }
+    if (server_answered) NameOtherServer(slot, now_s, r);
     return r;
+  }
+
+  // A gRPC server that answers the heartbeat with an error of its own (not UNIMPLEMENTED): not a
+  // trainscope task; say how to watch it from outside.
+  void NameOtherServer(Slot& slot, double now_s, PollResult& r) {
+    std::optional<ProcStat> st =
+        slot.target.local ? slot.owner.Read(slot.target.address, now_s) : std::nullopt;
+    absl::StrAppend(&r.error, "; ",
+                    st ? absl::StrCat("pid ", slot.owner.pid, " (", slot.owner.command, ")")
+                       : std::string("a gRPC server"),
+                    " serves gRPC there but not trainscope's heartbeat: --black_box_tasks "
+                    "watches it from outside");
   }
 
   // A local port that never answered gRPC: when a process holds it, say which, and that it does

@@ -10,7 +10,10 @@ nothing ever listens on worker:1's address. A real trainscope-sidecar watches th
 - worker:0 is never up, and its reason names the process holding the port;
 - worker:1 is missing;
 - ps:1 SIGSTOPped is hung with its /proc state in the reason, and up again after SIGCONT;
-- ps:0 killed with SIGKILL is dead; started again on the same port, up with a restart counted.
+- ps:0 killed with SIGKILL is dead; started again on the same port, up with a restart counted;
+- a server that answers every method PERMISSION_DENIED (not UNIMPLEMENTED) is not a heartbeat
+  (missing) unless --black_box_tasks names it (chief:* here): then up from outside;
+- a --black_box_tasks naming no task of the spec stops the sidecar with the flag's name.
 States and reasons are asserted, never timings.
 
 Usage: outside_tasks_test.py --bin BUILD/bin [--keep]; by hand, with the helpers (tests/py):
@@ -125,10 +128,34 @@ def check_stop_and_kill(watch, procs, ps0, ps1, ports):
           (f": {v['reason']}" if v else ""))
 
 
+def check_black_box_flag(bin_dir, d, procs, watch, chief_pid):
+    v = watch.until("chief:0", "up from outside (--black_box_tasks)",
+                    state_is("up", OUTSIDE, f"pid {chief_pid}"))
+    check(v is not None, "chief:0 (PERMISSION_DENIED to all) named by --black_box_tasks chief:* "
+          "is up from outside")
+    plain = free_port()
+    other = procs.start("sidecar-no-flag", [
+        f"{bin_dir}/trainscope-sidecar", "--cluster_spec", f"{d}/spec.json", "--http_port",
+        str(plain), "--grpc_port", str(free_port()), "--peer_sidecars", "none"])
+    v = Watch(plain).until("chief:0", "missing without the flag",
+                           state_is("missing", "not a valid heartbeat", f"pid {chief_pid}",
+                                    "--black_box_tasks watches it"))
+    check(v is not None, "without --black_box_tasks the same server is not a heartbeat (missing)"
+          + (f": {v['reason']}" if v else ""))
+    other.stop()
+    bad = subprocess.run([f"{bin_dir}/trainscope-sidecar", "--cluster_spec", f"{d}/spec.json",
+                          "--http_port", "0", "--peer_sidecars", "none", "--black_box_tasks",
+                          "evaluator:*"], capture_output=True, text=True, timeout=30)
+    said = (bad.stdout + bad.stderr).strip()
+    check(bad.returncode != 0 and "--black_box_tasks" in said,
+          f"--black_box_tasks evaluator:* (no such role) is refused: {said[-200:]}")
+
+
 def run(bin_dir, d):
-    ports = [free_port() for _ in range(4)]
+    ports = [free_port() for _ in range(5)]
     spec = {"cluster": {"ps": [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"],
-                        "worker": [f"127.0.0.1:{ports[2]}", f"127.0.0.1:{ports[3]}"]}}
+                        "worker": [f"127.0.0.1:{ports[2]}", f"127.0.0.1:{ports[3]}"],
+                        "chief": [f"127.0.0.1:{ports[4]}"]}}
     with open(os.path.join(d, "spec.json"), "w") as f:
         json.dump(spec, f)
     http, grpc_port = free_port(), free_port()
@@ -137,14 +164,17 @@ def run(bin_dir, d):
         ps0 = start_outside(procs, "ps-0", "grpc", ports[0], health=True)
         ps1 = start_outside(procs, "ps-1", "grpc", ports[1])
         tcp = start_outside(procs, "worker-0", "tcp", ports[2])
+        chief = procs.start("chief-0", outside_servers.argv("grpc", ports[4], deny=True))
         procs.start("sidecar", [f"{bin_dir}/trainscope-sidecar", "--cluster_spec",
                                 f"{d}/spec.json", "--http_port", str(http), "--grpc_port",
-                                str(grpc_port), "--peer_sidecars", "none"])
+                                str(grpc_port), "--peer_sidecars", "none",
+                                "--black_box_tasks", "chief:*"])
         watch = Watch(http)
         wait_for("the sidecar's API", watch.tasks, 30, log=log)
         check_first_states(watch, ps0, ps1, tcp)
         check_metrics(http, ps1.pid)
         check_stop_and_kill(watch, procs, ps0, ps1, ports)
+        check_black_box_flag(bin_dir, d, procs, watch, chief.pid)
         status = subprocess.run([f"{bin_dir}/trainscopectl", "status", "--sidecar",
                                  f"http://127.0.0.1:{http}"], capture_output=True, text=True,
                                 timeout=30)

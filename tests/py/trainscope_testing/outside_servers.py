@@ -3,7 +3,9 @@
 `grpc`: a gRPC server on Debian's python3-grpcio (as a TensorFlow ps is, to the sidecar: it
 serves gRPC on its spec address and answers UNIMPLEMENTED to trainscope's Heartbeat), serving
 one method of its own (`outside.Echo/Say`) and, with --health, `grpc.health.v1.Health/Check`
-(SERVING). `tcp`: a plain TCP listener that accepts connections and never says a word (no
+(SERVING); with --deny, every method answers PERMISSION_DENIED (an authenticating front that
+answers no one it does not know: not UNIMPLEMENTED, so only --black_box_tasks makes the sidecar
+watch it from outside). `tcp`: a plain TCP listener that accepts connections and never says a word (no
 HTTP/2). Run as `python3 -m trainscope_testing.outside_servers grpc --port P [--health]`;
 `argv(...)` builds that command line for a test's ProcGroup.
 """
@@ -19,13 +21,25 @@ from concurrent import futures
 _SERVING = b"\x08\x01"
 
 
-def argv(kind, port, health=False):
+def argv(kind, port, health=False, deny=False):
     """The command line that runs server `kind` ("grpc" or "tcp") on 127.0.0.1:port."""
     args = [sys.executable, "-m", "trainscope_testing.outside_servers", kind, "--port", str(port)]
-    return args + (["--health"] if health else [])
+    return args + (["--health"] if health else []) + (["--deny"] if deny else [])
 
 
-def _serve_grpc(port, health):
+def _denier(grpc):
+    """A handler of every method that answers PERMISSION_DENIED."""
+
+    def deny(_request, context):
+        context.abort(grpc.StatusCode.PERMISSION_DENIED, "unknown caller")
+
+    class Denier(grpc.GenericRpcHandler):
+        def service(self, _details):
+            return grpc.unary_unary_rpc_method_handler(deny)
+    return Denier()
+
+
+def _serve_grpc(port, health, deny=False):
     import grpc  # python3-grpcio; imported here so that `tcp` needs nothing but the stdlib
 
     def say(request, _context):
@@ -39,6 +53,8 @@ def _serve_grpc(port, health):
     if health:
         handlers.append(grpc.method_handlers_generic_handler(
             "grpc.health.v1.Health", {"Check": grpc.unary_unary_rpc_method_handler(check)}))
+    if deny:
+        handlers = [_denier(grpc)]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), handlers=handlers)
     if server.add_insecure_port(f"127.0.0.1:{port}") != port:
         sys.exit(f"cannot listen on 127.0.0.1:{port}")
@@ -67,9 +83,10 @@ def main():
     parser.add_argument("kind", choices=["grpc", "tcp"])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--health", action="store_true", help="serve grpc.health.v1 too")
+    parser.add_argument("--deny", action="store_true", help="answer PERMISSION_DENIED to all")
     args = parser.parse_args()
     if args.kind == "grpc":
-        _serve_grpc(args.port, args.health)
+        _serve_grpc(args.port, args.health, args.deny)
     else:
         _serve_tcp(args.port)
 
