@@ -109,11 +109,28 @@ def check_metrics(http_port, pid):
               f"/metrics has {name} for ps:1 (pid {pid}) from its /proc")
 
 
+def check_snapshot(watch, pid):
+    """Hang forensics need only the pid: the keeper's snapshot of the stopped server."""
+    url = watch.url.replace("/tasks", "/stacks?task=ps:1")
+    try:
+        snaps = wait_for("a snapshot of the hung ps:1", lambda: http_json(url)["snapshots"], 30,
+                         log=log)
+    except HarnessError as e:
+        check(False, str(e))
+        return
+    s = snaps[0]
+    check(s["pid"] == str(pid) or s["pid"] == pid, f"the snapshot is of pid {pid}")
+    check(s.get("trigger") == "hung" and len(s.get("threads", [])) > 1,
+          f"taken on entering hung, with its {len(s.get('threads', []))} threads "
+          f"(stacks: {s.get('stacks', False)}; process state {s.get('processState')})")
+
+
 def check_stop_and_kill(watch, procs, ps0, ps1, ports):
     ps1.signal(signal.SIGSTOP)
     v = watch.until("ps:1", "hung when stopped", state_is("hung", OUTSIDE, "stopped (state T"))
     check(v is not None, "ps:1 SIGSTOPped is hung, the reason gives the /proc state" +
           (f": {v['reason']}" if v else ""))
+    check_snapshot(watch, ps1.pid)
     ps1.signal(signal.SIGCONT)
     v = watch.until("ps:1", "up after SIGCONT", state_is("up", OUTSIDE))
     check(v is not None and v["restarts"] == 0, "ps:1 continued is up again, no restart")
