@@ -360,6 +360,13 @@ TaskTracker::Decision TaskTracker::DecideAnswering(double now_s, double now_unix
   return {TaskState::kUp, reason};
 }
 
+std::string TaskTracker::WhereItRan(absl::string_view lead) const {
+  // An outside task seen from another host has no pid: only its address is known.
+  if (last_hb_.pid <= 0) return "";
+  return absl::StrCat(lead, last_hb_.pid, " on ",
+                      last_hb_.hostname.empty() ? "?" : last_hb_.hostname);
+}
+
 std::string TaskTracker::OutsideUpReason() const {
   const HeartbeatInfo& hb = last_hb_;
   std::string reason =
@@ -427,15 +434,13 @@ TaskTracker::Decision TaskTracker::DecideSilent(double now_s, double silence, do
     if (refused) {
       return {TaskState::kDead,
               absl::StrCat("connection refused at ", view_.address, "; last answered ",
-                           HumanDuration(silence), " ago as pid ", pid, " on ",
-                           last_hb_.hostname.empty() ? "?" : last_hb_.hostname)};
+                           HumanDuration(silence), " ago", WhereItRan(" as pid "))};
     }
     if (long_silence) {
-      return {
-          TaskState::kUnreachable,
-          absl::StrCat("no answer at ", view_.address, " for ", HumanDuration(silence), err_note,
-                       "; cannot check the process (pid ", pid, " on ",
-                       last_hb_.hostname.empty() ? "?" : last_hb_.hostname, ") from this host")};
+      return {TaskState::kUnreachable,
+              absl::StrCat("no answer at ", view_.address, " for ", HumanDuration(silence),
+                           err_note, "; cannot check the process", WhereItRan(" (pid "),
+                           pid > 0 ? ")" : "", " from this host")};
     }
   }
   if (late) {

@@ -197,6 +197,34 @@ TEST_F(TrackerTest, RemoteSilentTaskIsUnreachableAndRefusedIsDead) {
   EXPECT_EQ(remote.Evaluate(3.6, kUnix0 + 3.6, proc_).state, TaskState::kDead);
 }
 
+// An outside task on another host: only its round trip is known (no pid), so silence is
+// unreachable and a refusal dead, each said to be watched from outside.
+TEST_F(TrackerTest, RemoteOutsideTaskFromRoundTripOnly) {
+  TaskTracker remote("c", {"ps", 0}, "10.0.0.9:2222", false, "host", Options(), 0, kUnix0);
+  PollResult r;
+  r.ok = true;
+  r.heartbeat.outside = true;
+  for (int i = 1; i <= 20; ++i) {
+    r.sent_s = r.received_s = i * 0.1;
+    remote.OnResult(r);
+  }
+  const TaskView& up = remote.Evaluate(2.0, kUnix0 + 2, proc_);
+  EXPECT_EQ(up.state, TaskState::kUp);
+  EXPECT_NE(up.reason.find("its process is on another host (not checked from here)"),
+            std::string::npos)
+      << up.reason;
+  const TaskView& silent = remote.Evaluate(3.5, kUnix0 + 3.5, proc_);
+  EXPECT_EQ(silent.state, TaskState::kUnreachable);
+  EXPECT_EQ(silent.reason.find("watched from outside (no trainscope heartbeat): no answer at"), 0u)
+      << silent.reason;
+  PollResult refused;
+  refused.sent_s = refused.received_s = 3.6;
+  refused.failure = FailureKind::kRefused;
+  refused.error = "connection refused";
+  remote.OnResult(refused);
+  EXPECT_EQ(remote.Evaluate(3.6, kUnix0 + 3.6, proc_).state, TaskState::kDead);
+}
+
 TEST_F(TrackerTest, BlockedNamesPeersAfterGrace) {
   Run(1, true);
   HeartbeatInfo hb = Hb();

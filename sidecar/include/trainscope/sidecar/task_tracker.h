@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/common/proc.h"
 #include "trainscope/sidecar/detector.h"
@@ -151,6 +152,9 @@ class TaskTracker {
   Decision DecideSilent(double now_s, double silence, double phi, const ProcReader& proc);
   // The reason of an outside task that is up: its round trip and its process's /proc facts.
   std::string OutsideUpReason() const;
+  // `lead` + "N on host" of the last answer's pid; "" when it gave none (an outside task seen
+  // from another host).
+  std::string WhereItRan(absl::string_view lead) const;
   Decision DecideAnswering(double now_s, double now_unix);
   void ApplyHeartbeat(const HeartbeatInfo& hb, double received_s);
   double UsualLatency() const;
