@@ -156,7 +156,8 @@ PollResult DecodeAnswer(const pb::HeartbeatResponse& response, double sent_s, do
 }
 
 // The process holding a watched task's port, cached: the /proc/*/fd scan runs only when the
-// cached process is gone (or its pid was reused), and after a failed scan at most once a second.
+// cached process is gone, a zombie (killed, not yet reaped) or its pid was reused, and after a
+// failed scan at most once a second.
 struct PortOwnerCache {
   int64_t pid = 0;
   double start_time_unix = 0;
@@ -167,7 +168,9 @@ struct PortOwnerCache {
   std::optional<ProcStat> Read(const std::string& address, double now_s) {
     if (pid > 0) {
       std::optional<ProcStat> st = ReadProcStat(pid);
-      if (st && st->start_time_unix == start_time_unix) return st;
+      // A zombie holds no port: whoever answers now is another process.
+      const bool exited = st && (st->state == 'Z' || st->state == 'X');
+      if (st && !exited && st->start_time_unix == start_time_unix) return st;
       pid = 0;
     }
     if (now_s < next_scan_s) return std::nullopt;

@@ -52,7 +52,7 @@ std::string ProcStateWords(char state) {
   }
 }
 
-constexpr char kOutside[] = "watched from outside (no trainscope heartbeat): ";
+constexpr const char* kOutside = kOutsideReasonPrefix;
 constexpr char kOutsideCannot[] =
     "; steps, progress and CreateSession waits cannot be seen from outside";
 

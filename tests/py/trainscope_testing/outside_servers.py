@@ -5,9 +5,9 @@ serves gRPC on its spec address and answers UNIMPLEMENTED to trainscope's Heartb
 one method of its own (`outside.Echo/Say`) and, with --health, `grpc.health.v1.Health/Check`
 (SERVING); with --deny, every method answers PERMISSION_DENIED (an authenticating front that
 answers no one it does not know: not UNIMPLEMENTED, so only --black_box_tasks makes the sidecar
-watch it from outside). `tcp`: a plain TCP listener that accepts connections and never says a word (no
-HTTP/2). Run as `python3 -m trainscope_testing.outside_servers grpc --port P [--health]`;
-`argv(...)` builds that command line for a test's ProcGroup.
+watch it from outside). `tcp`: a plain TCP listener that accepts connections and never says a
+word (no HTTP/2). Run as `python3 -m trainscope_testing.outside_servers grpc --port P
+[--host H] [--health]`; `argv(...)` builds that command line for a test.
 """
 
 import argparse
@@ -21,9 +21,10 @@ from concurrent import futures
 _SERVING = b"\x08\x01"
 
 
-def argv(kind, port, health=False, deny=False):
-    """The command line that runs server `kind` ("grpc" or "tcp") on 127.0.0.1:port."""
-    args = [sys.executable, "-m", "trainscope_testing.outside_servers", kind, "--port", str(port)]
+def argv(kind, port, health=False, deny=False, host="127.0.0.1"):
+    """The command line that runs server `kind` ("grpc" or "tcp") on host:port."""
+    args = [sys.executable, "-m", "trainscope_testing.outside_servers", kind, "--port", str(port),
+            "--host", host]
     return args + (["--health"] if health else []) + (["--deny"] if deny else [])
 
 
@@ -39,7 +40,7 @@ def _denier(grpc):
     return Denier()
 
 
-def _serve_grpc(port, health, deny=False):
+def _serve_grpc(host, port, health, deny=False):
     import grpc  # python3-grpcio; imported here so that `tcp` needs nothing but the stdlib
 
     def say(request, _context):
@@ -56,22 +57,22 @@ def _serve_grpc(port, health, deny=False):
     if deny:
         handlers = [_denier(grpc)]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), handlers=handlers)
-    if server.add_insecure_port(f"127.0.0.1:{port}") != port:
-        sys.exit(f"cannot listen on 127.0.0.1:{port}")
+    if server.add_insecure_port(f"{host}:{port}") != port:
+        sys.exit(f"cannot listen on {host}:{port}")
     server.start()
-    print(f"gRPC server on 127.0.0.1:{port} (health: {health})", flush=True)
+    print(f"gRPC server on {host}:{port} (health: {health})", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     stop.wait()
     server.stop(0)
 
 
-def _serve_tcp(port):
+def _serve_tcp(host, port):
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", port))
+    listener.bind((host, port))
     listener.listen(64)
-    print(f"plain TCP listener on 127.0.0.1:{port}", flush=True)
+    print(f"plain TCP listener on {host}:{port}", flush=True)
     held = []  # accepted and never answered
     while True:
         conn, _ = listener.accept()
@@ -82,13 +83,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kind", choices=["grpc", "tcp"])
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--health", action="store_true", help="serve grpc.health.v1 too")
     parser.add_argument("--deny", action="store_true", help="answer PERMISSION_DENIED to all")
     args = parser.parse_args()
     if args.kind == "grpc":
-        _serve_grpc(args.port, args.health, args.deny)
+        _serve_grpc(args.host, args.port, args.health, args.deny)
     else:
-        _serve_tcp(args.port)
+        _serve_tcp(args.host, args.port)
 
 
 if __name__ == "__main__":
