@@ -14,6 +14,14 @@ its own node:
   4. n3's link down: n1 and n2 see node n3 cut off, worker:1 unreachable because of it (not
      dead); n3 sees itself cut off. Link back: all up.
 
+Then a mixed cluster on three fresh nodes: runtime ps:0 on n1 and worker:0 on n2 training
+(linear_regression), worker:1 on n3 a Python gRPC server (a worker not yet moved over):
+
+  5. all up, worker:1 watched from outside in every view;
+  6. n1 and n2 cut apart (packets dropped): every view names the partition worker:0 -> ps:0,
+     worker:1 stays up; healed;
+  7. n3's link down: worker:1 unreachable because its node is cut off, in n1's and n2's views.
+
 Prints trainscopectl status from n2 after each fault. Usage: outside_test.py --bin build/bin
 [--keep_logs]. Exit 0 passed, 1 failed, 77 skipped (no root or no network namespaces).
 """
@@ -30,15 +38,22 @@ from trainscope_testing.logs import logger
 
 log = logger("outside")
 
-DEADLINE_S = 200
+DEADLINE_S = 300
 NODES = (1, 2, 3)
 OUTSIDE = "watched from outside (no trainscope heartbeat)"
 
 
 class OutsideCluster(training.TrainingCluster):
-    """A TrainingCluster whose tasks are Python gRPC servers, not linear_regression."""
+    """A TrainingCluster whose tasks in `outside` (default: all) are Python gRPC servers, the
+    others linear_regression."""
+
+    def __init__(self, *args, outside=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.outside = set(self.task_node) if outside is None else set(outside)
 
     def task_argv(self, task, tls_flags=None):
+        if task not in self.outside:
+            return super().task_argv(task, tls_flags)
         host, port = self.task_address[task].rsplit(":", 1)
         return outside_servers.argv("grpc", int(port), health=task.startswith("ps:"), host=host)
 
@@ -118,6 +133,27 @@ def cut_off(c, t):
     log("ok: link back, all up")
 
 
+def mixed(c, t):
+    """Runtime ps:0@n1 and worker:0@n2, outside worker:1@n3."""
+    d.wait("all up in every view, worker:1 watched from outside", lambda: every(
+        t, lambda n, v: all(x["state"] == "up" for x in v["tasks"])
+        and OUTSIDE in d.task(v, "worker:1")["reason"]
+        and OUTSIDE not in d.task(v, "worker:0")["reason"]), 40)
+    status_from(t, 2, "mixed cluster, all up")
+    d.partition_drill(c, t, NODES, log, named_s=20, healed_s=30, check=lambda: d.wait(
+        "worker:1 (outside) up in every view during the cut", lambda: every(
+            t, lambda n, v: d.state_is(v, "worker:1", "up")), 10))
+    c.link_down(3)
+    d.wait("n1 and n2 see node n3 cut off, outside worker:1 unreachable because of it",
+           lambda: all(d.isolated_seen_from_outside(t.view(n), "n3", ["worker:1"])
+                       for n in (1, 2)), 30)
+    log(f"ok: n3 cut off; n2 says worker:1 {d.task(t.view(2), 'worker:1')['reason']}")
+    c.link_up(3)
+    d.wait("link back: all up everywhere", lambda: every(
+        t, lambda n, v: all(x["state"] == "up" for x in v["tasks"])), 40)
+    log("ok: mixed cluster: partition and cut-off node named, outside task alike")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", required=True)
@@ -134,6 +170,12 @@ def main():
             killed_and_restarted(t)
             stopped(t)
             cut_off(c, t)
+        with netns.Cluster(3, log_dir=logs) as c:
+            layout = training.Layout.parse("ps:0@1,worker:0@2,worker:1@3")
+            t = OutsideCluster(c, args.bin, layout, outside=["worker:1"])
+            t.start()
+            t.wait_training(60, tasks=["worker:0"], log=log)
+            mixed(c, t)
     return netns.run_test("the outside-tasks test", "multinode-outside-", DEADLINE_S, body,
                           args.keep_logs, log)
 
