@@ -17,6 +17,9 @@ void AddWatchFlags(CLI::App& app, SidecarOptions& o) {
                  "Name of the training run (default: $TRAINSCOPE_CLUSTER or \"default\")");
   app.add_option("--local_tasks", o.local_tasks,
                  "Tasks to watch, e.g. ps:0,worker:1 (default: those whose host is this machine)");
+  app.add_option("--black_box_tasks", o.black_box_tasks,
+                 "Tasks to watch from outside (gRPC transport and /proc, no trainscope "
+                 "heartbeat), e.g. worker:*,ps:1 (tasks answering UNIMPLEMENTED are anyway)");
   app.add_option("--heartbeat_interval_ms", o.heartbeat_interval_ms, "Poll interval per task")
       ->capture_default_str();
   app.add_option("--heartbeat_deadline_ms", o.heartbeat_deadline_ms, "Deadline of one poll")

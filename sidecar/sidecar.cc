@@ -8,6 +8,8 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -149,6 +151,35 @@ absl::Status PlanPeers(const SidecarOptions& o, const std::set<std::string>& rem
   return absl::OkStatus();
 }
 
+// The tasks --black_box_tasks names, comma-separated: "worker:*" (every task of a role in the
+// spec) or "ps:1".
+absl::StatusOr<std::vector<TaskRef>> ParseBlackBoxTasks(const std::string& list,
+                                                        const ClusterSpec& spec) {
+  std::vector<TaskRef> out;
+  std::vector<std::string> exact;
+  for (absl::string_view item : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
+    item = absl::StripAsciiWhitespace(item);
+    if (!absl::EndsWith(item, ":*")) {
+      exact.emplace_back(item);
+      continue;
+    }
+    const absl::string_view role = item.substr(0, item.size() - 2);
+    const size_t before = out.size();
+    for (const TaskRef& t : spec.AllTasks()) {
+      if (t.role == role) out.push_back(t);
+    }
+    if (out.size() == before) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no tasks of role \"", role, "\" in the cluster spec (", item, ")"));
+    }
+  }
+  if (exact.empty()) return out;
+  auto listed = ParseTaskList(absl::StrJoin(exact, ","), spec);
+  if (!listed.ok()) return listed.status();
+  out.insert(out.end(), listed->begin(), listed->end());
+  return out;
+}
+
 absl::StatusOr<Plan> MakePlan(const SidecarOptions& o) {
   if (absl::Status s = Validate(o); !s.ok()) return s;
   Plan plan;
@@ -192,10 +223,16 @@ absl::StatusOr<Plan> MakePlan(const SidecarOptions& o) {
     }
     chosen = *list;
   }
+  auto black_box = ParseBlackBoxTasks(o.black_box_tasks, spec);
+  if (!black_box.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--black_box_tasks: ", black_box.status().message()));
+  }
   for (const TaskRef& t : chosen) {
     const std::string& address = *spec.FindAddress(t);
     auto hp = ParseHostPort(address);
-    plan.tasks.push_back({t, address, hp.ok() && hosts.IsLocal(hp->host)});
+    const bool outside = std::find(black_box->begin(), black_box->end(), t) != black_box->end();
+    plan.tasks.push_back({t, address, hp.ok() && hosts.IsLocal(hp->host), outside});
   }
   plan.bind = BindAddresses(o, plan.tasks);
   if (!o.advertise_address.empty()) {

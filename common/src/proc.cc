@@ -83,19 +83,110 @@ std::optional<ProcStat> ReadProcStat(int64_t pid) {
   return out;
 }
 
-namespace {
-
-int CountOpenFds() {
-  int n = 0;
-  if (DIR* d = opendir("/proc/self/fd")) {
-    while (dirent* e = readdir(d)) {
-      if (e->d_name[0] != '.') ++n;
-    }
-    closedir(d);
-    --n;  // The directory stream itself.
+int CountOpenFds(int64_t pid) {
+  char path[64];
+  if (pid == 0) {
+    std::snprintf(path, sizeof(path), "/proc/self/fd");
+  } else {
+    std::snprintf(path, sizeof(path), "/proc/%lld/fd", static_cast<long long>(pid));
   }
+  int n = 0;
+  DIR* d = opendir(path);
+  if (d == nullptr) return -1;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(d);
+  if (pid == 0) --n;  // The directory stream itself.
   return n;
 }
+
+namespace {
+
+// The inode of the socket listening on TCP `port` in `table` (/proc/net/tcp or tcp6); 0 when
+// none listens there.
+uint64_t ListeningInode(const char* table, int port) {
+  FILE* f = std::fopen(table, "re");
+  if (f == nullptr) return 0;
+  char line[512];
+  uint64_t found = 0;
+  std::fgets(line, sizeof(line), f);  // The header.
+  while (found == 0 && std::fgets(line, sizeof(line), f) != nullptr) {
+    char local[128];
+    unsigned state = 0;
+    unsigned long long inode = 0;
+    // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+    if (std::sscanf(line, " %*s %127s %*s %x %*s %*s %*s %*s %*s %llu", local, &state, &inode) !=
+        3) {
+      continue;
+    }
+    const char* colon = std::strrchr(local, ':');
+    if (state != 0x0A || colon == nullptr) continue;  // 0A: TCP_LISTEN.
+    if (std::strtol(colon + 1, nullptr, 16) == port) found = inode;
+  }
+  std::fclose(f);
+  return found;
+}
+
+// Whether process `pid` holds the socket named `target` ("socket:[inode]") among its fds.
+bool HoldsSocket(long long pid, std::string_view target) {
+  char dir_path[64];
+  std::snprintf(dir_path, sizeof(dir_path), "/proc/%lld/fd", pid);
+  DIR* fds = opendir(dir_path);
+  if (fds == nullptr) return false;
+  bool holds = false;
+  while (dirent* fd = readdir(fds)) {
+    char path[384];  // The folder, and a name of up to 255 bytes.
+    char link[128];
+    std::snprintf(path, sizeof(path), "%s/%s", dir_path, fd->d_name);
+    ssize_t n = readlink(path, link, sizeof(link));
+    if (n > 0 && std::string_view(link, static_cast<size_t>(n)) == target) {
+      holds = true;
+      break;
+    }
+  }
+  closedir(fds);
+  return holds;
+}
+
+std::string ReadComm(long long pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%lld/comm", pid);
+  std::string comm;
+  if (FILE* f = std::fopen(path, "re")) {
+    char buf[64] = {};
+    if (std::fgets(buf, sizeof(buf), f) != nullptr) comm = buf;
+    std::fclose(f);
+  }
+  while (!comm.empty() && comm.back() == '\n') comm.pop_back();
+  return comm;
+}
+
+}  // namespace
+
+std::optional<PortOwner> FindPortOwner(int port) {
+  uint64_t inode = ListeningInode("/proc/net/tcp", port);
+  if (inode == 0) inode = ListeningInode("/proc/net/tcp6", port);
+  if (inode == 0) return std::nullopt;
+  char target[64];
+  std::snprintf(target, sizeof(target), "socket:[%llu]", static_cast<unsigned long long>(inode));
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return std::nullopt;
+  std::optional<PortOwner> found;
+  while (dirent* entry = readdir(proc)) {
+    char* end = nullptr;
+    const long long pid = std::strtoll(entry->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    if (HoldsSocket(pid, target)) {
+      found = PortOwner{pid, ReadComm(pid)};
+      break;
+    }
+  }
+  closedir(proc);
+  return found;
+}
+
+namespace {
 
 int64_t MaxFds() {
   rlimit limit{};

@@ -2,7 +2,6 @@
 #include "net_util.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <sys/resource.h>
@@ -11,8 +10,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -20,64 +17,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "trainscope/common/proc.h"
 
 namespace trainscope {
-namespace {
-
-std::optional<std::string> SocketInodeListeningOn(const std::string& table, int port) {
-  std::ifstream in(table);
-  std::string line;
-  std::getline(in, line);  // header
-  while (std::getline(in, line)) {
-    std::istringstream fields(line);
-    std::string slot, local, remote, state, queues, timer, retr, uid, timeout, inode;
-    fields >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >>
-        inode;
-    if (state != "0A") continue;  // TCP_LISTEN
-    size_t colon = local.rfind(':');
-    if (colon == std::string::npos) continue;
-    if (std::stoi(local.substr(colon + 1), nullptr, 16) == port) return inode;
-  }
-  return std::nullopt;
-}
-
-std::string ReadFirstLine(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
-
-}  // namespace
-
 std::optional<std::pair<int64_t, std::string>> FindListener(int port) {
-  std::optional<std::string> inode = SocketInodeListeningOn("/proc/net/tcp", port);
-  if (!inode) inode = SocketInodeListeningOn("/proc/net/tcp6", port);
-  if (!inode || *inode == "0") return std::nullopt;
-  const std::string target = absl::StrCat("socket:[", *inode, "]");
-  DIR* proc = opendir("/proc");
-  if (proc == nullptr) return std::nullopt;
-  std::optional<std::pair<int64_t, std::string>> found;
-  while (dirent* entry = readdir(proc)) {
-    int64_t pid = 0;
-    if (!absl::SimpleAtoi(entry->d_name, &pid)) continue;
-    std::string fd_dir = absl::StrCat("/proc/", pid, "/fd");
-    DIR* fds = opendir(fd_dir.c_str());
-    if (fds == nullptr) continue;
-    while (dirent* fd = readdir(fds)) {
-      char link[128];
-      std::string path = absl::StrCat(fd_dir, "/", fd->d_name);
-      ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
-      if (n > 0 && absl::string_view(link, n) == target) {
-        found = {pid, ReadFirstLine(absl::StrCat("/proc/", pid, "/comm"))};
-        break;
-      }
-    }
-    closedir(fds);
-    if (found) break;
-  }
-  closedir(proc);
-  return found;
+  std::optional<PortOwner> owner = FindPortOwner(port);
+  if (!owner) return std::nullopt;
+  return std::make_pair(owner->pid, owner->command);
 }
 
 absl::Status CheckCanListen(const std::string& host, int port) {

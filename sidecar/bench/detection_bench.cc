@@ -2,6 +2,9 @@
 //   detection: over N trials, kill -9 of a worker -> dead; SIGSTOP of a ps -> hung, SIGCONT ->
 //              up; a worker blocked in CreateSession on a ps that is not there -> blocked naming
 //              it. Median and worst of each.
+//   outside:   the same for tasks watched from outside (Python gRPC servers without trainscope's
+//              heartbeat, tests/py's trainscope_testing.outside_servers): kill -9 -> dead,
+//              SIGSTOP -> hung, SIGCONT -> up.
 //   soak:      tasks training for --soak_s with both cores saturated by busy loops; counts
 //              transitions to dead, hung or unreachable (all false alarms).
 //   footprint: one sidecar watching --footprint_tasks fake tasks; its RSS and CPU share.
@@ -179,6 +182,47 @@ void Detection(int trials) {
   std::printf("(blocked includes the --blocked_after_ms grace, default 1000 ms)\n");
 }
 
+// A gRPC server that knows nothing of trainscope (Debian's python3-grpcio) at `address`.
+std::unique_ptr<Process> OutsideServer(const std::string& address) {
+  const std::string port = address.substr(address.rfind(':') + 1);
+  return std::make_unique<Process>(
+      "/usr/bin/python3",
+      std::vector<std::string>{"-m", "trainscope_testing.outside_servers", "grpc", "--port", port},
+      std::map<std::string, std::string>{{"PYTHONPATH", TRAINSCOPE_TESTS_PY}});
+}
+
+void Outside(int trials) {
+  Cluster c = {{"ps", {Addr()}}, {"worker", {Addr()}}};
+  auto ps = OutsideServer(c["ps"][0]);
+  auto worker = OutsideServer(c["worker"][0]);
+  SidecarProc sidecar(c);
+  std::vector<double> dead, hung, resumed;
+  for (int t = 0; t < trials; ++t) {
+    if (sidecar.TimeTo("worker:0", TaskState::kUp, Clock::now(), 20, "watched from outside") < 0 ||
+        sidecar.TimeTo("ps:0", TaskState::kUp, Clock::now(), 20, "watched from outside") < 0) {
+      std::fprintf(stderr, "trial %d: outside tasks not up\n", t);
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // Let it learn.
+    auto t0 = Clock::now();
+    kill(worker->pid(), SIGKILL);
+    dead.push_back(sidecar.TimeTo("worker:0", TaskState::kDead, t0));
+    worker->Wait(std::chrono::seconds(5));
+
+    t0 = Clock::now();
+    kill(ps->pid(), SIGSTOP);
+    hung.push_back(sidecar.TimeTo("ps:0", TaskState::kHung, t0));
+    t0 = Clock::now();
+    kill(ps->pid(), SIGCONT);
+    resumed.push_back(sidecar.TimeTo("ps:0", TaskState::kUp, t0));
+    worker = OutsideServer(c["worker"][0]);
+  }
+  std::printf("outside tasks (Python gRPC servers, no trainscope heartbeat), %d trials\n", trials);
+  Report("outside: kill -9 worker -> dead", dead);
+  Report("outside: SIGSTOP ps -> hung", hung);
+  Report("outside: SIGCONT ps -> up", resumed);
+}
+
 double Field(const std::string& metrics, const std::string& prefix) {
   double sum = 0;
   std::istringstream in(metrics);
@@ -328,7 +372,8 @@ int main(int argc, char** argv) {
   int soak_s = 300;
   int footprint_tasks = 64;
   int footprint_s = 30;
-  app.add_option("--mode", mode, "detection | soak | footprint | all")->capture_default_str();
+  app.add_option("--mode", mode, "detection | outside | soak | footprint | all")
+      ->capture_default_str();
   app.add_option("--trials", trials)->capture_default_str();
   app.add_option("--soak_s", soak_s)->capture_default_str();
   app.add_option("--footprint_tasks", footprint_tasks)->capture_default_str();
@@ -336,6 +381,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   signal(SIGPIPE, SIG_IGN);
   if (mode == "detection" || mode == "all") Detection(trials);
+  if (mode == "outside" || mode == "all") Outside(trials);
   if (mode == "footprint" || mode == "all") Footprint(footprint_tasks, footprint_s);
   if (mode == "soak" || mode == "all") Soak(soak_s);
   return 0;

@@ -12,12 +12,14 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
 #include "trainscope/common/phase.h"
+#include "trainscope/common/proc.h"
 #include "trainscope/common/rpc_error.h"
 #include "trainscope/v1/runtime.grpc.pb.h"
 
@@ -153,6 +155,75 @@ PollResult DecodeAnswer(const pb::HeartbeatResponse& response, double sent_s, do
   return r;
 }
 
+// The process holding a watched task's port, cached: the /proc/*/fd scan runs only when the
+// cached process is gone, a zombie (killed, not yet reaped) or its pid was reused, and after a
+// failed scan at most once a second.
+struct PortOwnerCache {
+  int64_t pid = 0;
+  double start_time_unix = 0;
+  std::string command;
+  double next_scan_s = 0;
+
+  // The owner's /proc reading now, or nullopt when none is seen.
+  std::optional<ProcStat> Read(const std::string& address, double now_s) {
+    if (pid > 0) {
+      std::optional<ProcStat> st = ReadProcStat(pid);
+      // A zombie holds no port: whoever answers now is another process.
+      const bool exited = st && (st->state == 'Z' || st->state == 'X');
+      if (st && !exited && st->start_time_unix == start_time_unix) return st;
+      pid = 0;
+    }
+    if (now_s < next_scan_s) return std::nullopt;
+    auto hp = ParseHostPort(address);
+    std::optional<PortOwner> owner = hp.ok() ? FindPortOwner(hp->port) : std::nullopt;
+    std::optional<ProcStat> st = owner ? ReadProcStat(owner->pid) : std::nullopt;
+    if (!st) {
+      next_scan_s = now_s + 1;
+      return std::nullopt;
+    }
+    pid = owner->pid;
+    start_time_unix = st->start_time_unix;
+    command = owner->command;
+    return st;
+  }
+};
+
+// An answer from a task that speaks gRPC but not trainscope's Heartbeat: its round trip, and
+// for a local one the /proc facts of the process holding its port.
+PollResult OutsideAnswer(const std::string& address, bool local, PortOwnerCache& owner,
+                         double sent_s, double received_s) {
+  PollResult r;
+  r.sent_s = sent_s;
+  r.received_s = received_s;
+  r.ok = true;
+  HeartbeatInfo& hb = r.heartbeat;
+  hb.outside = true;
+  hb.listen_address = address;
+  hb.unix_seconds = UnixSeconds();
+  if (!local) return r;
+  std::optional<ProcStat> st = owner.Read(address, received_s);
+  if (!st) return r;
+  hb.pid = owner.pid;
+  hb.command = owner.command;
+  hb.proc_state = st->state;
+  // The same process keeps its incarnation; a restart (new pid or start time) changes it.
+  hb.incarnation =
+      (static_cast<uint64_t>(owner.pid) << 32) ^ static_cast<uint64_t>(st->start_time_unix * 100);
+  hb.cpu_seconds = st->cpu_seconds;
+  hb.resident_bytes = st->resident_bytes;
+  hb.threads = st->threads;
+  hb.open_fds = std::max(0, CountOpenFds(owner.pid));
+  return r;
+}
+
+// Whether `code` is the server's own answer (it spoke gRPC over HTTP/2), rather than a failure
+// to reach it or a deadline that passed on the way.
+bool FromTheServer(grpc::StatusCode code) {
+  return code != grpc::StatusCode::UNAVAILABLE && code != grpc::StatusCode::DEADLINE_EXCEEDED &&
+         code != grpc::StatusCode::CANCELLED && code != grpc::StatusCode::UNKNOWN &&
+         code != grpc::StatusCode::INTERNAL && code != grpc::StatusCode::RESOURCE_EXHAUSTED;
+}
+
 }  // namespace
 
 PollResult DecodeHeartbeatAnswer(absl::string_view serialized, double sent_s, double received_s) {
@@ -184,6 +255,8 @@ struct HeartbeatPoller::Impl {
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<pb::TaskService::Stub> stub;
     Call* in_flight = nullptr;
+    PortOwnerCache owner;
+    bool spoke_grpc = false;  // Some answer from a gRPC server came from this address.
   };
 
   std::vector<Slot> slots;
@@ -194,7 +267,47 @@ struct HeartbeatPoller::Impl {
 
   PollResult ToResult(Call* call, double now_s) {
     const grpc::Status& s = call->status;
+    Slot& slot = slots[call->target];
+    const bool outside = s.error_code() == grpc::StatusCode::UNIMPLEMENTED ||
+                         (slot.target.black_box && (s.ok() || FromTheServer(s.error_code())));
+    const bool server_answered = s.ok() || FromTheServer(s.error_code());
+    if (server_answered) slot.spoke_grpc = true;
+    if (outside) {
+      return OutsideAnswer(slot.target.address, slot.target.local, slot.owner, call->sent_s, now_s);
+    }
     if (s.ok()) return DecodeAnswer(call->response, call->sent_s, now_s);
+    PollResult r = ToFailure(call, now_s);
+    if (r.failure != FailureKind::kRefused && slot.target.local && !slot.spoke_grpc) {
+      NameSilentListener(slot, now_s, r);
+    }
+    if (server_answered) NameOtherServer(slot, now_s, r);
+    return r;
+  }
+
+  // A gRPC server that answers the heartbeat with an error of its own (not UNIMPLEMENTED): not a
+  // trainscope task; say how to watch it from outside.
+  void NameOtherServer(Slot& slot, double now_s, PollResult& r) {
+    std::optional<ProcStat> st =
+        slot.target.local ? slot.owner.Read(slot.target.address, now_s) : std::nullopt;
+    absl::StrAppend(&r.error, "; ",
+                    st ? absl::StrCat("pid ", slot.owner.pid, " (", slot.owner.command, ")")
+                       : std::string("a gRPC server"),
+                    " serves gRPC there but not trainscope's heartbeat: --black_box_tasks "
+                    "watches it from outside");
+  }
+
+  // A local port that never answered gRPC: when a process holds it, say which, and that it does
+  // not speak gRPC (a plain TCP listener, an HTTP/1 server, or a process stopped from the start).
+  void NameSilentListener(Slot& slot, double now_s, PollResult& r) {
+    std::optional<ProcStat> st = slot.owner.Read(slot.target.address, now_s);
+    if (!st) return;
+    absl::StrAppend(&r.error, "; the port is held by pid ", slot.owner.pid, " (",
+                    slot.owner.command, ", state ", std::string(1, st->state),
+                    "), which has not answered gRPC over HTTP/2");
+  }
+
+  PollResult ToFailure(Call* call, double now_s) {
+    const grpc::Status& s = call->status;
     PollResult r;
     r.sent_s = call->sent_s;
     r.received_s = now_s;

@@ -1,7 +1,10 @@
 #pragma once
 // Heartbeat polling over gRPC: one channel per task, asynchronous calls on one completion queue,
 // at most one call in flight per task. The only place that sees HeartbeatResponse: it converts
-// answers and errors into PollResult for the trackers. Private to the sidecar library.
+// answers and errors into PollResult for the trackers. A task that answers UNIMPLEMENTED (a
+// gRPC server without trainscope's Heartbeat, e.g. TensorFlow's) is watched from outside: its
+// answer is the round trip plus /proc of the process holding its port. Private to the sidecar
+// library.
 
 #include <functional>
 #include <memory>
@@ -30,6 +33,9 @@ class HeartbeatPoller {
   struct Target {
     std::string address;
     bool local = false;  // Probe the port with connect() to tell "refused" apart.
+    // Watched from outside whatever it answers: any gRPC status from the server (not only
+    // UNIMPLEMENTED, which makes any task watched from outside) proves it serves.
+    bool black_box = false;
   };
   // `credentials`: of every channel (plain text when null).
   HeartbeatPoller(std::vector<Target> targets, int deadline_ms, std::string watcher,

@@ -33,6 +33,29 @@ std::string SlowestPeer(const std::vector<PeerInfo>& peers) {
                           : "");
 }
 
+// A /proc state letter in words.
+std::string ProcStateWords(char state) {
+  switch (state) {
+    case 'R':
+      return "running";
+    case 'S':
+      return "sleeping";
+    case 'D':
+      return "in uninterruptible wait (state D)";
+    case 'T':
+    case 't':
+      return absl::StrCat("stopped (state ", std::string(1, state), ")");
+    case 'Z':
+      return "a zombie (state Z)";
+    default:
+      return absl::StrCat("state ", std::string(1, state));
+  }
+}
+
+constexpr const char* kOutside = kOutsideReasonPrefix;
+constexpr char kOutsideCannot[] =
+    "; steps, progress and CreateSession waits cannot be seen from outside";
+
 bool IsFatal(TaskState s) {
   return s == TaskState::kDead || s == TaskState::kHung || s == TaskState::kUnreachable;
 }
@@ -75,7 +98,8 @@ void TaskTracker::OnResult(const PollResult& r) {
     if (answered_ && r.received_s < last_answer_s_) return;
     const HeartbeatInfo& hb = r.heartbeat;
     bool cluster_ok = hb.cluster_name.empty() || hb.cluster_name == view_.cluster;
-    if (!cluster_ok || hb.task != view_.task) {
+    // An answer from outside has no identity to check: the address is all it has.
+    if (!hb.outside && (!cluster_ok || hb.task != view_.task)) {
       PollResult wrong = r;
       wrong.ok = false;
       wrong.failure = FailureKind::kWrongIdentity;
@@ -322,6 +346,7 @@ TaskTracker::Decision TaskTracker::DecideAnswering(double now_s, double now_unix
             absl::StrCat("last step took ", HumanDuration(hb.last_step_seconds), ", usually ",
                          HumanDuration(usual_step_), SlowestPeer(hb.peers))};
   }
+  if (hb.outside) return {TaskState::kUp, OutsideUpReason()};
   std::string what = hb.phase.empty() ? "answering" : hb.phase;
   std::string reason = absl::StrCat(what, ", answers every ", HumanDuration(detector_.MeanGap()),
                                     " (latency ", HumanDuration(view_.latency_seconds), ")");
@@ -333,6 +358,30 @@ TaskTracker::Decision TaskTracker::DecideAnswering(double now_s, double now_unix
                     "restored its variables from the checkpoint of step ", hb.restored_step);
   }
   return {TaskState::kUp, reason};
+}
+
+std::string TaskTracker::WhereItRan(absl::string_view lead) const {
+  // An outside task seen from another host has no pid: only its address is known.
+  if (last_hb_.pid <= 0) return "";
+  return absl::StrCat(lead, last_hb_.pid, " on ",
+                      last_hb_.hostname.empty() ? "?" : last_hb_.hostname);
+}
+
+std::string TaskTracker::OutsideUpReason() const {
+  const HeartbeatInfo& hb = last_hb_;
+  std::string reason =
+      absl::StrCat(kOutside, "gRPC answers in ", HumanDuration(view_.latency_seconds), "; ");
+  if (hb.pid > 0) {
+    absl::StrAppend(&reason, "pid ", hb.pid, " (", hb.command, ") ", ProcStateWords(hb.proc_state),
+                    ", ", hb.threads, " threads, ",
+                    absl::StrFormat("%.0f MiB", static_cast<double>(hb.resident_bytes) / 1048576));
+  } else if (local_) {
+    absl::StrAppend(&reason, "the process holding its port is not visible in /proc here");
+  } else {
+    absl::StrAppend(&reason, "its process is on another host (not checked from here)");
+  }
+  if (view_.restarts > 0) absl::StrAppend(&reason, "; restarted ", view_.restarts, "x");
+  return absl::StrCat(reason, kOutsideCannot);
 }
 
 TaskTracker::Decision TaskTracker::DecideSilent(double now_s, double silence, double phi,
@@ -385,15 +434,13 @@ TaskTracker::Decision TaskTracker::DecideSilent(double now_s, double silence, do
     if (refused) {
       return {TaskState::kDead,
               absl::StrCat("connection refused at ", view_.address, "; last answered ",
-                           HumanDuration(silence), " ago as pid ", pid, " on ",
-                           last_hb_.hostname.empty() ? "?" : last_hb_.hostname)};
+                           HumanDuration(silence), " ago", WhereItRan(" as pid "))};
     }
     if (long_silence) {
-      return {
-          TaskState::kUnreachable,
-          absl::StrCat("no answer at ", view_.address, " for ", HumanDuration(silence), err_note,
-                       "; cannot check the process (pid ", pid, " on ",
-                       last_hb_.hostname.empty() ? "?" : last_hb_.hostname, ") from this host")};
+      return {TaskState::kUnreachable,
+              absl::StrCat("no answer at ", view_.address, " for ", HumanDuration(silence),
+                           err_note, "; cannot check the process", WhereItRan(" (pid "),
+                           pid > 0 ? ")" : "", " from this host")};
     }
   }
   if (late) {
@@ -444,6 +491,9 @@ const TaskView& TaskTracker::Evaluate(double now_s, double now_unix, const ProcR
   }
   if (now_s < relearn_until_s_ && IsFatal(d.state) && !IsFatal(view_.state)) {
     d = {view_.state, absl::StrCat("re-learning after the sidecar itself paused; ", view_.reason)};
+  }
+  if (answered_ && last_hb_.outside && d.state != TaskState::kUp) {
+    d.reason = absl::StrCat(kOutside, d.reason);
   }
   if (d.state != TaskState::kBlocked) view_.blocked_on.clear();
   if (d.state != view_.state) {

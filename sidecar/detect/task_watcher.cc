@@ -57,7 +57,7 @@ void TaskWatcher::Publish(std::vector<TaskView> views, std::vector<TaskCounters>
 
 void TaskWatcher::Loop() {
   std::vector<HeartbeatPoller::Target> targets;
-  for (const WatchedTask& t : options_.tasks) targets.push_back({t.address, t.local});
+  for (const WatchedTask& t : options_.tasks) targets.push_back({t.address, t.local, t.black_box});
   HeartbeatPoller poller(targets, options_.heartbeat_deadline_ms, options_.watcher_name,
                          options_.credentials);
   const double interval = options_.tracker.interval_s;

@@ -23,7 +23,8 @@ namespace trainscope::sidecar {
 struct WatchedTask {
   TaskRef task;
   std::string address;
-  bool local = false;  // Its host is this machine: /proc evidence applies.
+  bool local = false;      // Its host is this machine: /proc evidence applies.
+  bool black_box = false;  // Watched from outside whatever it answers (--black_box_tasks).
 };
 
 struct WatcherOptions {

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "trainscope/sidecar/api.h"
 
@@ -39,6 +40,12 @@ void AppendKey(const TaskView& v, std::string* key) {
 }  // namespace
 
 std::string StableUpReason(const TaskView& v) {
+  if (absl::StartsWith(v.reason, kOutsideReasonPrefix)) {
+    std::string out = absl::StrCat(kOutsideReasonPrefix, "gRPC answers on time");
+    if (v.pid > 0) absl::StrAppend(&out, " (pid ", v.pid, ")");
+    if (v.restarts > 0) absl::StrAppend(&out, "; restarted ", v.restarts, "x");
+    return out;
+  }
   std::string out = absl::StrCat(v.phase.empty() ? "answering" : v.phase, ", answers on time");
   if (v.restarts > 0) absl::StrAppend(&out, "; restarted ", v.restarts, "x");
   return out;

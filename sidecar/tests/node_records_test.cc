@@ -22,6 +22,22 @@ v1::NodeRecord Record(const std::string& node, uint64_t generation, uint64_t ver
   return r;
 }
 
+// The words gossiped for an up task leave out what changes every poll (latency); a task watched
+// from outside stays said to be, with its pid.
+TEST(NodeRecords, StableUpReasonKeepsOutsideTasksOutside) {
+  TaskView runtime;
+  runtime.phase = "training";
+  runtime.reason = "training, answers every 100 ms (latency 0.4 ms), step 12";
+  EXPECT_EQ(StableUpReason(runtime), "training, answers on time");
+  TaskView outside;
+  outside.pid = 4242;
+  outside.restarts = 1;
+  outside.reason = std::string(kOutsideReasonPrefix) + "gRPC answers in 0.4 ms; pid 4242 ...";
+  EXPECT_EQ(StableUpReason(outside),
+            "watched from outside (no trainscope heartbeat): gRPC answers on time (pid 4242); "
+            "restarted 1x");
+}
+
 TEST(NodeRecords, NewestVersionWinsAndALaterGenerationWinsOverAnyVersion) {
   NodeRecords records;
   std::string why;

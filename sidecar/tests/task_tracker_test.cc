@@ -19,6 +19,7 @@ class TrackerTest : public ::testing::Test {
   }
 
   HeartbeatInfo Hb() {
+    if (outside_) return OutsideHb();
     HeartbeatInfo hb;
     hb.cluster_name = "c";
     hb.task = {"ps", 0};
@@ -30,6 +31,19 @@ class TrackerTest : public ::testing::Test {
     hb.expects_progress = true;
     hb.unix_seconds = kUnix0 + now_;
     hb.restored_step = restored_step_;
+    return hb;
+  }
+  // What the poller makes of an UNIMPLEMENTED answer: no identity, /proc facts of the port's owner.
+  HeartbeatInfo OutsideHb() {
+    HeartbeatInfo hb;
+    hb.outside = true;
+    hb.incarnation = incarnation_;
+    hb.pid = 4242;
+    hb.command = "python3";
+    hb.proc_state = 'S';
+    hb.threads = 3;
+    hb.resident_bytes = 210 << 20;
+    hb.unix_seconds = kUnix0 + now_;
     return hb;
   }
   void Answer(double latency = 0.001) {
@@ -67,6 +81,7 @@ class TrackerTest : public ::testing::Test {
   uint64_t incarnation_ = 7;
   int64_t restored_step_ = -1;
   std::string phase_ = "training";
+  bool outside_ = false;
   std::optional<ProcStat> proc_state_ = ProcStat{'S', 1.0};
   ProcReader proc_ = [this](int64_t) { return proc_state_; };
 };
@@ -182,6 +197,34 @@ TEST_F(TrackerTest, RemoteSilentTaskIsUnreachableAndRefusedIsDead) {
   EXPECT_EQ(remote.Evaluate(3.6, kUnix0 + 3.6, proc_).state, TaskState::kDead);
 }
 
+// An outside task on another host: only its round trip is known (no pid), so silence is
+// unreachable and a refusal dead, each said to be watched from outside.
+TEST_F(TrackerTest, RemoteOutsideTaskFromRoundTripOnly) {
+  TaskTracker remote("c", {"ps", 0}, "10.0.0.9:2222", false, "host", Options(), 0, kUnix0);
+  PollResult r;
+  r.ok = true;
+  r.heartbeat.outside = true;
+  for (int i = 1; i <= 20; ++i) {
+    r.sent_s = r.received_s = i * 0.1;
+    remote.OnResult(r);
+  }
+  const TaskView& up = remote.Evaluate(2.0, kUnix0 + 2, proc_);
+  EXPECT_EQ(up.state, TaskState::kUp);
+  EXPECT_NE(up.reason.find("its process is on another host (not checked from here)"),
+            std::string::npos)
+      << up.reason;
+  const TaskView& silent = remote.Evaluate(3.5, kUnix0 + 3.5, proc_);
+  EXPECT_EQ(silent.state, TaskState::kUnreachable);
+  EXPECT_EQ(silent.reason.find("watched from outside (no trainscope heartbeat): no answer at"), 0u)
+      << silent.reason;
+  PollResult refused;
+  refused.sent_s = refused.received_s = 3.6;
+  refused.failure = FailureKind::kRefused;
+  refused.error = "connection refused";
+  remote.OnResult(refused);
+  EXPECT_EQ(remote.Evaluate(3.6, kUnix0 + 3.6, proc_).state, TaskState::kDead);
+}
+
 TEST_F(TrackerTest, BlockedNamesPeersAfterGrace) {
   Run(1, true);
   HeartbeatInfo hb = Hb();
@@ -246,6 +289,40 @@ TEST_F(TrackerTest, RestartedPsSaysWhichCheckpointItRestored) {
                 "restarted 1x, restored its variables from the checkpoint of step 300"),
             std::string::npos)
       << Evaluate().reason;
+}
+
+// A gRPC server without trainscope's heartbeat: up from its round trip and /proc, its identity
+// unchecked (it has none); stopped is hung, gone is dead, a new process is a restart, and every
+// reason says it is watched from outside.
+TEST_F(TrackerTest, OutsideTaskFromRoundTripAndProc) {
+  outside_ = true;
+  Run(1, true);
+  EXPECT_EQ(Evaluate().state, TaskState::kUp);
+  const std::string up = Evaluate().reason;
+  EXPECT_EQ(up.find("watched from outside (no trainscope heartbeat): gRPC answers in"), 0u) << up;
+  EXPECT_NE(up.find("pid 4242 (python3) sleeping, 3 threads, 210 MiB"), std::string::npos) << up;
+  EXPECT_NE(up.find("CreateSession waits cannot be seen"), std::string::npos) << up;
+  EXPECT_EQ(Evaluate().resident_bytes, 210 << 20);
+
+  proc_state_ = ProcStat{'T', 1.0};
+  Run(0.4, false);
+  EXPECT_EQ(Evaluate().state, TaskState::kHung) << Evaluate().reason;
+  EXPECT_NE(Evaluate().reason.find("watched from outside (no trainscope heartbeat): process 4242 "
+                                   "is stopped (state T"),
+            std::string::npos)
+      << Evaluate().reason;
+
+  proc_state_ = std::nullopt;
+  Fail(FailureKind::kRefused, "connection refused");
+  EXPECT_EQ(Evaluate().state, TaskState::kDead);
+  EXPECT_NE(Evaluate().reason.find("process 4242 is gone"), std::string::npos);
+
+  proc_state_ = ProcStat{'S', 1.0};
+  incarnation_ = 8;
+  Run(0.5, true);
+  EXPECT_EQ(Evaluate().state, TaskState::kUp);
+  EXPECT_EQ(Evaluate().restarts, 1);
+  EXPECT_NE(Evaluate().reason.find("restarted 1x"), std::string::npos) << Evaluate().reason;
 }
 
 TEST_F(TrackerTest, WrongIdentityIsNotAnAnswer) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace trainscope {
 
@@ -33,5 +34,19 @@ struct ResourceUsage {
   int64_t max_fds = 0;
 };
 ResourceUsage ReadResourceUsage();
+
+// The number of open file descriptors of process `pid` (0: this process); -1 when its
+// /proc/<pid>/fd cannot be read (no such process, or another user's).
+int CountOpenFds(int64_t pid = 0);
+
+// The process that holds the socket listening on TCP `port` (any local address), found through
+// /proc/net/tcp{,6} (the socket's inode) and /proc/*/fd (who holds it). nullopt when nothing
+// listens there or the holder cannot be seen (another user's process). Scans every process's
+// fds: call it when the answer is needed, not on every poll.
+struct PortOwner {
+  int64_t pid = 0;
+  std::string command;  // /proc/<pid>/comm, e.g. "python3".
+};
+std::optional<PortOwner> FindPortOwner(int port);
 
 }  // namespace trainscope

@@ -30,6 +30,9 @@ struct SidecarOptions {
   std::string cluster_name = "default";
   // Tasks to watch, "ps:0,worker:1"; empty = the tasks whose host is this node.
   std::string local_tasks;
+  // Tasks to watch from outside whatever they answer, "worker:*,ps:1" (a task that answers
+  // UNIMPLEMENTED to the heartbeat is watched from outside without it).
+  std::string black_box_tasks;
   int heartbeat_interval_ms = 100;
   int heartbeat_deadline_ms = 2000;
   int hung_after_ms = 1000;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/common/proc.h"
 #include "trainscope/sidecar/detector.h"
@@ -70,6 +71,13 @@ struct HeartbeatInfo {
   // ps tasks: the step of the checkpoint it restored its variables from at startup; -1 when it
   // restored none.
   int64_t restored_step = -1;
+  // Watched from outside: the task answered gRPC but not trainscope's Heartbeat (UNIMPLEMENTED),
+  // so the poller made this answer from the call's round trip and /proc of the process holding
+  // the port (pid, resources, `proc_state`; incarnation from its pid and start time). pid is 0
+  // when no local process could be seen. It says nothing of steps, phases or peers.
+  bool outside = false;
+  std::string command;    // The owner's /proc/<pid>/comm.
+  char proc_state = '?';  // Its /proc state letter when it answered.
 };
 
 enum class FailureKind {
@@ -142,6 +150,11 @@ class TaskTracker {
   };
   Decision Decide(double now_s, double now_unix, const ProcReader& proc);
   Decision DecideSilent(double now_s, double silence, double phi, const ProcReader& proc);
+  // The reason of an outside task that is up: its round trip and its process's /proc facts.
+  std::string OutsideUpReason() const;
+  // `lead` + "N on host" of the last answer's pid; "" when it gave none (an outside task seen
+  // from another host).
+  std::string WhereItRan(absl::string_view lead) const;
   Decision DecideAnswering(double now_s, double now_unix);
   void ApplyHeartbeat(const HeartbeatInfo& hb, double received_s);
   double UsualLatency() const;

@@ -71,6 +71,10 @@ struct BlockedPeer {
   std::string last_error;
 };
 
+// How the reason of a task watched from outside (a gRPC server without trainscope's heartbeat)
+// begins, in every state: the tracker writes it, the exchange keeps it in the words it gossips.
+inline constexpr char kOutsideReasonPrefix[] = "watched from outside (no trainscope heartbeat): ";
+
 struct TaskView {
   std::string cluster;
   TaskRef task;
