@@ -146,9 +146,9 @@ void TaskTracker::OnResult(const PollResult& r) {
 void TaskTracker::ApplyHeartbeat(const HeartbeatInfo& hb, double t) {
   if (answered_ && hb.incarnation != last_hb_.incarnation) {
     view_.restarts++;
-    events_.push_back(absl::StrCat(view_.task.ShortName(), " restarted: incarnation ",
-                                   last_hb_.incarnation, " -> ", hb.incarnation, ", pid ",
-                                   last_hb_.pid, " -> ", hb.pid));
+    events_.push_back(absl::StrCat(view_.task.ShortName(), " (", view_.task.FullName(),
+                                   ") restarted: incarnation ", last_hb_.incarnation, " -> ",
+                                   hb.incarnation, ", pid ", last_hb_.pid, " -> ", hb.pid));
     last_steps_ = -1;
     usual_step_ = -1;
     expecting_ = false;
@@ -497,8 +497,10 @@ const TaskView& TaskTracker::Evaluate(double now_s, double now_unix, const ProcR
   }
   if (d.state != TaskState::kBlocked) view_.blocked_on.clear();
   if (d.state != view_.state) {
-    events_.push_back(absl::StrCat(view_.task.ShortName(), " ", std::string(StateName(view_.state)),
-                                   " -> ", std::string(StateName(d.state)), ": ", d.reason));
+    // Both names: TensorFlow's own logs and errors say /job:ps/replica:0/task:0.
+    events_.push_back(absl::StrCat(view_.task.ShortName(), " (", view_.task.FullName(), ") ",
+                                   std::string(StateName(view_.state)), " -> ",
+                                   std::string(StateName(d.state)), ": ", d.reason));
     view_.state = d.state;
     view_.since = now_unix;
     counters_.transitions[static_cast<int>(d.state)]++;
