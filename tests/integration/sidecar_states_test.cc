@@ -189,7 +189,8 @@ TEST(SidecarStates, RestartIsCountedNotAState) {
       sidecar.Get("/metrics")
           .find("trainscope_task_restarts_total{cluster=\"default\",role=\"ps\",task=\"0\"} 1"),
       std::string::npos);
-  EXPECT_NE(sidecar.process().Output().find("ps:0 restarted"), std::string::npos);
+  EXPECT_NE(sidecar.process().Output().find("ps:0 (/job:ps/replica:0/task:0) restarted"),
+            std::string::npos);
 }
 
 TEST(SidecarStates, DoneAfterTrainingEndsNotDead) {
