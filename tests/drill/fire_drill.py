@@ -27,6 +27,7 @@ import argparse
 import functools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -74,6 +75,19 @@ wait_for = functools.partial(waiting.wait_for, interval=0.1)  # the drill polls 
 def has_gpu():
     return os.path.exists("/dev/nvidiactl") or subprocess.run(
         "ldconfig -p | grep -q libnvidia-ml.so.1", shell=True).returncode == 0
+
+
+def api_fields(src, message):
+    """{field name: optional?} of `message` in proto/trainscope/sidecar/v1/api.proto, the
+    contract of the sidecar's JSON bodies (an optional field is absent when not known)."""
+    with open(os.path.join(src, "proto/trainscope/sidecar/v1/api.proto")) as f:
+        text = f.read()
+    m = re.search(r"^message " + message + r" \{(.*?)^\}", text, re.S | re.M)
+    if not m:
+        raise DrillError(f"no message {message} in api.proto")
+    return {name: bool(opt) for opt, name in
+            re.findall(r"^\s*(optional\s+)?(?:repeated\s+)?[\w.]+\s+(\w+)\s*=\s*\d+;",
+                       m.group(1), re.M)}
 
 
 class DrillCluster(training.TrainingCluster):
@@ -495,7 +509,14 @@ class Drill:
                 items = body.get(js["root_selector"]) if js["root_selector"] else body
                 if not isinstance(items, list) or not items:
                     raise DrillError(f"no requests under {js['root_selector']!r}")
-                missing = [c for c in js["columns"] if c not in items[0]]
+                # Each column is a field of RequestSummary (api.proto); one without presence
+                # is in every request, an optional one only where it is known (absent else).
+                fields = api_fields(self.src, "RequestSummary")
+                unknown = [c for c in js["columns"] if c not in fields]
+                if unknown:
+                    raise DrillError(f"the panel's columns {unknown} are not fields of "
+                                     "RequestSummary in proto/trainscope/sidecar/v1/api.proto")
+                missing = [c for c in js["columns"] if not fields[c] and c not in items[0]]
                 if missing:
                     raise DrillError(f"the requests lack the panel's columns {missing}")
                 if not all(i.get("trace_id") for i in items):
