@@ -95,6 +95,22 @@ struct SidecarProc {
   }
 };
 
+// One trial of the process faults, timed until the sidecar names each: kill -9 of worker:0
+// (dead), SIGSTOP of ps:0 (hung), then SIGCONT (up again). The caller starts worker:0 anew.
+void KillAndStop(SidecarProc& sidecar, Process& worker, Process& ps, std::vector<double>* dead,
+                 std::vector<double>* hung, std::vector<double>* resumed) {
+  auto t0 = Clock::now();
+  kill(worker.pid(), SIGKILL);
+  dead->push_back(sidecar.TimeTo("worker:0", TaskState::kDead, t0));
+  worker.Wait(std::chrono::seconds(5));
+  t0 = Clock::now();
+  kill(ps.pid(), SIGSTOP);
+  hung->push_back(sidecar.TimeTo("ps:0", TaskState::kHung, t0));
+  t0 = Clock::now();
+  kill(ps.pid(), SIGCONT);
+  resumed->push_back(sidecar.TimeTo("ps:0", TaskState::kUp, t0));
+}
+
 std::unique_ptr<Process> Task(const Cluster& c, const std::string& role, int index,
                               std::vector<std::string> args = {}) {
   return std::make_unique<Process>(
@@ -132,17 +148,7 @@ void Detection(int trials) {
       continue;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // Let it learn.
-    auto t0 = Clock::now();
-    kill(worker->pid(), SIGKILL);
-    dead.push_back(sidecar.TimeTo("worker:0", TaskState::kDead, t0));
-    worker->Wait(std::chrono::seconds(5));
-
-    t0 = Clock::now();
-    kill(ps->pid(), SIGSTOP);
-    hung.push_back(sidecar.TimeTo("ps:0", TaskState::kHung, t0));
-    t0 = Clock::now();
-    kill(ps->pid(), SIGCONT);
-    resumed.push_back(sidecar.TimeTo("ps:0", TaskState::kUp, t0));
+    KillAndStop(sidecar, *worker, *ps, &dead, &hung, &resumed);
     worker = Task(c, "worker", 0, Training());
   }
   worker.reset();
@@ -204,17 +210,7 @@ void Outside(int trials) {
       continue;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // Let it learn.
-    auto t0 = Clock::now();
-    kill(worker->pid(), SIGKILL);
-    dead.push_back(sidecar.TimeTo("worker:0", TaskState::kDead, t0));
-    worker->Wait(std::chrono::seconds(5));
-
-    t0 = Clock::now();
-    kill(ps->pid(), SIGSTOP);
-    hung.push_back(sidecar.TimeTo("ps:0", TaskState::kHung, t0));
-    t0 = Clock::now();
-    kill(ps->pid(), SIGCONT);
-    resumed.push_back(sidecar.TimeTo("ps:0", TaskState::kUp, t0));
+    KillAndStop(sidecar, *worker, *ps, &dead, &hung, &resumed);
     worker = OutsideServer(c["worker"][0]);
   }
   std::printf("outside tasks (Python gRPC servers, no trainscope heartbeat), %d trials\n", trials);
