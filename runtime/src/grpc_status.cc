@@ -17,9 +17,18 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
+ChannelOptions PeerChannelOptions() {
+  ChannelOptions options;
+  options.keepalive_time_ms = 250;
+  options.keepalive_timeout_ms = 500;
+  options.min_reconnect_ms = 100;
+  options.max_reconnect_ms = 250;
+  return options;
+}
+
 std::shared_ptr<grpc::Channel> MakePeerChannel(
     const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials) {
-  ChannelOptions options;
+  ChannelOptions options = PeerChannelOptions();
   options.max_receive_bytes = -1;
   grpc::ChannelArguments args = MakeChannelArguments(options);
   args.SetMaxSendMessageSize(-1);

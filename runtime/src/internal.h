@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "task_status.h"
 #include "trainscope/common/cluster_spec.h"
+#include "trainscope/common/grpc_channel.h"
 #include "trainscope/runtime/tensor.h"
 #include "trainscope/telemetry/grpc_instrumentation.h"
 #include "trainscope/v1/runtime.pb.h"
@@ -21,9 +22,14 @@ namespace telemetry {
 class Telemetry;
 }
 
-// A channel to `address` with keepalive (a connection that stops carrying packets fails within
-// about 2 s), quick reconnection (100 ms to 1 s backoff), messages of any size, and
-// `credentials` (plain text or TLS, see MakeChannelCredentials).
+// How tasks talk to each other: a ping 250 ms after the last, answered within 500 ms, so a
+// connection that stops carrying packets fails within 0.75 s (the sidecar names the partition
+// from that failure); reconnection 100-250 ms apart, so a healed path carries calls again within
+// a quarter of a second (docs/sidecar.md, "Chaos"). The ps servers accept pings that often.
+ChannelOptions PeerChannelOptions();
+
+// A channel to `address` with PeerChannelOptions, messages of any size, and `credentials`
+// (plain text or TLS, see MakeChannelCredentials).
 std::shared_ptr<grpc::Channel> MakePeerChannel(
     const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials);
 

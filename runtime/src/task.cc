@@ -234,7 +234,7 @@ absl::Status Task::Impl::StartServer(std::shared_ptr<grpc::ServerCredentials> cr
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 16);
   int bound_port = 0;
   builder.AddListeningPort(listen_address_, credentials, &bound_port);
-  AcceptKeepalive(&builder);
+  AcceptKeepalive(&builder, PeerChannelOptions());
   builder.RegisterService(task_service_.get());
   if (parameter_service_) builder.RegisterService(parameter_service_.get());
   server_ = builder.BuildAndStart();

@@ -150,6 +150,7 @@ void Membership::OnContact(const v1::Header& header, double now_s) {
     m.incarnation = std::max(m.incarnation, header.incarnation());
   }
   if (!header.hostname().empty()) m.hostname = header.hostname();
+  if (IsolatedSince(now_s)) ForgiveDoubtsSince(last_any_contact_, now_s);
   m.heard = true;
   m.last_contact = now_s;
   m.direct_failures = 0;
@@ -161,6 +162,16 @@ void Membership::OnContact(const v1::Header& header, double now_s) {
   last_any_contact_ = now_s;
   ever_contacted_ = true;
   tried_since_contact_.clear();
+}
+
+void Membership::ForgiveDoubtsSince(double since_s, double now_s) {
+  for (auto& [id, other] : members_) {
+    const bool doubted =
+        other.status == MemberStatus::kSuspect || other.status == MemberStatus::kSilent;
+    if (doubted && other.status_since >= since_s) {
+      SetStatus(other, MemberStatus::kSuspect, now_s, /*announce=*/false);
+    }
+  }
 }
 
 void Membership::OnDirectFailure(const std::string& id, const std::string& error, double now_s) {

@@ -29,11 +29,11 @@ struct MembershipOptions {
   double period_s = 0.2;    // One direct probe per period.
   int indirect_probes = 3;  // Members asked to probe a target that failed a direct probe.
   // Suspicion lasts max(suspicion_min_s, suspicion_mult * log10(members + 1) * period_s).
-  double suspicion_min_s = 1.0;
+  double suspicion_min_s = 0.5;
   double suspicion_mult = 4;
   // Each other member that independently suspects the same member shortens the suspicion
   // (Lifeguard): timeout / (1 + confirmations), but never below this.
-  double suspicion_floor_s = 0.5;
+  double suspicion_floor_s = 0.25;
   // No exchange with any member for this long, while at least min(3, members) distinct members
   // were tried: this node is cut off.
   double isolation_after_s = 1.0;
@@ -133,6 +133,11 @@ class Membership {
   void SetStatus(Member& m, MemberStatus status, double now_s, bool announce);
   void Announce(const Member& m);
   void Refute(uint64_t at_least);
+  // This node was cut off since `since_s` and reaches a member again: what it came to doubt
+  // meanwhile says nothing about the others. Those members are suspects again from now (probed,
+  // silent only if they still do not answer), not silent in this node's view: else it would page
+  // a node cut off that was never cut off.
+  void ForgiveDoubtsSince(double since_s, double now_s);
 
   std::string self_;
   std::string hostname_;

@@ -13,8 +13,10 @@
 namespace trainscope::sidecar {
 namespace {
 
-// A partition must last this long before it pages (the rule's `for:` is 15 s).
-constexpr double kPartitionHoldS = 5;
+// A partition pages at once when the sidecars of its two nodes cannot reach each other directly
+// either (a second, independent path fails the same way); otherwise (a port blocked, the
+// sidecars' link fine) once it has lasted this long. (The rule's `for:` is 15 s.)
+constexpr double kPartitionHoldS = 1;
 
 constexpr char kRunbook[] = "https://github.com/trainscope/trainscope/blob/main/docs/alerts.md#";
 
@@ -94,7 +96,7 @@ FiringAlert Partitioned(const TaskView& v, const TaskRef& peer, const PartitionI
   a.annotations["reason"] = evidence;
   a.annotations["runbook_url"] = absl::StrCat(kRunbook, "trainscopetaskpartitioned");
   a.starts_at = p != nullptr ? p->since : v.since;
-  a.hold_s = kPartitionHoldS;
+  a.hold_s = p != nullptr && p->nodes_cut ? 0 : kPartitionHoldS;
   return a;
 }
 

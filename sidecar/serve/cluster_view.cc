@@ -250,18 +250,34 @@ std::vector<Evidence> NetworkFailures(const TaskView& v) {
   return out;
 }
 
+// How long after a node's sidecar answers again (it was cut off, or missed probes) a failure
+// to reach its tasks that began before may still be the same fault: the callers' channels are
+// still reconnecting (gRPC backoff, the next retry). Not a partition unless it outlasts this.
+constexpr double kRejoinGraceS = 1.5;
+
+// What a node's sidecar says of `node` for a partition between tasks: its sidecar answers
+// (kAlive), misses probes (kSuspect: it may be cut off from everyone, which is not a partition
+// between two tasks), or is cut off, down or gone (kSilent).
+MemberStatus NodeStatus(const Merge& m, const std::string& node) {
+  if (node.empty() || node == m.in.self) return MemberStatus::kAlive;
+  const Member* mem = m.MemberOf(node);
+  if (mem == nullptr) return MemberStatus::kAlive;
+  return mem->status == MemberStatus::kLeft ? MemberStatus::kSilent : mem->status;
+}
+
+// A failure that began before `node` answered again, within kRejoinGraceS of it.
+bool FromBeforeRejoin(const Merge& m, const std::string& node, double failing_since) {
+  const Member* mem = node == m.in.self ? nullptr : m.MemberOf(node);
+  return mem != nullptr && failing_since < mem->status_since &&
+         m.in.now_unix - mem->status_since < kRejoinGraceS;
+}
+
 void FindPartitions(Merge& m, ClusterView& view) {
   if (m.isolated_since) return;  // Nothing this node sees of others is current.
-  auto alive = [&](const std::string& node) {
-    if (node.empty() || node == m.in.self) return true;
-    const Member* mem = m.MemberOf(node);
-    return mem == nullptr || mem->status == MemberStatus::kAlive ||
-           mem->status == MemberStatus::kSuspect;
-  };
   std::vector<std::pair<TaskRef, std::string>> notes_a;
   std::vector<std::pair<TaskRef, std::string>> notes_b;
   for (const auto& [ta, a] : m.tasks) {
-    if (!Answers(a.state) || !alive(a.node)) continue;
+    if (!Answers(a.state) || NodeStatus(m, a.node) != MemberStatus::kAlive) continue;
     for (const Evidence& e : NetworkFailures(a)) {
       auto it = m.tasks.find(e.peer);
       if (it == m.tasks.end()) continue;
@@ -269,12 +285,19 @@ void FindPartitions(Merge& m, ClusterView& view) {
       const std::string where =
           absl::StrCat(e.peer.ShortName(), " at ", e.address.empty() ? b.address : e.address,
                        " on ", m.NameOf(b.node));
-      if (!alive(b.node)) {
-        notes_a.push_back({ta, absl::StrCat("cannot reach ", where, " (", Shorten(e.error, 80),
-                                            "): that node is cut off from every other node")});
+      const MemberStatus b_node = NodeStatus(m, b.node);
+      if (b_node != MemberStatus::kAlive) {
+        notes_a.push_back(
+            {ta, absl::StrCat("cannot reach ", where, " (", Shorten(e.error, 80), "): ",
+                              b_node == MemberStatus::kSuspect
+                                  ? "that node's sidecar misses probes too"
+                                  : "that node is cut off from every other node")});
         continue;
       }
       if (!Answers(b.state)) continue;  // b is dead, hung, missing...: not a partition.
+      if (FromBeforeRejoin(m, a.node, e.since) || FromBeforeRejoin(m, b.node, e.since)) {
+        continue;  // The cut that ended, until the callers have reconnected.
+      }
       PartitionInfo p{ta, e.peer, a.node, b.node, a.address, b.address, e.since, e.error, false};
       p.nodes_cut = m.unreachable[a.node].count(b.node) || m.unreachable[b.node].count(a.node);
       std::string cut =

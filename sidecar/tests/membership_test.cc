@@ -99,7 +99,7 @@ TEST_F(MembershipTest, OthersSuspicionsConfirmSooner) {
   m.OnUpdate(Update("b:1", MemberUpdate::SUSPECT, 0), 1.1, "c:1");
   m.OnUpdate(Update("b:1", MemberUpdate::SUSPECT, 0), 1.1, "c:1");  // Counted once.
   m.OnUpdate(Update("b:1", MemberUpdate::SUSPECT, 0), 1.1, "d:1");
-  const double expected = std::max(0.5, m.SuspicionTimeout() / 3);
+  const double expected = std::max(options_.suspicion_floor_s, m.SuspicionTimeout() / 3);
   m.Tick(1 + expected - 0.01);
   EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kSuspect);
   m.Tick(1 + expected);
@@ -185,6 +185,27 @@ TEST_F(MembershipTest, CutOffWhenNoMemberAnswersForAWhile) {
   EXPECT_FALSE(m.IsolatedSince(3.5).has_value());
 }
 
+TEST_F(MembershipTest, WhatACutOffNodeDoubtedIsForgivenWhenItIsBack) {
+  Membership m = Make({"b:1", "c:1", "d:1"});
+  for (const char* id : {"b:1", "c:1", "d:1"}) m.OnContact(HeaderOf(id), 1);
+  // Cut off at 1: every probe fails; b goes suspect, then silent, while this node is cut off.
+  for (const char* id : {"b:1", "c:1", "d:1"}) m.OnDirectFailure(id, "network is unreachable", 1.3);
+  m.OnIndirectResult("b:1", false, 1.5);
+  m.Tick(1.5 + m.SuspicionTimeout());
+  ASSERT_EQ(m.Find("b:1")->status, MemberStatus::kSilent);
+  ASSERT_TRUE(m.IsolatedSince(2.5).has_value());
+  // Back: c answers. b is a suspect again from now, not silent: it is probed before it is
+  // called cut off (by this node, which was the one cut off).
+  m.OnContact(HeaderOf("c:1"), 3);
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kSuspect);
+  EXPECT_DOUBLE_EQ(m.Find("b:1")->status_since, 3);
+  EXPECT_EQ(m.Find("d:1")->status, MemberStatus::kAlive);
+  for (const MemberUpdate& u : m.TakeUpdates()) EXPECT_EQ(u.node(), "a:1");
+  // b answers: alive.
+  m.OnContact(HeaderOf("b:1"), 3.1);
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kAlive);
+}
+
 TEST_F(MembershipTest, LeavingIsNewsAndLeftMembersAreNotProbed) {
   Membership m = Make({"b:1", "c:1"});
   m.Leave();
@@ -202,7 +223,7 @@ TEST_F(MembershipTest, StrangersAreAddedAndTimeoutsGrowSlowlyWithTheCluster) {
   std::vector<std::string> many;
   for (int i = 0; i < 1100; ++i) many.push_back("n" + std::to_string(i) + ":1");
   Membership big = Make(many);
-  EXPECT_EQ(small.SuspicionTimeout(), 1.0);
+  EXPECT_EQ(small.SuspicionTimeout(), options_.suspicion_min_s);
   EXPECT_NEAR(big.SuspicionTimeout(), 4 * 3.04 * 0.2, 0.01);
   EXPECT_EQ(small.RetransmitLimit(), 6);
   EXPECT_EQ(big.RetransmitLimit(), 24);

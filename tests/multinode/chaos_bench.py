@@ -1,0 +1,821 @@
+#!/usr/bin/python3
+"""Chaos: random and overlapping faults on a namespace cluster, every verdict checked in every
+view and timed, and every page at a real Alertmanager's webhook (issue 20).
+
+Four nodes (ps:0 on n1, ps:1 on n2, worker:0 on n3, worker:1 on n4, a sidecar on each, default
+flags, checkpoints every 2 s into one shared directory); n5 runs Alertmanager (the shipped
+alertmanager.yml) and a webhook receiver, and every sidecar posts to it (--alertmanager_url).
+Every sidecar's /api/v1/tasks is read from inside its node all the time, each by its own thread.
+
+From --seed, it draws --faults faults of these types, in episodes of one, two or three at once
+(a later one lands 0.1-0.8 s after the first, while that one is still being named); the faults
+of an episode touch different nodes:
+
+  kill_worker  kill -9 of a worker, started again   -> dead in every view, paged
+  kill_ps      kill -9 of a ps, started again (it restores the newest checkpoint)
+                                                     -> dead in every view, paged
+  kill_sidecar kill -9 of a node's sidecar, started again
+                                                     -> the others call its node down, its tasks
+                                                        unreachable (nobody watches them)
+  stop         SIGSTOP of a worker or a ps, SIGCONT  -> hung in every view, paged
+  cut          a worker's node and a ps's node cut apart, both ways (the switch drops)
+                                                     -> the partition worker -> ps in every view,
+                                                        paged
+  cut_one_way  the same, one direction only          -> the same
+  link_down    a node's link down                    -> the others call it cut off, its tasks
+                                                        unreachable, it calls itself isolated;
+                                                        paged
+  slow_ps      every parameter call of a ps 700 ms late
+                                                     -> the ps slow by its own figures
+  flap         a node's link down and up every 0.5-2 s for about 6 s (first down 2 s)
+                                                     -> called cut off in every other view
+
+A fault is held until its verdict holds in every view that can see it (a node cut off sees only
+itself; a killed sidecar has no view), then undone. Then every view must come back to all up,
+every worker must train again, and the next 10 s must stay all up in every view.
+
+Counted, per fault type: n, found (verdict in every view within --verdict_limit_s), wrong
+verdicts (a task no fault touches called dead, hung or unreachable, a partition or a cut-off node
+no fault made, or a first-hand page no fault explains), precision, recall, the time from the
+fault to the verdict in every view and to its page at the webhook (median, p99, worst), the time
+from undo to training again, and any state other than up in the 10 s after recovery (flapping).
+
+--soak_s S: no faults; S seconds with a CPU hog on n1 (--hog), counting every state other than
+up in any view and every page (docs/sidecar.md, "Quiet soak").
+
+Usage (root):
+  scripts/python tests/multinode/chaos_bench.py --bin build/bin --faults 200 --seed 1
+  scripts/python tests/multinode/chaos_bench.py --bin build/bin --soak_s 1800 --hog
+--check makes it a test: exit 1 when a goal is missed (precision or recall below 1, a page
+missing or false, flapping, no training again); the times are printed, never asserted.
+Exit 77 (one line) without network namespaces.
+"""
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
+
+from trainscope_testing import diagnosis as d
+from trainscope_testing import monitoring, netns, training
+from trainscope_testing.logs import logger
+
+log = logger("chaos")
+
+NODES = (1, 2, 3, 4)
+MONITOR = 5
+AM_PORT, HOOK_PORT = 9093, 9095
+PS, WORKERS = ("ps:0", "ps:1"), ("worker:0", "worker:1")
+LAYOUT = [("ps:0", 1), ("ps:1", 2), ("worker:0", 3), ("worker:1", 4)]
+SLOW_PS_MS = 700
+QUIET_S = 10
+FIRST_HAND = ("TrainscopeTaskDead", "TrainscopeTaskHung", "TrainscopeTaskPartitioned",
+              "TrainscopeNodeIsolated")
+HELD_UP = ("up", "blocked", "stalled", "slow")
+
+
+def pct(values, q):
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))] if s else None
+
+
+# ------------------------------------------------------------------ the views, read all the time
+
+class Watch:
+    """One thread per node reads its sidecar's /api/v1/tasks every `interval` s; latest() is
+    {node: (monotonic time read, view)} of the views read in the last second."""
+
+    def __init__(self, t, nodes, interval=0.05):
+        self.t, self.nodes, self.interval = t, nodes, interval
+        self.lock = threading.Lock()
+        self.views = {}
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self.loop, args=(n,), daemon=True)
+                        for n in nodes]
+
+    def start(self):
+        for th in self.threads:
+            th.start()
+
+    def stop(self):
+        self.stopping.set()
+        for th in self.threads:
+            th.join(5)
+
+    def loop(self, node):
+        while not self.stopping.is_set():
+            try:
+                v = self.t.view(node, timeout=1.0)
+                with self.lock:
+                    self.views[node] = (time.monotonic(), v)
+            except (OSError, ValueError, netns.HarnessError):
+                with self.lock:
+                    self.views.pop(node, None)
+            self.stopping.wait(self.interval)
+
+    def latest(self):
+        now = time.monotonic()
+        with self.lock:
+            return {n: v for n, (at, v) in self.views.items() if now - at < 1.0}
+
+
+# ------------------------------------------------------------------ the faults
+
+class Fault:
+    """One fault: what it touches, how it is made and undone, and what every view must say."""
+    kind = "process"
+    page = None  # (alertname, {label: value}) the fault must page, or None
+
+    def __init__(self, bench, rng):
+        self.b, self.rng = bench, rng
+        self.t0 = self.undone_at = None
+        self.verdict_s = self.page_s = self.training_s = None
+        self.wrong = []
+
+    # What it touches: tasks whose state it changes, nodes it owns, nodes whose views are blind
+    # to the rest of the cluster while it lasts, and workers whose training it holds up.
+    tasks = ()
+    nodes = ()
+    blind = ()
+    restarted = False
+
+    def held_up(self):
+        return set()
+
+    def views(self, active):
+        """The nodes whose views must name this fault."""
+        blind = set().union(*(f.blind for f in active))
+        return [n for n in NODES if n not in blind and n not in self.no_view()]
+
+    def no_view(self):
+        return ()
+
+    def allows(self, node, view):
+        """Extra things this fault explains in a view: (tasks, partitions, nodes) allowed."""
+        return set(self.tasks), set(), set()
+
+    def __str__(self):
+        return self.name
+
+
+def node_of(task):
+    return dict(LAYOUT)[task]
+
+
+class KillTask(Fault):
+    def __init__(self, bench, rng, task):
+        super().__init__(bench, rng)
+        self.task = task
+        self.name = "kill_ps" if task.startswith("ps:") else "kill_worker"
+        self.tasks = (task,)
+        self.nodes = (node_of(task),)
+        self.restarted = True
+        role, index = task.split(":")
+        self.page = ("TrainscopeTaskDead", {"role": role, "task": index})
+
+    def held_up(self):
+        return set(WORKERS) if self.task in PS else {self.task}
+
+    def inject(self):
+        self.b.t.kill(self.task)
+
+    def undo(self):
+        self.b.t.start_task(self.task)
+
+    def holds(self, node, v):
+        return d.state_is(v, self.task, "dead")
+
+    def __str__(self):
+        return f"{self.name} {self.task}"
+
+
+class StopTask(KillTask):
+    def __init__(self, bench, rng, task):
+        super().__init__(bench, rng, task)
+        self.name = "stop"
+        self.restarted = False
+        self.page = ("TrainscopeTaskHung", self.page[1])
+
+    def inject(self):
+        self.b.t.kill(self.task, signal.SIGSTOP)
+
+    def undo(self):
+        self.b.t.kill(self.task, signal.SIGCONT)
+
+    def holds(self, node, v):
+        return d.state_is(v, self.task, "hung")
+
+
+class KillSidecar(Fault):
+    name = "kill_sidecar"
+
+    def __init__(self, bench, rng, node):
+        super().__init__(bench, rng)
+        self.node = node
+        self.nodes = (node,)
+        self.tasks = tuple(t for t, n in LAYOUT if n == node)
+        self.restarted = True
+
+    def no_view(self):
+        return (self.node,)
+
+    def allows(self, node, view):
+        return set(self.tasks), set(), {self.b.c.hostname(self.node)}
+
+    def inject(self):
+        self.b.t.kill(f"sidecar:{self.node}")
+
+    def undo(self):
+        self.b.t.start_sidecar(self.node)
+
+    def holds(self, node, v):
+        n = d.node(v, self.b.c.hostname(self.node))
+        return n is not None and n.get("status") == "down" and all(
+            d.state_is(v, t, "unreachable") for t in self.tasks)
+
+    def __str__(self):
+        return f"kill_sidecar n{self.node}"
+
+
+class Cut(Fault):
+    kind = "network"
+
+    def __init__(self, bench, rng, worker, ps, one_way=False):
+        super().__init__(bench, rng)
+        self.worker, self.ps, self.one_way = worker, ps, one_way
+        self.name = "cut_one_way" if one_way else "cut"
+        self.nodes = (node_of(worker), node_of(ps))
+        self.tasks = ()
+        w, p = worker.split(":"), ps.split(":")
+        self.page = ("TrainscopeTaskPartitioned", {"role": w[0], "task": w[1],
+                                                   "peer_role": p[0], "peer_task": p[1]})
+        # One way: which side's packets are dropped.
+        self.forward = rng.random() < 0.5
+
+    def held_up(self):
+        return {self.worker}
+
+    def allows(self, node, view):
+        return set(), {(self.worker, self.ps), (self.ps, self.worker)}, set()
+
+    def inject(self):
+        a, b = self.nodes
+        if self.one_way:
+            self.b.c.cut_one_way(*((a, b) if self.forward else (b, a)), how="drop")
+        else:
+            self.b.c.cut(a, b, how="drop")
+
+    def undo(self):
+        self.b.c.heal(*self.nodes)
+
+    def holds(self, node, v):
+        return d.partition_named(v, self.worker, self.ps)
+
+    def __str__(self):
+        how = (" one way, " + ("worker -> ps" if self.forward else "ps -> worker")
+               if self.one_way else "")
+        return f"{self.name} {self.worker} | {self.ps}{how}"
+
+
+class LinkDown(Fault):
+    kind = "network"
+    name = "link_down"
+
+    def __init__(self, bench, rng, node):
+        super().__init__(bench, rng)
+        self.node = node
+        self.nodes = self.blind = (node,)
+        self.tasks = tuple(t for t, n in LAYOUT if n == node)
+        self.page = ("TrainscopeNodeIsolated", {"node": f"{bench.c.address(node)}:"})
+
+    def held_up(self):
+        return set(WORKERS) if any(t in PS for t in self.tasks) else set(self.tasks)
+
+    def allows(self, node, view):
+        return set(self.tasks), set(), {self.b.c.hostname(self.node)}
+
+    def inject(self):
+        self.b.c.link_down(self.node)
+
+    def undo(self):
+        self.b.c.link_up(self.node)
+
+    def holds(self, node, v):
+        if node == self.node:
+            return d.isolated_seen_from_inside(v)
+        return d.isolated_seen_from_outside(v, self.b.c.hostname(self.node), self.tasks)
+
+    def views(self, active):
+        return super().views([f for f in active if f is not self]) + [self.node]
+
+    def __str__(self):
+        return f"link_down n{self.node}"
+
+
+class Flap(LinkDown):
+    name = "flap"
+
+    def inject(self):
+        self.b.c.link_down(self.node)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.flap, daemon=True)
+        self.thread.start()
+
+    def flap(self):
+        # Down 2 s first (long enough to be named), then up and down every 0.5-2 s.
+        if self.stop.wait(2.0):
+            return
+        up = False
+        end = time.monotonic() + 4.5
+        while time.monotonic() < end and not self.stop.is_set():
+            (self.b.c.link_down if up else self.b.c.link_up)(self.node)
+            up = not up
+            self.stop.wait(self.rng.uniform(0.5, 2.0))
+
+    def undo(self):
+        self.stop.set()
+        self.thread.join(10)
+        self.b.c.link_up(self.node)
+
+    def holds(self, node, v):
+        # Named once, outside: the node is cut off. (Inside, it may be up again by now.)
+        return node == self.node or super().holds(node, v)
+
+    def min_hold_s(self):
+        return 6.0
+
+    def __str__(self):
+        return f"flap n{self.node}"
+
+
+class SlowPs(Fault):
+    name = "slow_ps"
+
+    def __init__(self, bench, rng, ps):
+        super().__init__(bench, rng)
+        self.ps = ps
+        self.nodes = (node_of(ps),)
+        self.tasks = (ps,)
+
+    def inject(self):
+        self.b.t.fault(self.ps, parameter_delay_ms=SLOW_PS_MS)
+
+    def undo(self):
+        self.b.t.fault(self.ps, parameter_delay_ms=0)
+
+    def holds(self, node, v):
+        callers = [w for w in WORKERS if w not in self.b.impeded]
+        return d.ps_blamed(v, self.ps, callers)
+
+    def held_up(self):
+        return set(WORKERS)  # slower steps
+
+    def __str__(self):
+        return f"slow_ps {self.ps}"
+
+
+TYPES = ("kill_worker", "kill_ps", "kill_sidecar", "stop", "cut", "cut_one_way", "link_down",
+         "slow_ps", "flap")
+
+
+def make(bench, rng, kind, free):
+    """A fault of `kind` on nodes in `free` (None when none fits)."""
+    def pick(cands):
+        cands = [c for c in cands if set(c[1]) <= free]
+        return rng.choice(cands)[0] if cands else None
+    if kind in ("kill_worker", "kill_ps", "stop"):
+        tasks = WORKERS if kind == "kill_worker" else PS if kind == "kill_ps" else PS + WORKERS
+        task = pick([(t, (node_of(t),)) for t in tasks])
+        return task and (StopTask if kind == "stop" else KillTask)(bench, rng, task)
+    if kind in ("kill_sidecar", "link_down", "flap"):
+        node = pick([(n, (n,)) for n in NODES])
+        cls = {"kill_sidecar": KillSidecar, "link_down": LinkDown, "flap": Flap}[kind]
+        return node and cls(bench, rng, node)
+    if kind in ("cut", "cut_one_way"):
+        pair = pick([((w, p), (node_of(w), node_of(p))) for w in WORKERS for p in PS])
+        return pair and Cut(bench, rng, *pair, one_way=kind == "cut_one_way")
+    ps = pick([(p, (node_of(p),)) for p in PS])
+    return ps and SlowPs(bench, rng, ps)
+
+
+def compatible(first, fault):
+    """Faults whose verdicts do not hang on each other. A slow ps is named by the calls that
+    still reach it: only beside faults that leave a worker calling both ps tasks. At most two
+    nodes cut off at once (else the last one alone would be right to call itself cut off)."""
+    every = [*first, fault]
+    if sum(f.name == "slow_ps" for f in every) > 1:
+        return False
+    if any(f.name == "slow_ps" for f in every):
+        calm = ("kill_worker", "kill_sidecar", "cut", "cut_one_way")
+        if any(f.name not in calm and not (f.name == "stop" and f.task in WORKERS)
+               for f in every if f.name != "slow_ps"):
+            return False
+        if set(WORKERS) <= set().union(*(f.held_up() for f in every if f.name != "slow_ps")):
+            return False
+    # Nodes that drop out of the exchange (cut off, or their sidecar down): at most two, and one
+    # beside a cut, so that the nodes left still reach each other.
+    out = sum(f.name in ("link_down", "flap", "kill_sidecar") for f in every)
+    cuts = sum(f.name in ("cut", "cut_one_way") for f in every)
+    return out <= 2 and (out <= 1 or not cuts)
+
+
+# ------------------------------------------------------------------ the bench
+
+class Bench:
+    def __init__(self, c, t, args):
+        self.c, self.t, self.args = c, t, args
+        self.rng = random.Random(args.seed)
+        self.types = [k for k in args.types.split(",") if k]
+        unknown = set(self.types) - set(TYPES)
+        if unknown:
+            raise SystemExit(f"--types: unknown {', '.join(sorted(unknown))}; "
+                             f"known: {', '.join(TYPES)}")
+        self.watch = Watch(t, NODES)
+        self.hook_file = os.path.join(c.log_dir, "webhook.jsonl")
+        self.done = []  # every fault made, with its figures
+        self.wrong = []  # (episode, fault names, what)
+        self.flapping = []  # (episode, fault names, seconds after recovery, what)
+        self.false_pages = []
+        self.impeded = set()
+        self.episode = 0
+        self.seen = set()
+
+    # ------------------------------------------------------------ monitoring on n5
+
+    def start_monitoring(self):
+        am_cfg = os.path.join(self.c.log_dir, "alertmanager.yml")
+        monitoring.render_alertmanager(SRC, am_cfg, f"http://127.0.0.1:{HOOK_PORT}/alerts")
+        self.c.spawn(MONITOR, [sys.executable, os.path.join(SRC, "tests/drill/webhook_receiver.py"),
+                               "--port", HOOK_PORT, "--out", self.hook_file], name="webhook")
+        argv = monitoring.argv_alertmanager(
+            monitoring.tool("prometheus-alertmanager", "prometheus-alertmanager"), am_cfg,
+            os.path.join(self.c.log_dir, "am-data"), AM_PORT)
+        # Every node posts to it: it listens on n5's address, not its loopback.
+        argv = [f"--web.listen-address={self.c.address(MONITOR)}:{AM_PORT}"
+                if a.startswith("--web.listen-address=") else a for a in argv]
+        self.c.spawn(MONITOR, argv, name="alertmanager")
+        d.wait("Alertmanager ready", lambda: self.c.http_get(
+            MONITOR, f"http://{self.c.address(MONITOR)}:{AM_PORT}/-/ready")[0] == 200, 30)
+
+    def pages(self, since_wall):
+        """[(received wall time, labels)] of firing first-hand notifications since since_wall."""
+        out = []
+        if not os.path.exists(self.hook_file):
+            return out
+        with open(self.hook_file) as f:
+            for line in f:
+                rec = json.loads(line)
+                if rec["received"] < since_wall:
+                    continue
+                for a in rec["payload"].get("alerts", []):
+                    if a.get("status") == "firing" and a["labels"].get("alertname") in FIRST_HAND:
+                        out.append((rec["received"], a["labels"]))
+        return out
+
+    # ------------------------------------------------------------ what the views say
+
+    def all_up(self, views):
+        return len(views) == len(NODES) and all(
+            not v.get("isolated") and not v.get("partitions")
+            and all(x["state"] == "up" for x in v["tasks"])
+            and all(n.get("status") in ("alive", "self") for n in v.get("nodes", []))
+            for v in views.values())
+
+    def not_up(self, node, v):
+        """Everything in a view that is not all up, in words."""
+        out = [f"n{node} calls {x['name']} {x['state']}: {x['reason'][:160]}"
+               for x in v["tasks"] if x["state"] != "up"]
+        out += [f"n{node} names the partition {p['a']} | {p['b']}" for p in v.get("partitions", [])]
+        out += [f"n{node} calls node {n.get('hostname') or n.get('id')} {n.get('status')}"
+                for n in v.get("nodes", []) if n.get("status") not in ("alive", "self")]
+        if v.get("isolated"):
+            out.append(f"n{node} calls itself isolated")
+        return out
+
+    def wrong_in(self, faults, node, v):
+        """What the view says that none of `faults` explains."""
+        tasks, parts, nodes, held = set(), set(), set(), set()
+        for f in faults:
+            a, b, c = f.allows(node, v)
+            tasks |= a
+            parts |= b
+            nodes |= c
+            held |= f.held_up()
+        if any(node in f.blind for f in faults):
+            return []  # a node cut off may say anything about the others
+        out = []
+        for x in v["tasks"]:
+            ok = x["state"] == "up" or x["name"] in tasks or (
+                x["name"] in held and x["state"] in HELD_UP)
+            if not ok:
+                out.append(f"n{node} calls {x['name']} {x['state']}: {x['reason'][:200]}")
+        for p in v.get("partitions", []):
+            if (p["a"], p["b"]) not in parts:
+                out.append(f"n{node} names a partition {p['a']} | {p['b']}")
+        for n in v.get("nodes", []):
+            if n.get("status") in ("silent", "down", "unreachable", "isolated") and \
+                    n.get("hostname") not in nodes:
+                out.append(f"n{node} calls node {n.get('hostname')} {n['status']}")
+        if v.get("isolated"):
+            out.append(f"n{node} calls itself isolated")
+        return out
+
+    def steps(self, views):
+        """{worker: steps} first-hand, from each worker's own node's view."""
+        out = {}
+        for w in WORKERS:
+            v = views.get(node_of(w))
+            x = v and d.task(v, w)
+            if x and x.get("steps") is not None and x["state"] == "up":
+                out[w] = x["steps"]
+        return out
+
+    # ------------------------------------------------------------ one episode
+
+    def draw(self, budget):
+        count = min(budget, self.rng.choice((1, 1, 2, 2, 3)))
+        faults = []
+        for _ in range(30):
+            if len(faults) == count:
+                break
+            free = set(NODES) - set().union(*(f.nodes for f in faults))
+            f = make(self, self.rng, self.rng.choice(self.types), free)
+            if f is not None and compatible(faults, f):
+                faults.append(f)
+        return faults
+
+    def note(self, store, faults, what, extra=()):
+        """Once per episode and thing said (the same words, figures aside)."""
+        names = ", ".join(map(str, faults))
+        key = re.sub(r"[0-9.]+ ?(ms|s)\b", "", what.split(":")[0] + ":" + what.split(":")[1]
+                     if what.count(":") > 1 else what)
+        if (self.episode, key) not in self.seen:
+            self.seen.add((self.episode, key))
+            store.append((self.episode, names, what, *extra))
+            log(f"  !! {what}")
+
+    def run_episode(self, faults):
+        self.episode += 1
+        log(f"episode {self.episode}: " + " + ".join(map(str, faults)))
+        start_wall = time.time()
+        self.impeded = set().union(*(f.held_up() for f in faults))
+        for i, f in enumerate(faults):
+            if i:
+                time.sleep(self.rng.uniform(0.1, 0.8))
+            f.t0, f.t0_wall, f.episode = time.monotonic(), time.time(), self.episode
+            f.inject()
+        limit = self.args.verdict_limit_s
+        while True:
+            now = time.monotonic()
+            views = self.watch.latest()
+            for n, v in views.items():
+                for w in self.wrong_in(faults, n, v):
+                    self.note(self.wrong, faults, w)
+            for f in faults:
+                if f.verdict_s is None and now - f.t0 < limit:
+                    need = f.views(faults)
+                    if all(n in views and f.holds(n, views[n]) for n in need):
+                        f.verdict_s = now - f.t0
+            for f in faults:
+                if f.page and f.page_s is None:
+                    f.page_s = self.first_page(f)
+            waiting = [f for f in faults if now - f.t0 < limit and (
+                f.verdict_s is None or (f.page and f.page_s is None and now - f.t0 < limit)
+                or now - f.t0 < getattr(f, "min_hold_s", lambda: 0)())]
+            if not waiting:
+                break
+            time.sleep(0.03)
+        for f in faults:
+            f.undo()
+            f.undone_at = time.monotonic()
+        self.recover(faults, start_wall)
+        self.done.extend(faults)
+
+    def first_page(self, f):
+        name, labels = f.page
+        for at, got in self.pages(f.t0_wall):
+            if got.get("alertname") != name:
+                continue
+            if self.page_matches(f, got):
+                return at - f.t0_wall
+        return None
+
+    @staticmethod
+    def page_matches(f, got):
+        name, labels = f.page
+        if got.get("alertname") != name:
+            return False
+        if name == "TrainscopeTaskPartitioned":  # either side's page names both
+            a = (labels["role"], labels["task"], labels["peer_role"], labels["peer_task"])
+            b = (got.get("role"), got.get("task"), got.get("peer_role"), got.get("peer_task"))
+            return b in (a, (a[2], a[3], a[0], a[1]))
+        return all(got.get(k, "").startswith(v) if k == "node" else got.get(k) == v
+                   for k, v in labels.items())
+
+    def recover(self, faults, start_wall):
+        """Every view all up and every worker training again, then QUIET_S seconds all up."""
+        undone = max(f.undone_at for f in faults)
+        base = self.steps(self.watch.latest())
+        moved = {}
+        deadline = undone + self.args.recover_limit_s
+        while time.monotonic() < deadline:
+            views = self.watch.latest()
+            now = time.monotonic()
+            for w, s in self.steps(views).items():
+                if w not in moved and w in base and s != base[w]:
+                    moved[w] = now
+                elif w not in base:
+                    base[w] = s
+            for n, v in views.items():
+                for w in self.wrong_in(faults, n, v):
+                    self.note(self.wrong, faults, w)
+            if self.all_up(views) and len(moved) == len(WORKERS):
+                break
+            time.sleep(0.03)
+        else:
+            views = self.watch.latest()
+            what = [w for n, v in views.items() for w in self.not_up(n, v)] or ["a view missing"]
+            self.note(self.wrong, faults, "not back to all up in "
+                      f"{self.args.recover_limit_s:.0f} s: " + "; ".join(what[:4]))
+        for f in faults:
+            held = f.held_up() & set(moved)
+            if held or not f.held_up():
+                f.training_s = max([moved[w] - f.undone_at for w in held] or [0.0])
+        recovered = time.monotonic()
+        quiet_from_wall = time.time()
+        while time.monotonic() - recovered < QUIET_S:
+            for n, v in self.watch.latest().items():
+                for w in self.not_up(n, v):
+                    self.note(self.flapping, faults, w, (time.monotonic() - recovered,))
+            time.sleep(0.05)
+        for at, labels in self.pages(start_wall):
+            if not any(f.page and self.page_matches(f, labels) for f in faults):
+                self.note(self.false_pages, faults, f"page {json.dumps(labels, sort_keys=True)}")
+            elif at > quiet_from_wall:
+                self.note(self.false_pages, faults,
+                          f"page after recovery {json.dumps(labels, sort_keys=True)}")
+
+    def run(self, total):
+        made = 0
+        while made < total:
+            faults = self.draw(total - made)
+            self.run_episode(faults)
+            made += len(faults)
+            for f in faults:
+                log(f"  {f}: verdict {fmt(f.verdict_s)}, page {fmt(f.page_s) if f.page else '-'}"
+                    f", training again {fmt(f.training_s)}")
+
+    # ------------------------------------------------------------ the table
+
+    def report(self):
+        print(f"\n{len(self.done)} faults in {self.episode} episodes, seed {self.args.seed}, "
+              f"4 nodes (2 ps, 2 workers), default flags; times in seconds")
+        head = (f"{'fault':13s} {'n':>4s} {'found':>5s} {'wrong':>5s} {'prec':>5s} {'recall':>6s}"
+                f" {'verdict med/p99/worst':>22s} {'page med/p99/worst':>20s}"
+                f" {'training again med/worst':>25s} {'flaps':>5s}")
+        print(head)
+        ok = True
+        for kind in TYPES:
+            fs = [f for f in self.done if f.name == kind]
+            if not fs:
+                continue
+            found = [f for f in fs if f.verdict_s is not None]
+            in_eps = self.episodes_with(kind)
+            wrong = len([w for w in self.wrong if w[0] in in_eps])
+            flaps = len([w for w in self.flapping if w[0] in in_eps])
+            prec = len(found) / (len(found) + wrong) if found or wrong else 1.0
+            recall = len(found) / len(fs)
+            v = [f.verdict_s for f in found]
+            p = [f.page_s for f in fs if f.page and f.page_s is not None]
+            paged = "-" if not fs[0].page else three(p)
+            tr = [f.training_s for f in fs if f.training_s is not None and not f.restarted]
+            print(f"{kind:13s} {len(fs):4d} {len(found):5d} {wrong:5d} {prec:5.2f} {recall:6.2f}"
+                  f" {three(v):>22s} {paged:>20s} "
+                  f"{(f'{statistics.median(tr):.2f} / {max(tr):.2f}' if tr else '-'):>25s}"
+                  f" {flaps:5d}")
+            ok &= prec == 1.0 and recall == 1.0 and not flaps
+            ok &= not fs[0].page or len(p) == len(fs)
+        for title, rows in (("wrong verdicts", self.wrong), ("flapping after recovery",
+                                                              self.flapping),
+                            ("false or late pages", self.false_pages)):
+            print(f"{title}: {len(rows) or 'none'}")
+            for r in rows:
+                print(f"  episode {r[0]} ({r[1]}): {r[2]}" + (f" at +{r[3]:.1f} s" if
+                                                             len(r) > 3 else ""))
+        ok &= not self.false_pages
+        untrained = [f for f in self.done if f.training_s is None]
+        if untrained:
+            print("no training again after: " + ", ".join(map(str, untrained)))
+        return ok and not untrained
+
+    def episodes_with(self, kind):
+        return {f.episode for f in self.done if f.name == kind}
+
+
+def three(values):
+    if not values:
+        return "-"
+    return f"{statistics.median(values):.2f}/{pct(values, 0.99):.2f}/{max(values):.2f}"
+
+
+def fmt(x):
+    return "-" if x is None else f"{x:.2f} s"
+
+
+# ------------------------------------------------------------------ soak
+
+def soak(c, t, bench, seconds, hog):
+    if hog:
+        for _ in range(2):
+            c.spawn(1, [sys.executable, "-c", "while True: pass"], name="hog")
+        log("two CPU hogs on n1 (the machine has 2 cores)")
+    start_wall, start = time.time(), time.monotonic()
+    seen, last = [], {}
+    checks = 0
+    while time.monotonic() - start < seconds:
+        views = bench.watch.latest()
+        for n in NODES:
+            if n not in views:
+                seen.append((time.monotonic() - start, f"n{n}'s sidecar did not answer"))
+                continue
+            for w in bench.not_up(n, views[n]):
+                key = (n, w.split(":")[0])
+                if last.get(key) != w:
+                    seen.append((time.monotonic() - start, w))
+                last[key] = w
+        checks += 1
+        time.sleep(0.1)
+    pages = bench.pages(start_wall)
+    print(f"\nquiet soak: {seconds:.0f} s, {'2 CPU hogs on n1' if hog else 'no load'}, "
+          f"{checks} checks of the 4 views")
+    print(f"states other than up (or a view missing): {len(seen)}")
+    for at, w in seen[:40]:
+        print(f"  +{at:.1f} s {w}")
+    print(f"pages at the webhook: {len(pages)}")
+    for at, labels in pages[:20]:
+        print(f"  {json.dumps(labels, sort_keys=True)}")
+    return not seen and not pages
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--faults", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--verdict_limit_s", type=float, default=10)
+    ap.add_argument("--recover_limit_s", type=float, default=60)
+    ap.add_argument("--types", default=",".join(TYPES),
+                    help="fault types to draw from, comma-separated")
+    ap.add_argument("--soak_s", type=float, default=0)
+    ap.add_argument("--hog", action="store_true")
+    ap.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
+    ap.add_argument("--keep_logs", action="store_true")
+    args = ap.parse_args()
+    netns.skip_unless_supported("the chaos bench")
+    netns.limit_time(300 + (args.soak_s or 40 * args.faults))
+    log_dir = tempfile.mkdtemp(prefix="chaos-")
+    ok = False
+    with netns.Cluster(5, log_dir=log_dir, log=lambda m: None) as c:
+        ckpt = os.path.join(log_dir, "checkpoints")
+        t = training.TrainingCluster(
+            c, args.bin, training.Layout(LAYOUT), sidecar_nodes=NODES,
+            sidecar_args=["--alertmanager_url", f"http://{c.address(MONITOR)}:{AM_PORT}"],
+            task_args=["--checkpoint_dir", ckpt, "--checkpoint_every_s", "2"])
+        bench = Bench(c, t, args)
+        bench.start_monitoring()
+        t.start()
+        t.wait_training(90)
+        bench.watch.start()
+        d.wait("every view all up", lambda: bench.all_up(bench.watch.latest()), 90)
+        time.sleep(3)
+        if args.soak_s:
+            ok = soak(c, t, bench, args.soak_s, args.hog)
+        else:
+            bench.run(args.faults)
+            ok = bench.report()
+        bench.watch.stop()
+    netns.limit_time(0)
+    if ok or not args.keep_logs:
+        import shutil
+        shutil.rmtree(log_dir, ignore_errors=True)
+    else:
+        print(f"logs: {log_dir}")
+    if args.check and not ok:
+        print("FAILED: a goal was missed (above)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
