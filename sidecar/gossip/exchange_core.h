@@ -27,8 +27,8 @@ struct ExchangeOptions {
   std::string hostname;
   std::vector<std::string> peers;  // The other members' ids.
   MembershipOptions membership;
-  int probe_timeout_ms = 250;             // A direct probe's deadline.
-  int indirect_timeout_ms = 300;          // The deadline of an indirect probe, through a helper.
+  int probe_timeout_ms = 200;             // A direct probe's deadline.
+  int indirect_timeout_ms = 250;          // The deadline of an indirect probe, through a helper.
   double sync_interval_s = 1;             // Anti-entropy with one member this often ...
   size_t sync_slice = 32;                 // ... over this many records.
   int gossip_fanout = 3;                  // Members news is pushed to at once.

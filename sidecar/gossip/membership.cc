@@ -150,7 +150,11 @@ void Membership::OnContact(const v1::Header& header, double now_s) {
     m.incarnation = std::max(m.incarnation, header.incarnation());
   }
   if (!header.hostname().empty()) m.hostname = header.hostname();
-  if (IsolatedSince(now_s)) ForgiveDoubtsSince(last_any_contact_, now_s);
+  // Back after a silence longer than a few periods (this node was cut off, or its link flapped):
+  // its doubts from that silence get a fresh start.
+  if (now_s - last_any_contact_ >= 3 * options_.period_s * HealthMultiplier()) {
+    ForgiveDoubtsSince(last_any_contact_, now_s);
+  }
   m.heard = true;
   m.last_contact = now_s;
   m.direct_failures = 0;
@@ -168,9 +172,9 @@ void Membership::ForgiveDoubtsSince(double since_s, double now_s) {
   for (auto& [id, other] : members_) {
     const bool doubted =
         other.status == MemberStatus::kSuspect || other.status == MemberStatus::kSilent;
-    if (doubted && other.status_since >= since_s) {
-      SetStatus(other, MemberStatus::kSuspect, now_s, /*announce=*/false);
-    }
+    if (!doubted || other.status_since < since_s) continue;
+    other.direct_failures = 0;
+    SetStatus(other, MemberStatus::kAlive, now_s, /*announce=*/false);
   }
 }
 
@@ -271,7 +275,10 @@ void Membership::Tick(double now_s) {
     const double timeout =
         std::max(options_.suspicion_floor_s,
                  SuspicionTimeout() / (1.0 + static_cast<double>(m.confirmations.size())));
-    if (m.status == MemberStatus::kSuspect && now_s - m.status_since >= timeout) {
+    // Confirmed only by a node that has heard from someone since it began to suspect: a node that
+    // hears from nobody may be the one cut off, and its doubts say nothing about the others.
+    const bool heard_since = last_any_contact_ > m.status_since;
+    if (m.status == MemberStatus::kSuspect && heard_since && now_s - m.status_since >= timeout) {
       SetStatus(m, MemberStatus::kSilent, now_s, /*announce=*/!isolated);
     }
   }

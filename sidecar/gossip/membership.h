@@ -36,7 +36,7 @@ struct MembershipOptions {
   double suspicion_floor_s = 0.25;
   // No exchange with any member for this long, while at least min(3, members) distinct members
   // were tried: this node is cut off.
-  double isolation_after_s = 1.0;
+  double isolation_after_s = 0.6;
   // Direct probes of a member that must fail in a row (while it answers through others) before
   // the link to it counts as cut.
   int link_cut_after = 2;
@@ -133,10 +133,10 @@ class Membership {
   void SetStatus(Member& m, MemberStatus status, double now_s, bool announce);
   void Announce(const Member& m);
   void Refute(uint64_t at_least);
-  // This node was cut off since `since_s` and reaches a member again: what it came to doubt
-  // meanwhile says nothing about the others. Those members are suspects again from now (probed,
-  // silent only if they still do not answer), not silent in this node's view: else it would page
-  // a node cut off that was never cut off.
+  // This node heard from nobody since `since_s` (cut off, or its link flapped) and reaches a
+  // member again: what it came to doubt meanwhile says nothing about the others. Those members
+  // are alive again in its view until its probes say otherwise: else it would page a node cut
+  // off that was never cut off.
   void ForgiveDoubtsSince(double since_s, double now_s);
 
   std::string self_;

@@ -254,6 +254,10 @@ std::vector<Evidence> NetworkFailures(const TaskView& v) {
 // to reach its tasks that began before may still be the same fault: the callers' channels are
 // still reconnecting (gRPC backoff, the next retry). Not a partition unless it outlasts this.
 constexpr double kRejoinGraceS = 1.5;
+// A failure to reach a peer is a partition once it has lasted this long: time enough for the
+// sidecars' probes to find that the peer's node (or the caller's) is cut off from every node,
+// which is no partition between two tasks (docs/sidecar.md, "Chaos").
+constexpr double kPartitionAfterS = 0.8;
 
 // What a node's sidecar says of `node` for a partition between tasks: its sidecar answers
 // (kAlive), misses probes (kSuspect: it may be cut off from everyone, which is not a partition
@@ -295,7 +299,8 @@ void FindPartitions(Merge& m, ClusterView& view) {
         continue;
       }
       if (!Answers(b.state)) continue;  // b is dead, hung, missing...: not a partition.
-      if (FromBeforeRejoin(m, a.node, e.since) || FromBeforeRejoin(m, b.node, e.since)) {
+      if (m.in.now_unix - e.since < kPartitionAfterS || FromBeforeRejoin(m, a.node, e.since) ||
+          FromBeforeRejoin(m, b.node, e.since)) {
         continue;  // The cut that ended, until the callers have reconnected.
       }
       PartitionInfo p{ta, e.peer, a.node, b.node, a.address, b.address, e.since, e.error, false};

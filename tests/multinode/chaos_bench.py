@@ -29,6 +29,8 @@ of an episode touch different nodes:
                                                      -> the ps slow by its own figures
   flap         a node's link down and up every 0.5-2 s for about 6 s (first down 2 s)
                                                      -> called cut off in every other view
+                                                        (partitions of its tasks in its short
+                                                        ups and downs are true too)
 
 A fault is held until its verdict holds in every view that can see it (a node cut off sees only
 itself; a killed sidecar has no view), then undone. Then every view must come back to all up,
@@ -154,9 +156,10 @@ class Fault:
         return set()
 
     def views(self, active):
-        """The nodes whose views must name this fault."""
-        blind = set().union(*(f.blind for f in active))
-        return [n for n in NODES if n not in blind and n not in self.no_view()]
+        """The nodes whose views must name this fault: not one cut off (it sees only itself),
+        not one whose sidecar is down."""
+        blind = set().union(*(set(f.blind) | set(f.no_view()) for f in active))
+        return [n for n in NODES if n not in blind]
 
     def no_view(self):
         return ()
@@ -164,6 +167,10 @@ class Fault:
     def allows(self, node, view):
         """Extra things this fault explains in a view: (tasks, partitions, nodes) allowed."""
         return set(self.tasks), set(), set()
+
+    def explains_page(self, labels):
+        """Another page this fault explains besides its own (self.page)."""
+        return False
 
     def __str__(self):
         return self.name
@@ -317,7 +324,9 @@ class LinkDown(Fault):
         return d.isolated_seen_from_outside(v, self.b.c.hostname(self.node), self.tasks)
 
     def views(self, active):
-        return super().views([f for f in active if f is not self]) + [self.node]
+        others = super().views([f for f in active if f is not self])
+        down = set().union(*(set(f.no_view()) for f in active))
+        return others + ([self.node] if self.node not in down else [])
 
     def __str__(self):
         return f"link_down n{self.node}"
@@ -331,6 +340,18 @@ class Flap(LinkDown):
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.flap, daemon=True)
         self.thread.start()
+
+    def allows(self, node, view):
+        # A flapping link cuts the node's tasks from their peers in its short up-and-downs: a
+        # partition between one of them and a task elsewhere is a true verdict too.
+        tasks, _, nodes = super().allows(node, view)
+        parts = {(a, b) for a in self.tasks for b in PS + WORKERS if b not in self.tasks}
+        return tasks, parts | {(b, a) for a, b in parts}, nodes
+
+    def explains_page(self, labels):
+        return labels.get("alertname") == "TrainscopeTaskPartitioned" and any(
+            f"{labels.get(r)}:{labels.get(t)}" in self.tasks
+            for r, t in (("role", "task"), ("peer_role", "peer_task")))
 
     def flap(self):
         # Down 2 s first (long enough to be named), then up and down every 0.5-2 s.
@@ -512,8 +533,10 @@ class Bench:
             parts |= b
             nodes |= c
             held |= f.held_up()
-        if any(node in f.blind for f in faults):
-            return []  # a node cut off may say anything about the others
+        if any(node in f.blind or node in f.no_view() for f in faults):
+            # A node cut off may say anything about the others; a sidecar started again knows
+            # nothing yet ("never answered (not asked yet)") until its first exchanges.
+            return []
         out = []
         for x in v["tasks"]:
             ok = x["state"] == "up" or x["name"] in tasks or (
@@ -660,7 +683,8 @@ class Bench:
                     self.note(self.flapping, faults, w, (time.monotonic() - recovered,))
             time.sleep(0.05)
         for at, labels in self.pages(start_wall):
-            if not any(f.page and self.page_matches(f, labels) for f in faults):
+            if not any(f.page and self.page_matches(f, labels) or f.explains_page(labels)
+                       for f in faults):
                 self.note(self.false_pages, faults, f"page {json.dumps(labels, sort_keys=True)}")
             elif at > quiet_from_wall:
                 self.note(self.false_pages, faults,
