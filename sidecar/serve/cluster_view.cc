@@ -256,8 +256,9 @@ std::vector<Evidence> NetworkFailures(const TaskView& v) {
 constexpr double kRejoinGraceS = 1.5;
 // A failure to reach a peer is a partition once it has lasted this long: time enough for the
 // sidecars' probes to find that the peer's node (or the caller's) is cut off from every node,
-// which is no partition between two tasks (docs/sidecar.md, "Chaos").
-constexpr double kPartitionAfterS = 0.8;
+// and for a stopped peer (whose keepalive fails like a cut's, within 0.75 s) to be called hung
+// (about 1 s), neither of which is a partition between two tasks (docs/sidecar.md, "Chaos").
+constexpr double kPartitionAfterS = 1.2;
 
 // What a node's sidecar says of `node` for a partition between tasks: its sidecar answers
 // (kAlive), misses probes (kSuspect: it may be cut off from everyone, which is not a partition
