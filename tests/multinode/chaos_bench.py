@@ -479,13 +479,11 @@ class Bench:
         monitoring.render_alertmanager(SRC, am_cfg, f"http://127.0.0.1:{HOOK_PORT}/alerts")
         self.c.spawn(MONITOR, [sys.executable, os.path.join(SRC, "tests/drill/webhook_receiver.py"),
                                "--port", HOOK_PORT, "--out", self.hook_file], name="webhook")
-        argv = monitoring.argv_alertmanager(
-            monitoring.tool("prometheus-alertmanager", "prometheus-alertmanager"), am_cfg,
-            os.path.join(self.c.log_dir, "am-data"), AM_PORT)
         # Every node posts to it: it listens on n5's address, not its loopback.
-        argv = [f"--web.listen-address={self.c.address(MONITOR)}:{AM_PORT}"
-                if a.startswith("--web.listen-address=") else a for a in argv]
-        self.c.spawn(MONITOR, argv, name="alertmanager")
+        self.c.spawn(MONITOR, monitoring.argv_alertmanager(
+            monitoring.tool("prometheus-alertmanager", "prometheus-alertmanager"), am_cfg,
+            os.path.join(self.c.log_dir, "am-data"), AM_PORT, address=self.c.address(MONITOR)),
+            name="alertmanager")
         d.wait("Alertmanager ready", lambda: self.c.http_get(
             MONITOR, f"http://{self.c.address(MONITOR)}:{AM_PORT}/-/ready")[0] == 200, 30)
 

@@ -210,10 +210,27 @@ def argv_prometheus_agent(binary, config, data, port):
             "--log.level=warn"]
 
 
-def argv_alertmanager(binary, config, data, port):
-    return [binary, f"--config.file={config}", f"--storage.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
-            "--log.level=warn"]
+def argv_alertmanager(binary, config, data, port, address="127.0.0.1", cluster_port=None,
+                      peers=(), peer_timeout="1s", gossip_interval="100ms",
+                      pushpull_interval="5s"):
+    """Alertmanager alone (cluster_port None), or one of an HA cluster: gossiping on
+    address:cluster_port with peers (["host:port", ...], the others' cluster addresses).
+    Shorter intervals than Alertmanager's defaults (15 s, 200 ms, 1 m), so that a pair settles
+    and deduplicates within seconds: the one second in the peers' order sends peer_timeout
+    after the first, unless the first's notification log (gossiped) says it was sent. Render
+    the config with a group_interval above peer_timeout (docs/alerts.md, "An HA pair of
+    Alertmanagers"). The external URL (in every notification) names the instance:
+    http://address:port."""
+    argv = [binary, f"--config.file={config}", f"--storage.path={data}",
+            f"--web.listen-address={address}:{port}", "--log.level=warn"]
+    if cluster_port is None:
+        return argv + ["--cluster.listen-address="]
+    return argv + [f"--web.external-url=http://{address}:{port}",
+                   f"--cluster.listen-address={address}:{cluster_port}",
+                   *[f"--cluster.peer={p}" for p in peers],
+                   f"--cluster.peer-timeout={peer_timeout}",
+                   f"--cluster.gossip-interval={gossip_interval}",
+                   f"--cluster.pushpull-interval={pushpull_interval}"]
 
 
 def argv_victoria_metrics(binary, data, port):
