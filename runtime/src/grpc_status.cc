@@ -19,8 +19,8 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
 
 ChannelOptions PeerChannelOptions() {
   ChannelOptions options;
-  options.keepalive_time_ms = 250;
-  options.keepalive_timeout_ms = 500;
+  options.keepalive_time_ms = 200;
+  options.keepalive_timeout_ms = 300;
   options.min_reconnect_ms = 100;
   options.max_reconnect_ms = 250;
   return options;

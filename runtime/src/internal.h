@@ -22,8 +22,8 @@ namespace telemetry {
 class Telemetry;
 }
 
-// How tasks talk to each other: a ping 250 ms after the last, answered within 500 ms, so a
-// connection that stops carrying packets fails within 0.75 s (the sidecar names the partition
+// How tasks talk to each other: a ping 200 ms after the last, answered within 300 ms, so a
+// connection that stops carrying packets fails within 0.5 s (the sidecar names the partition
 // from that failure); reconnection 100-250 ms apart, so a healed path carries calls again within
 // a quarter of a second (docs/sidecar.md, "Chaos"). The ps servers accept pings that often.
 ChannelOptions PeerChannelOptions();

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "trainscope/common/cluster_spec.h"
 #include "trainscope/sidecar/api.h"
 
 namespace trainscope::sidecar {
@@ -11,6 +12,30 @@ namespace {
 
 constexpr int kMaxGossipItems = 4096;  // Records or member updates in one message.
 constexpr size_t kSyncAnswerBytes = 1 << 20;
+
+// A call a local task has been waiting on this long is worth a probe of the callee's node.
+constexpr double kWaitWorthAProbeS = 0.2;
+
+// The hosts of the peers that local tasks wait on for a while or fail to reach over the network.
+std::vector<std::string> HostsInTrouble(const std::vector<TaskView>& views) {
+  std::vector<std::string> hosts;
+  auto add = [&](const std::string& address) {
+    auto hp = ParseHostPort(address);
+    if (hp.ok()) hosts.push_back(hp->host);
+  };
+  for (const TaskView& v : views) {
+    for (const PeerInfo& p : v.peers) {
+      if (!p.connected && p.consecutive_failures > 0 && p.network_failure) add(p.address);
+    }
+    for (const CallInFlight& c : v.inflight) {
+      if (c.served || c.age_seconds < kWaitWorthAProbeS) continue;
+      for (const PeerInfo& p : v.peers) {
+        if (p.peer == c.peer) add(p.address);
+      }
+    }
+  }
+  return hosts;
+}
 
 v1::Header WithNode(const v1::Header& h, const std::string& node) {
   v1::Header copy = h;
@@ -27,6 +52,7 @@ ExchangeCore::ExchangeCore(ExchangeOptions options, uint64_t generation, Now now
       own_(options_.self, options_.hostname, generation, options_.reason_refresh_s) {}
 
 bool ExchangeCore::UpdateOwn(const std::vector<TaskView>& views, Now now) {
+  for (const std::string& host : HostsInTrouble(views)) membership_.ProbeSoon(host, now.s);
   const bool isolated = membership_.IsolatedSince(now.s).has_value();
   auto record = own_.Update(views, membership_.UnreachableDirectly(), isolated, now.unix);
   if (!record) return false;
@@ -99,12 +125,15 @@ std::vector<std::string> ExchangeCore::OnPingDone(const std::string& target, boo
   stats_.errors++;
   NoteError(target, why);
   if (!probe) return {};
+  // A failed probe alone says nothing of this node's health (the target may be down): local
+  // health falls when the helpers do not answer either (Lifeguard's missed nacks), below.
   const Member* m = membership_.Find(target);
-  if (m != nullptr && m->heard) membership_.OnProbeMissed();
+  const bool heard = m != nullptr && m->heard;
   membership_.OnDirectFailure(target, why, now.s);
   std::vector<std::string> helpers =
       membership_.IndirectHelpers(target, options_.membership.indirect_probes);
   if (helpers.empty()) {
+    if (heard) membership_.OnProbeMissed();
     membership_.OnIndirectResult(target, false, now.s);
     Drain();
   } else {
@@ -137,7 +166,13 @@ void ExchangeCore::OnPingReqDone(const std::string& helper, const std::string& t
   }
   Indirect& probe = indirect_[target];
   probe.reached |= why.empty() && response.reached();
+  probe.helper_answered |= why.empty();
   if (--probe.outstanding <= 0) {
+    if (probe.helper_answered) {
+      membership_.OnProbeAnswered();
+    } else {
+      membership_.OnProbeMissed();  // Nobody answers this node: the trouble may be its own.
+    }
     membership_.OnIndirectResult(target, probe.reached, now.s);
     indirect_.erase(target);
     Drain();

@@ -139,6 +139,7 @@ class ExchangeCore {
   struct Indirect {
     int outstanding = 0;
     bool reached = false;
+    bool helper_answered = false;  // Some helper answered (reached or not): this node hears.
   };
 
   const ExchangeOptions options_;

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "trainscope/common/cluster_spec.h"
+
 namespace trainscope::sidecar {
 namespace {
 
@@ -11,6 +13,8 @@ using v1::MemberUpdate;
 
 // More members than any cluster we design for; past it, strangers are not added.
 constexpr size_t kMaxMembers = 100000;
+// How long before its last contact a node's doubts are forgiven with those of its silence.
+constexpr double kDoubtsBeforeSilenceS = 2.0;
 
 MemberUpdate::Status ToWire(MemberStatus s) {
   switch (s) {
@@ -98,7 +102,25 @@ void Membership::FillHeader(v1::Header* header) const {
   header->set_hostname(hostname_);
 }
 
+void Membership::ProbeSoon(const std::string& host, double now_s, double min_gap_s) {
+  for (const auto& [id, m] : members_) {
+    auto hp = ParseHostPort(id);
+    if (!hp.ok() || hp->host != host || m.status == MemberStatus::kLeft) continue;
+    auto [at, fresh] = soon_at_.try_emplace(id, now_s);
+    if (!fresh && now_s - at->second < min_gap_s) return;
+    at->second = now_s;
+    if (std::find(soon_.begin(), soon_.end(), id) == soon_.end()) soon_.push_back(id);
+    return;
+  }
+}
+
 std::optional<std::string> Membership::NextProbeTarget() {
+  while (!soon_.empty()) {
+    std::string id = std::move(soon_.front());
+    soon_.erase(soon_.begin());
+    auto it = members_.find(id);
+    if (it != members_.end() && it->second.status != MemberStatus::kLeft) return id;
+  }
   for (int pass = 0; pass < 2; ++pass) {
     while (next_ < order_.size()) {
       const std::string& id = order_[next_++];
@@ -151,9 +173,11 @@ void Membership::OnContact(const v1::Header& header, double now_s) {
   }
   if (!header.hostname().empty()) m.hostname = header.hostname();
   // Back after a silence longer than a few periods (this node was cut off, or its link flapped):
-  // its doubts from that silence get a fresh start.
-  if (now_s - last_any_contact_ >= 3 * options_.period_s * HealthMultiplier()) {
-    ForgiveDoubtsSince(last_any_contact_, now_s);
+  // its doubts from that silence, and from just before it (its link may have been failing
+  // already), get a fresh start.
+  // (Not scaled by local health: a node that heard nothing has raised it to the top.)
+  if (now_s - last_any_contact_ >= 3 * options_.period_s) {
+    ForgiveDoubtsSince(last_any_contact_ - kDoubtsBeforeSilenceS, now_s);
   }
   m.heard = true;
   m.last_contact = now_s;

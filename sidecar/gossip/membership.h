@@ -39,7 +39,7 @@ struct MembershipOptions {
   double isolation_after_s = 0.6;
   // Direct probes of a member that must fail in a row (while it answers through others) before
   // the link to it counts as cut.
-  int link_cut_after = 2;
+  int link_cut_after = 1;
   // Local health (Lifeguard): each probe this node sends that gets no answer raises a score, each
   // answered one lowers it (0..max_local_health); the probe period and timeout are multiplied by
   // 1 + score. A node too loaded to hear answers in time slows itself down instead of flooding
@@ -79,6 +79,11 @@ class Membership {
   // The member to probe directly now, in shuffled round-robin order (left members skipped);
   // nullopt when there is none.
   std::optional<std::string> NextProbeTarget();
+  // The member whose exchange is on `host` (a task's host): probe it next, ahead of the round,
+  // unless it was put ahead less than `min_gap_s` ago. For a node a local task waits on or fails
+  // to reach: whether that node is cut off (no answer through others either) or only the link to
+  // it (answered through others) is then known within one probe, not one round (N periods).
+  void ProbeSoon(const std::string& host, double now_s, double min_gap_s = 1.0);
   // Up to `k` members to ask for an indirect probe of `target`: alive, not the target.
   std::vector<std::string> IndirectHelpers(const std::string& target, int k);
   // Up to `k` random members to push gossip to (alive or suspect first).
@@ -146,6 +151,8 @@ class Membership {
   MembershipOptions options_;
   std::map<std::string, Member> members_;
   std::vector<std::string> order_;  // Probe order; reshuffled at each round's end.
+  std::vector<std::string> soon_;   // Probed before the round's next (ProbeSoon).
+  std::map<std::string, double> soon_at_;  // When each was last put ahead.
   size_t next_ = 0;
   std::mt19937_64 rng_;
   std::map<std::string, v1::MemberUpdate> pending_;  // News to gossip, by member.

@@ -270,6 +270,13 @@ MemberStatus NodeStatus(const Merge& m, const std::string& node) {
   return mem->status == MemberStatus::kLeft ? MemberStatus::kSilent : mem->status;
 }
 
+// A failure that began before the peer (or the caller) answered again: a task resumed after
+// SIGSTOP, or one that came back, within kRejoinGraceS of it. Its callers are reconnecting.
+bool FromBeforeResume(const Merge& m, const TaskView& v, double failing_since) {
+  return v.state == TaskState::kUp && failing_since < v.since &&
+         m.in.now_unix - v.since < kRejoinGraceS;
+}
+
 // A failure that began before `node` answered again, within kRejoinGraceS of it.
 bool FromBeforeRejoin(const Merge& m, const std::string& node, double failing_since) {
   const Member* mem = node == m.in.self ? nullptr : m.MemberOf(node);
@@ -300,12 +307,18 @@ void FindPartitions(Merge& m, ClusterView& view) {
         continue;
       }
       if (!Answers(b.state)) continue;  // b is dead, hung, missing...: not a partition.
-      if (m.in.now_unix - e.since < kPartitionAfterS || FromBeforeRejoin(m, a.node, e.since) ||
-          FromBeforeRejoin(m, b.node, e.since)) {
-        continue;  // The cut that ended, until the callers have reconnected.
+      // Named at once when the two nodes' sidecars reach each other only through others (the
+      // probe the failure set off says so: the link is cut, neither node is); else once it has
+      // lasted kPartitionAfterS. Not for a failure from before a node came back.
+      const bool nodes_cut =
+          m.unreachable[a.node].count(b.node) || m.unreachable[b.node].count(a.node);
+      if ((!nodes_cut && m.in.now_unix - e.since < kPartitionAfterS) ||
+          FromBeforeRejoin(m, a.node, e.since) || FromBeforeRejoin(m, b.node, e.since) ||
+          FromBeforeResume(m, a, e.since) || FromBeforeResume(m, b, e.since)) {
+        continue;
       }
       PartitionInfo p{ta, e.peer, a.node, b.node, a.address, b.address, e.since, e.error, false};
-      p.nodes_cut = m.unreachable[a.node].count(b.node) || m.unreachable[b.node].count(a.node);
+      p.nodes_cut = nodes_cut;
       std::string cut =
           p.nodes_cut ? absl::StrCat("; the sidecars of ", m.NameOf(a.node), " and ",
                                      m.NameOf(b.node), " cannot reach each other directly either")

@@ -229,6 +229,42 @@ TEST_F(ClusterViewTest, PartitionNamesBothSidesAndNeitherIsDeadOrHung) {
   EXPECT_EQ(list.partitions(0).a(), "worker:0");
 }
 
+// The view is n1's (ps:0's node); worker:0 on n2 fails to reach ps:0 over the network.
+TEST_F(ClusterViewTest, APartitionWaitsForEvidenceThatNeitherNodeIsCutOff) {
+  auto failing_for = [&](double seconds) {
+    TaskView w0 = View({"worker", 0}, TaskState::kUp);
+    w0.peers.push_back(
+        {{"ps", 0}, "10.0.0.1:2222", false, 1, "connection lost", seconds, 0, "", true});
+    Report("n2:4317", {w0});
+  };
+  auto cut_link = [&] {
+    auto e = std::make_shared<RecordEntry>(*exchange_->records["n2:4317"]);
+    e->record.add_unreachable_nodes("n1:4317");
+    exchange_->records["n2:4317"] = e;
+  };
+  // 0.5 s of failures, the sidecars' link fine: it could still be n2 cut off, or ps:0 stopped.
+  failing_for(0.5);
+  EXPECT_TRUE(Build().partitions.empty());
+  // The probe it set off found the link cut (n2 reaches n1 only through others): at once.
+  cut_link();
+  ASSERT_EQ(Build().partitions.size(), 1u);
+  // Without that, once it has lasted 1.2 s.
+  failing_for(1.3);
+  ASSERT_EQ(Build().partitions.size(), 1u);
+  // n2's sidecar misses probes too: n2 may be cut off from everyone, which is no partition.
+  MemberOf("n2:4317").status = MemberStatus::kSuspect;
+  EXPECT_TRUE(Build().partitions.empty());
+  // n2 is back (alive since 99.8), and the failure is from before: its calls are reconnecting.
+  MemberOf("n2:4317").status = MemberStatus::kAlive;
+  MemberOf("n2:4317").status_since = 99.8;
+  cut_link();
+  EXPECT_TRUE(Build().partitions.empty());
+  // Still failing 1.5 s after it came back: a partition.
+  MemberOf("n2:4317").status_since = 98.4;
+  failing_for(1.7);
+  EXPECT_EQ(Build().partitions.size(), 1u);
+}
+
 TEST_F(ClusterViewTest, ASlowPeerOrADeadOneIsNoPartition) {
   TaskView w0 = View({"worker", 0}, TaskState::kSlow);
   w0.peers.push_back({{"ps", 0}, "10.0.0.1:2222", false, 3, "no answer within 5000 ms", 6, 0, ""});

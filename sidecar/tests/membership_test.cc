@@ -212,6 +212,19 @@ TEST_F(MembershipTest, WhatACutOffNodeDoubtedIsForgivenWhenItIsBack) {
   EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kAlive);
 }
 
+TEST_F(MembershipTest, ANodeATaskWaitsOnIsProbedNextOncePerGap) {
+  Membership m = Make({"10.0.0.2:4317", "10.0.0.3:4317", "10.0.0.4:4317"});
+  m.ProbeSoon("10.0.0.3", 1);
+  EXPECT_EQ(*m.NextProbeTarget(), "10.0.0.3:4317");
+  m.ProbeSoon("10.0.0.3", 1.5);  // Within a second of the last: the round as usual.
+  m.ProbeSoon("10.0.0.9", 1.5);  // No such member.
+  std::set<std::string> round;
+  for (int i = 0; i < 3; ++i) round.insert(*m.NextProbeTarget());
+  EXPECT_EQ(round.size(), 3u);
+  m.ProbeSoon("10.0.0.3", 2.1);
+  EXPECT_EQ(*m.NextProbeTarget(), "10.0.0.3:4317");
+}
+
 TEST_F(MembershipTest, LeavingIsNewsAndLeftMembersAreNotProbed) {
   Membership m = Make({"b:1", "c:1"});
   m.Leave();

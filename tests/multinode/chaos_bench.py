@@ -143,7 +143,7 @@ class Fault:
     def __init__(self, bench, rng):
         self.b, self.rng = bench, rng
         self.t0 = self.undone_at = None
-        self.verdict_s = self.page_s = self.training_s = None
+        self.verdict_s = self.first_s = self.page_s = self.training_s = None
         self.wrong = []
 
     # What it touches: tasks whose state it changes, nodes it owns, nodes whose views are blind
@@ -606,7 +606,10 @@ class Bench:
             for f in faults:
                 if f.verdict_s is None and now - f.t0 < limit:
                     need = f.views(faults)
-                    if all(n in views and f.holds(n, views[n]) for n in need):
+                    held = [n for n in need if n in views and f.holds(n, views[n])]
+                    if held and f.first_s is None:
+                        f.first_s = now - f.t0
+                    if len(held) == len(need):
                         f.verdict_s = now - f.t0
             for f in faults:
                 if f.page and f.page_s is None:
@@ -695,7 +698,7 @@ class Bench:
             self.run_episode(faults)
             made += len(faults)
             for f in faults:
-                log(f"  {f}: verdict {fmt(f.verdict_s)}, page {fmt(f.page_s) if f.page else '-'}"
+                log(f"  {f}: first view {fmt(f.first_s)}, verdict {fmt(f.verdict_s)}, page {fmt(f.page_s) if f.page else '-'}"
                     f", training again {fmt(f.training_s)}")
 
     # ------------------------------------------------------------ the table
@@ -704,7 +707,7 @@ class Bench:
         print(f"\n{len(self.done)} faults in {self.episode} episodes, seed {self.args.seed}, "
               f"4 nodes (2 ps, 2 workers), default flags; times in seconds")
         head = (f"{'fault':13s} {'n':>4s} {'found':>5s} {'wrong':>5s} {'prec':>5s} {'recall':>6s}"
-                f" {'verdict med/p99/worst':>22s} {'page med/p99/worst':>20s}"
+                f" {'first view med':>14s} {'verdict med/p99/worst':>22s} {'page med/p99/worst':>20s}"
                 f" {'training again med/worst':>25s} {'flaps':>5s}")
         print(head)
         ok = True
@@ -719,10 +722,12 @@ class Bench:
             prec = len(found) / (len(found) + wrong) if found or wrong else 1.0
             recall = len(found) / len(fs)
             v = [f.verdict_s for f in found]
+            first = [f.first_s for f in fs if f.first_s is not None]
             p = [f.page_s for f in fs if f.page and f.page_s is not None]
             paged = "-" if not fs[0].page else three(p)
             tr = [f.training_s for f in fs if f.training_s is not None and not f.restarted]
             print(f"{kind:13s} {len(fs):4d} {len(found):5d} {wrong:5d} {prec:5.2f} {recall:6.2f}"
+                  f" {(f'{statistics.median(first):.2f}' if first else '-'):>14s}"
                   f" {three(v):>22s} {paged:>20s} "
                   f"{(f'{statistics.median(tr):.2f} / {max(tr):.2f}' if tr else '-'):>25s}"
                   f" {flaps:5d}")
