@@ -310,6 +310,9 @@ class Sidecar::Impl {
       x.max_message_bytes = static_cast<size_t>(options_.otlp_max_request_bytes);
       exchange_ = std::make_unique<PeerExchange>(
           std::move(x), [this] { return LocalViews(); }, channel_credentials_);
+      exchange_->SetOnChange([this] {
+        if (notifier_) notifier_->Poke();
+      });
     }
     if (!options_.otlp_upstream.empty()) {
       auto f = OtlpForwarder::Create(options_.otlp_upstream, options_.otlp_queue_bytes);

@@ -124,7 +124,10 @@ std::vector<std::string> ExchangeCore::OnPingDone(const std::string& target, boo
   }
   stats_.errors++;
   NoteError(target, why);
-  if (!probe) return {};
+  if (!probe) {
+    membership_.OnUnanswered(target);
+    return {};
+  }
   // A failed probe alone says nothing of this node's health (the target may be down): local
   // health falls when the helpers do not answer either (Lifeguard's missed nacks), below.
   const Member* m = membership_.Find(target);
@@ -163,6 +166,7 @@ void ExchangeCore::OnPingReqDone(const std::string& helper, const std::string& t
     ApplyGossip(response.gossip(), helper, now);
   } else {
     stats_.errors++;
+    membership_.OnUnanswered(helper);
   }
   Indirect& probe = indirect_[target];
   probe.reached |= why.empty() && response.reached();

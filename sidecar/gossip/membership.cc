@@ -202,6 +202,10 @@ void Membership::ForgiveDoubtsSince(double since_s, double now_s) {
   }
 }
 
+void Membership::OnUnanswered(const std::string& id) {
+  if (members_.count(id)) tried_since_contact_[id] = true;
+}
+
 void Membership::OnDirectFailure(const std::string& id, const std::string& error, double now_s) {
   auto it = members_.find(id);
   if (it == members_.end()) return;

@@ -93,6 +93,10 @@ class Membership {
   void OnContact(const v1::Header& header, double now_s);
   // This node's direct probe of `id` failed with `error`.
   void OnDirectFailure(const std::string& id, const std::string& error, double now_s);
+  // Any other exchange with `id` failed (asking it to probe another, pushing news to it): not a
+  // probe of it, but one more member this node tried and did not reach (a cut-off node whose
+  // probes have slowed down, local health, still finds out within isolation_after_s).
+  void OnUnanswered(const std::string& id);
   // The indirect probes of `id` came back: reached by at least one helper, or by none.
   void OnIndirectResult(const std::string& id, bool reached, double now_s);
   // Gossip about a member's status, as `from` (the member whose message carried it) tells it.

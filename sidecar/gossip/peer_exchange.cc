@@ -207,6 +207,7 @@ class PeerExchange::Impl {
       std::vector<TaskView> views = local_();
       std::vector<std::pair<std::string, Kind>> pings;
       std::optional<std::string> sync_target;
+      bool changed = false;
       {
         std::lock_guard lock(mu_);
         if (core_.UpdateOwn(views, now) && !tick) {
@@ -219,6 +220,7 @@ class PeerExchange::Impl {
           sync_target = p.sync;
         }
         if (core_.dirty() || now.s - published_at >= 1.0) {
+          changed = core_.dirty();
           Publish(now);
           published_at = now.s;
         }
@@ -233,6 +235,7 @@ class PeerExchange::Impl {
         SendPing(target, kind, timeout_ms);
       }
       if (sync_target) SendSync(*sync_target);
+      if (changed && on_change_) on_change_();
     }
   }
 
@@ -380,6 +383,7 @@ class PeerExchange::Impl {
 
  public:
   void SetStacksProvider(StacksProvider provider) { stacks_ = std::move(provider); }
+  void SetOnChange(std::function<void()> on_change) { on_change_ = std::move(on_change); }
   grpc::Service* snapshots_service() { return &snapshots_; }
 
   grpc::Status ServeStacks(const v1::StacksRequest& req, v1::StackList* resp) {
@@ -526,6 +530,7 @@ class PeerExchange::Impl {
     Impl* impl_;
   };
   StacksProvider stacks_;               // Set before Start.
+  std::function<void()> on_change_;     // Set before Start.
   std::atomic<int> stacks_serving_{0};  // Stacks requests being answered.
   std::map<std::string, std::unique_ptr<v1::Snapshots::Stub>> snapshot_stubs_;  // Guarded by mu_.
   SnapshotsService snapshots_{this};
@@ -547,6 +552,9 @@ void PeerExchange::Poke() { impl_->Poke(); }
 std::shared_ptr<const ExchangeSnapshot> PeerExchange::snapshot() const { return impl_->snapshot(); }
 ExchangeStats PeerExchange::stats() const { return impl_->stats(); }
 grpc::Service* PeerExchange::snapshots_service() { return impl_->snapshots_service(); }
+void PeerExchange::SetOnChange(std::function<void()> on_change) {
+  impl_->SetOnChange(std::move(on_change));
+}
 void PeerExchange::SetStacksProvider(StacksProvider provider) {
   impl_->SetStacksProvider(std::move(provider));
 }

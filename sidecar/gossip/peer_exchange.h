@@ -48,6 +48,9 @@ class PeerExchange {
   void Stop();
   // This node's views may have changed: look now rather than at the next period.
   void Poke();
+  // Called (on the exchange's thread, no lock held) after each published change: a member's
+  // status, a record. Set before Start. The notifier evaluates then, not a second later.
+  void SetOnChange(std::function<void()> on_change);
   // The latest published state (at least once a second, and on every change).
   std::shared_ptr<const ExchangeSnapshot> snapshot() const;
   // The counters as they are now.

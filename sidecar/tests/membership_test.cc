@@ -225,6 +225,16 @@ TEST_F(MembershipTest, ANodeATaskWaitsOnIsProbedNextOncePerGap) {
   EXPECT_EQ(*m.NextProbeTarget(), "10.0.0.3:4317");
 }
 
+TEST_F(MembershipTest, HelpersThatDoNotAnswerCountAsTriedForBeingCutOff) {
+  Membership m = Make({"b:1", "c:1", "d:1"});
+  for (const char* id : {"b:1", "c:1", "d:1"}) m.OnContact(HeaderOf(id), 1);
+  m.OnDirectFailure("b:1", "network is unreachable", 1.1);
+  m.OnUnanswered("c:1");
+  EXPECT_FALSE(m.IsolatedSince(2).has_value());  // Two of three tried.
+  m.OnUnanswered("d:1");
+  EXPECT_TRUE(m.IsolatedSince(2).has_value());
+}
+
 TEST_F(MembershipTest, LeavingIsNewsAndLeftMembersAreNotProbed) {
   Membership m = Make({"b:1", "c:1"});
   m.Leave();

@@ -468,6 +468,7 @@ class Bench:
         self.wrong = []  # (episode, fault names, what)
         self.flapping = []  # (episode, fault names, seconds after recovery, what)
         self.false_pages = []
+        self.missed = []  # (episode, fault names, what the views that did not name it said)
         self.impeded = set()
         self.episode = 0
         self.seen = set()
@@ -620,6 +621,13 @@ class Bench:
             if not waiting:
                 break
             time.sleep(0.03)
+        views = self.watch.latest()
+        for f in faults:
+            if f.verdict_s is None:
+                said = [f"n{n}: " + ("no answer" if n not in views else "; ".join(
+                    self.not_up(n, views[n])[:3]) or "all up") for n in f.views(faults)
+                    if n not in views or not f.holds(n, views[n])]
+                self.note(self.missed, faults, f"{f}: " + " | ".join(said))
         for f in faults:
             f.undo()
             f.undone_at = time.monotonic()
@@ -733,8 +741,8 @@ class Bench:
                   f" {flaps:5d}")
             ok &= prec == 1.0 and recall == 1.0 and not flaps
             ok &= not fs[0].page or len(p) == len(fs)
-        for title, rows in (("wrong verdicts", self.wrong), ("flapping after recovery",
-                                                              self.flapping),
+        for title, rows in (("missed verdicts", self.missed), ("wrong verdicts", self.wrong),
+                            ("flapping after recovery", self.flapping),
                             ("false or late pages", self.false_pages)):
             print(f"{title}: {len(rows) or 'none'}")
             for r in rows:
