@@ -817,7 +817,7 @@ def main():
     ap.add_argument("--keep_logs", action="store_true")
     args = ap.parse_args()
     netns.skip_unless_supported("the chaos bench")
-    netns.limit_time(300 + (args.soak_s or 40 * args.faults))
+    netns.limit_time(int(300 + (args.soak_s or 40 * args.faults)))
     log_dir = tempfile.mkdtemp(prefix="chaos-")
     ok = False
     with netns.Cluster(5, log_dir=log_dir, log=lambda m: None) as c:
