@@ -83,8 +83,13 @@ TEST(FirstHandAlerts, LabelsAreTheRulesOwn) {
   EXPECT_NE(alerts[2].annotations.at("description").find("connection lost"), std::string::npos);
   EXPECT_EQ(alerts[2].starts_at, 50);
   EXPECT_EQ(alerts[0].hold_s, 0);  // Confirmed by the sidecar: at once.
-  EXPECT_GT(alerts[2].hold_s, 0);  // Inferred: must last a few seconds.
+  EXPECT_GT(alerts[2].hold_s, 0);  // Inferred, the sidecars' link fine: must last a while.
   EXPECT_EQ(alerts[3].starts_at, 70);
+  // The two nodes' sidecars cannot reach each other directly either: a second path failing the
+  // same way confirms it, at once.
+  ClusterView cut = SampleView();
+  cut.partitions[0].nodes_cut = true;
+  EXPECT_EQ(FirstHandAlerts(cut, {"c", "http://me:9400/"})[2].hold_s, 0);
   for (const FiringAlert& a : alerts) {
     EXPECT_EQ(a.annotations.at("runbook_url").rfind("https://", 0), 0u);
   }
