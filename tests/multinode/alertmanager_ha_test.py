@@ -25,7 +25,6 @@ failed, 77 skipped (no root or no network namespaces; one line says why).
 """
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -98,16 +97,9 @@ class Pair:
     def notifications(self, since=0.0):
         """[(received, status, labels, sender)] of every alert in every notification."""
         out = []
-        if not os.path.exists(self.hook_file):
-            return out
-        with open(self.hook_file) as f:
-            for line in f:
-                rec = json.loads(line)
-                if rec["received"] >= since:
-                    p = rec["payload"]
-                    out.extend((rec["received"], a["status"], a["labels"],
-                                self.name_of(p.get("externalURL", "?")))
-                               for a in p.get("alerts", []))
+        for at, p in monitoring.webhook_records(self.hook_file, since):
+            out.extend((at, a["status"], a["labels"], self.name_of(p.get("externalURL", "?")))
+                       for a in p.get("alerts", []))
         return out
 
     def exactly_once(self, what, task, status, since, timeout=30):

@@ -490,18 +490,9 @@ class Bench:
 
     def pages(self, since_wall):
         """[(received wall time, labels)] of firing first-hand notifications since since_wall."""
-        out = []
-        if not os.path.exists(self.hook_file):
-            return out
-        with open(self.hook_file) as f:
-            for line in f:
-                rec = json.loads(line)
-                if rec["received"] < since_wall:
-                    continue
-                for a in rec["payload"].get("alerts", []):
-                    if a.get("status") == "firing" and a["labels"].get("alertname") in FIRST_HAND:
-                        out.append((rec["received"], a["labels"]))
-        return out
+        return [(at, a["labels"]) for at, payload in monitoring.webhook_records(
+            self.hook_file, since_wall) for a in payload.get("alerts", [])
+            if a.get("status") == "firing" and a["labels"].get("alertname") in FIRST_HAND]
 
     # ------------------------------------------------------------ what the views say
 

@@ -114,17 +114,9 @@ class Drill:
 
     def notifications(self, since=0.0):
         """[(received, status, labels, annotations)] from the webhook's file."""
-        out = []
-        if not os.path.exists(self.hook_file):
-            return out
-        with open(self.hook_file) as f:
-            for line in f:
-                rec = json.loads(line)
-                if rec["received"] < since:
-                    continue
-                for a in rec["payload"].get("alerts", []):
-                    out.append((rec["received"], a["status"], a["labels"], a["annotations"]))
-        return out
+        return [(at, a["status"], a["labels"], a["annotations"])
+                for at, p in monitoring.webhook_records(self.hook_file, since)
+                for a in p.get("alerts", [])]
 
     def wait_notification(self, what, status, match, since, timeout):
         def hit():

@@ -191,6 +191,17 @@ def render_alertmanager(src, path, webhook_url, group_wait="1s", group_interval=
         f.write(am)
 
 
+def webhook_records(path, since=0.0):
+    """[(received, payload)] from the webhook receiver's file (tests/drill/webhook_receiver.py:
+    one JSON line per POST), those received at or after `since` (unix seconds); [] before the
+    first POST."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        records = [json.loads(line) for line in f]
+    return [(r["received"], r["payload"]) for r in records if r["received"] >= since]
+
+
 def tool(name, package):
     path = shutil.which(name) or f"/usr/bin/{name}"
     if not os.access(path, os.X_OK):
