@@ -154,8 +154,8 @@ class Membership {
   uint64_t incarnation_ = 0;
   MembershipOptions options_;
   std::map<std::string, Member> members_;
-  std::vector<std::string> order_;  // Probe order; reshuffled at each round's end.
-  std::vector<std::string> soon_;   // Probed before the round's next (ProbeSoon).
+  std::vector<std::string> order_;         // Probe order; reshuffled at each round's end.
+  std::vector<std::string> soon_;          // Probed before the round's next (ProbeSoon).
   std::map<std::string, double> soon_at_;  // When each was last put ahead.
   size_t next_ = 0;
   std::mt19937_64 rng_;
