@@ -256,7 +256,7 @@ std::vector<Evidence> NetworkFailures(const TaskView& v) {
 constexpr double kRejoinGraceS = 1.5;
 // A failure to reach a peer is a partition once it has lasted this long: time enough for the
 // sidecars' probes to find that the peer's node (or the caller's) is cut off from every node,
-// and for a stopped peer (whose keepalive fails like a cut's, within 0.75 s) to be called hung
+// and for a stopped peer (whose keepalive fails like a cut's, within 0.5 s) to be called hung
 // (about 1 s), neither of which is a partition between two tasks (docs/sidecar.md, "Chaos").
 constexpr double kPartitionAfterS = 1.2;
 
@@ -270,18 +270,21 @@ MemberStatus NodeStatus(const Merge& m, const std::string& node) {
   return mem->status == MemberStatus::kLeft ? MemberStatus::kSilent : mem->status;
 }
 
-// A failure that began before the peer (or the caller) answered again: a task resumed after
-// SIGSTOP, or one that came back, within kRejoinGraceS of it. Its callers are reconnecting.
-bool FromBeforeResume(const Merge& m, const TaskView& v, double failing_since) {
-  return v.state == TaskState::kUp && failing_since < v.since &&
-         m.in.now_unix - v.since < kRejoinGraceS;
+// A failure that began before something answered again at `back_since`, within kRejoinGraceS
+// of it: the callers are still reconnecting.
+bool BeganBefore(const Merge& m, double back_since, double failing_since) {
+  return failing_since < back_since && m.in.now_unix - back_since < kRejoinGraceS;
 }
 
-// A failure that began before `node` answered again, within kRejoinGraceS of it.
+// ... before the peer (or the caller) was up again: resumed after SIGSTOP, or back.
+bool FromBeforeResume(const Merge& m, const TaskView& v, double failing_since) {
+  return v.state == TaskState::kUp && BeganBefore(m, v.since, failing_since);
+}
+
+// ... before `node`'s sidecar answered again (it was cut off, or missed probes).
 bool FromBeforeRejoin(const Merge& m, const std::string& node, double failing_since) {
   const Member* mem = node == m.in.self ? nullptr : m.MemberOf(node);
-  return mem != nullptr && failing_since < mem->status_since &&
-         m.in.now_unix - mem->status_since < kRejoinGraceS;
+  return mem != nullptr && BeganBefore(m, mem->status_since, failing_since);
 }
 
 void FindPartitions(Merge& m, ClusterView& view) {
