@@ -112,7 +112,8 @@ void ExchangeCore::FillPing(const std::string& target, v1::PingRequest* request)
 
 std::vector<std::string> ExchangeCore::OnPingDone(const std::string& target, bool probe,
                                                   const std::string& error,
-                                                  const v1::PingResponse& response, Now now) {
+                                                  const v1::PingResponse& response, Now now,
+                                                  bool other_answered) {
   std::string why = error.empty() ? CheckHeader(response.header()) : error;
   if (why.empty()) {
     stats_.messages_received++;
@@ -124,8 +125,14 @@ std::vector<std::string> ExchangeCore::OnPingDone(const std::string& target, boo
   }
   stats_.errors++;
   NoteError(target, why);
+  // A sidecar of another cluster or protocol (its header refused) answered too.
+  other_answered |= error.empty();
   if (!probe) {
-    membership_.OnUnanswered(target);
+    if (other_answered) {
+      membership_.OnOtherAnswer(target, now.s);
+    } else {
+      membership_.OnUnanswered(target);
+    }
     return {};
   }
   // A failed probe alone says nothing of this node's health (the target may be down): local
@@ -133,10 +140,11 @@ std::vector<std::string> ExchangeCore::OnPingDone(const std::string& target, boo
   const Member* m = membership_.Find(target);
   const bool heard = m != nullptr && m->heard;
   membership_.OnDirectFailure(target, why, now.s);
+  if (other_answered) membership_.OnOtherAnswer(target, now.s);
   std::vector<std::string> helpers =
       membership_.IndirectHelpers(target, options_.membership.indirect_probes);
   if (helpers.empty()) {
-    if (heard) membership_.OnProbeMissed();
+    if (heard && !other_answered) membership_.OnProbeMissed();
     membership_.OnIndirectResult(target, false, now.s);
     Drain();
   } else {
@@ -157,7 +165,7 @@ void ExchangeCore::FillPingReq(const std::string& target, v1::PingReqRequest* re
 
 void ExchangeCore::OnPingReqDone(const std::string& helper, const std::string& target,
                                  const std::string& error, const v1::PingReqResponse& response,
-                                 Now now) {
+                                 Now now, bool other_answered) {
   std::string why = error.empty() ? CheckHeader(response.header()) : error;
   if (why.empty()) {
     stats_.messages_received++;
@@ -166,7 +174,11 @@ void ExchangeCore::OnPingReqDone(const std::string& helper, const std::string& t
     ApplyGossip(response.gossip(), helper, now);
   } else {
     stats_.errors++;
-    membership_.OnUnanswered(helper);
+    if (other_answered || error.empty()) {
+      membership_.OnOtherAnswer(helper, now.s);
+    } else {
+      membership_.OnUnanswered(helper);
+    }
   }
   Indirect& probe = indirect_[target];
   probe.reached |= why.empty() && response.reached();

@@ -90,15 +90,17 @@ class ExchangeCore {
   int ProbeTimeoutMs(const std::string& target) const;
   double PeriodSeconds() const;
 
-  // Client side: fill a request, then hand over its outcome (`error` "" when it succeeded).
+  // Client side: fill a request, then hand over its outcome (`error` "" when it succeeded;
+  // `other_answered` when it failed but something at the address answered: refused, not gRPC,
+  // not a sidecar, see Membership::OnOtherAnswer).
   void FillPing(const std::string& target, v1::PingRequest* request);
   // Returns the helpers to ask for indirect probes of `target` (after a failed direct probe).
   std::vector<std::string> OnPingDone(const std::string& target, bool probe,
                                       const std::string& error, const v1::PingResponse& response,
-                                      Now now);
+                                      Now now, bool other_answered = false);
   void FillPingReq(const std::string& target, v1::PingReqRequest* request);
   void OnPingReqDone(const std::string& helper, const std::string& target, const std::string& error,
-                     const v1::PingReqResponse& response, Now now);
+                     const v1::PingReqResponse& response, Now now, bool other_answered = false);
   void FillSync(v1::SyncRequest* request);
   void OnSyncDone(const std::string& target, const v1::SyncRequest& request,
                   const std::string& error, const v1::SyncResponse& response, Now now);

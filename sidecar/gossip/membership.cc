@@ -206,6 +206,11 @@ void Membership::OnUnanswered(const std::string& id) {
   if (members_.count(id)) tried_since_contact_[id] = true;
 }
 
+void Membership::OnOtherAnswer(const std::string& id, double now_s) {
+  tried_since_contact_.erase(id);
+  last_other_answer_ = std::max(last_other_answer_, now_s);
+}
+
 void Membership::OnDirectFailure(const std::string& id, const std::string& error, double now_s) {
   auto it = members_.find(id);
   if (it == members_.end()) return;
@@ -354,9 +359,10 @@ std::optional<double> Membership::IsolatedSince(double now_s) const {
   size_t candidates = 0;
   for (const auto& [id, m] : members_) candidates += m.status != MemberStatus::kLeft;
   if (candidates == 0) return std::nullopt;
-  if (now_s - last_any_contact_ < options_.isolation_after_s) return std::nullopt;
+  const double last_answer = std::max(last_any_contact_, last_other_answer_);
+  if (now_s - last_answer < options_.isolation_after_s) return std::nullopt;
   if (tried_since_contact_.size() < std::min<size_t>(3, candidates)) return std::nullopt;
-  return last_any_contact_;
+  return last_answer;
 }
 
 std::vector<std::string> Membership::UnreachableDirectly() const {

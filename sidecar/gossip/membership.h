@@ -97,6 +97,10 @@ class Membership {
   // probe of it, but one more member this node tried and did not reach (a cut-off node whose
   // probes have slowed down, local health, still finds out within isolation_after_s).
   void OnUnanswered(const std::string& id);
+  // Something at `id`'s address answered, but not as a sidecar of this cluster (connection
+  // refused, another protocol, another cluster, a TLS refusal): no contact, but proof that the
+  // network reaches it, so this node is not cut off.
+  void OnOtherAnswer(const std::string& id, double now_s);
   // The indirect probes of `id` came back: reached by at least one helper, or by none.
   void OnIndirectResult(const std::string& id, bool reached, double now_s);
   // Gossip about a member's status, as `from` (the member whose message carried it) tells it.
@@ -163,6 +167,7 @@ class Membership {
   std::vector<std::string> events_;
   // Isolation: the last direct exchange with any member, and the distinct members tried since.
   double last_any_contact_;
+  double last_other_answer_ = -1e18;  // OnOtherAnswer.
   bool ever_contacted_ = false;
   int local_health_ = 0;
   std::map<std::string, bool> tried_since_contact_;

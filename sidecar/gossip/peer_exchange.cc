@@ -47,6 +47,16 @@ std::string Words(const grpc::Status& s, int deadline_ms) {
              : SummarizeRpcError(static_cast<int>(s.error_code()), s.error_message(), deadline_ms);
 }
 
+// A failed call that something at the address answered (refused it, spoke another protocol or
+// TLS, or gave an error of its own): the network reaches that address.
+bool OtherAnswered(const grpc::Status& s) {
+  if (s.ok()) return false;
+  const RpcFailure kind =
+      ClassifyRpcError(static_cast<int>(s.error_code()), s.error_message(), 0).kind;
+  return kind == RpcFailure::kRefused || kind == RpcFailure::kTls ||
+         kind == RpcFailure::kApplication;
+}
+
 }  // namespace
 
 class PeerExchange::Impl {
@@ -314,8 +324,8 @@ class PeerExchange::Impl {
     std::vector<std::string> helpers;
     {
       std::lock_guard lock(mu_);
-      helpers =
-          core_.OnPingDone(call->target, call->kind == Kind::kProbe, error, call->resp, Clock());
+      helpers = core_.OnPingDone(call->target, call->kind == Kind::kProbe, error, call->resp,
+                                 Clock(), OtherAnswered(s));
       if (call->reactor != nullptr) {
         --indirect_serving_;
         core_.FillPingReqAnswer(error.empty(), error, call->reply);
@@ -348,7 +358,8 @@ class PeerExchange::Impl {
     {
       std::lock_guard lock(mu_);
       core_.OnPingReqDone(call->helper, call->req.target(),
-                          Words(s, core_.options().indirect_timeout_ms), call->resp, Clock());
+                          Words(s, core_.options().indirect_timeout_ms), call->resp, Clock(),
+                          OtherAnswered(s));
       Log();
     }
     End(&call->ctx);

@@ -235,6 +235,28 @@ TEST_F(MembershipTest, HelpersThatDoNotAnswerCountAsTriedForBeingCutOff) {
   EXPECT_TRUE(m.IsolatedSince(2).has_value());
 }
 
+TEST_F(MembershipTest, PeersThatAnswerAsSomethingElseDoNotMakeThisNodeCutOff) {
+  // --peer_sidecars names two ports where no sidecar answers (one refuses, one speaks HTTP/1),
+  // and the one real sidecar is down: that is not this node cut off from the network.
+  Membership m = Make({"b:1", "c:1", "d:1"});
+  m.OnContact(HeaderOf("d:1"), 1);
+  m.OnDirectFailure("b:1", "connection refused", 1.1);
+  m.OnOtherAnswer("b:1", 1.1);
+  m.OnDirectFailure("c:1", "an HTTP/1 server answers there, not gRPC (wrong port?)", 1.2);
+  m.OnOtherAnswer("c:1", 1.2);
+  m.OnDirectFailure("d:1", "connection timed out", 1.3);
+  EXPECT_FALSE(m.IsolatedSince(2).has_value());
+  m.OnDirectFailure("b:1", "connection refused", 4.8);  // The next round.
+  m.OnOtherAnswer("b:1", 4.8);
+  EXPECT_FALSE(m.IsolatedSince(5).has_value());
+  // Its link goes down: now nothing answers.
+  m.OnDirectFailure("b:1", "network is unreachable", 5.1);
+  m.OnDirectFailure("c:1", "network is unreachable", 5.2);
+  EXPECT_FALSE(m.IsolatedSince(5.3).has_value());  // 0.5 s since the last answer: not yet.
+  ASSERT_TRUE(m.IsolatedSince(5.5).has_value());
+  EXPECT_DOUBLE_EQ(*m.IsolatedSince(5.5), 4.8);
+}
+
 TEST_F(MembershipTest, LeavingIsNewsAndLeftMembersAreNotProbed) {
   Membership m = Make({"b:1", "c:1"});
   m.Leave();

@@ -282,6 +282,12 @@ TEST(SidecarBadInput, PeersThatAreNoSidecarOrSpeakNonsense) {
   EXPECT_NE(tasks.find("something that does not speak gRPC answers there (wrong port?)"),
             std::string::npos)
       << tasks;
+  // Peers that answer as something else are misconfigured, not out of reach: this node is not
+  // cut off from the network, however long it has heard from no sidecar.
+  std::this_thread::sleep_for(seconds(2));
+  tasks = sidecar.Get("/api/v1/tasks");
+  EXPECT_EQ(tasks.find("cut off"), std::string::npos) << tasks;
+  EXPECT_NE(tasks.find("\"isolated\":false"), std::string::npos) << tasks;
 }
 
 }  // namespace
