@@ -390,6 +390,7 @@ std::shared_ptr<ExchangeSnapshot> ExchangeCore::Snapshot(Now now) {
     Member copy = m;
     copy.status_since += to_unix;
     if (copy.last_contact >= 0) copy.last_contact += to_unix;
+    if (copy.back_since >= 0) copy.back_since += to_unix;
     s->members.push_back(std::move(copy));
   }
   s->records = records_.all();

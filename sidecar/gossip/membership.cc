@@ -198,7 +198,9 @@ void Membership::ForgiveDoubtsSince(double since_s, double now_s) {
         other.status == MemberStatus::kSuspect || other.status == MemberStatus::kSilent;
     if (!doubted || other.status_since < since_s) continue;
     other.direct_failures = 0;
+    const double back_since = other.back_since;  // Forgiven, not back: this node was away.
     SetStatus(other, MemberStatus::kAlive, now_s, /*announce=*/false);
+    other.back_since = back_since;
   }
 }
 
@@ -393,6 +395,10 @@ void Membership::SetStatus(Member& m, MemberStatus status, double now_s, bool an
   event += MemberStatusName(status);
   if (status != MemberStatus::kAlive && !m.last_error.empty()) event += " (" + m.last_error + ")";
   events_.push_back(std::move(event));
+  if (status == MemberStatus::kAlive &&
+      (m.status == MemberStatus::kSuspect || m.status == MemberStatus::kSilent)) {
+    m.back_since = now_s;
+  }
   m.status = status;
   m.status_since = now_s;
   if (announce) Announce(m);

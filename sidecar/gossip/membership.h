@@ -63,6 +63,7 @@ struct Member {
   bool heard = false;        // Anything ever came from it (directly or by gossip of its record).
   double status_since = 0;   // Monotonic seconds.
   double last_contact = -1;  // Last direct exchange with it, either way.
+  double back_since = -1;    // When it was last alive again after being doubted, else -1.
   int direct_failures = 0;   // Consecutive failed direct probes from this node.
   bool reached_indirectly = false;  // Its last failed direct probe was answered through others.
   std::string last_error;           // Of the last failed direct probe.

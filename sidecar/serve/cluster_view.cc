@@ -287,12 +287,22 @@ bool FromBeforeRejoin(const Merge& m, const std::string& node, double failing_si
   return mem != nullptr && BeganBefore(m, mem->status_since, failing_since);
 }
 
+// Evidence in a record `node`'s sidecar made before it was back (it was cut off, or its link
+// flapped, and the record came late): stale at any age, until that node's next record.
+bool SeenBeforeRejoin(const Merge& m, const std::string& node, double observed_at) {
+  const Member* mem = node == m.in.self ? nullptr : m.MemberOf(node);
+  return mem != nullptr && mem->back_since >= 0 && observed_at < mem->back_since;
+}
+
 void FindPartitions(Merge& m, ClusterView& view) {
   if (m.isolated_since) return;  // Nothing this node sees of others is current.
   std::vector<std::pair<TaskRef, std::string>> notes_a;
   std::vector<std::pair<TaskRef, std::string>> notes_b;
   for (const auto& [ta, a] : m.tasks) {
-    if (!Answers(a.state) || NodeStatus(m, a.node) != MemberStatus::kAlive) continue;
+    if (!Answers(a.state) || NodeStatus(m, a.node) != MemberStatus::kAlive ||
+        SeenBeforeRejoin(m, a.node, a.observed_at)) {
+      continue;
+    }
     for (const Evidence& e : NetworkFailures(a)) {
       auto it = m.tasks.find(e.peer);
       if (it == m.tasks.end()) continue;

@@ -261,8 +261,17 @@ TEST_F(ClusterViewTest, APartitionWaitsForEvidenceThatNeitherNodeIsCutOff) {
   EXPECT_TRUE(Build().partitions.empty());
   // Still failing 1.5 s after it came back: a partition.
   MemberOf("n2:4317").status_since = 98.4;
+  MemberOf("n2:4317").back_since = 98.4;
   failing_for(1.7);
   EXPECT_EQ(Build().partitions.size(), 1u);
+  // ... but not from a record n2 made before it was back, however late it came.
+  TaskView stale = View({"worker", 0}, TaskState::kUp);
+  stale.observed_at = 98.2;
+  stale.peers.push_back(
+      {{"ps", 0}, "10.0.0.1:2222", false, 1, "connection lost", 1.0, 0, "", true});
+  Report("n2:4317", {stale});
+  cut_link();
+  EXPECT_TRUE(Build().partitions.empty());
 }
 
 TEST_F(ClusterViewTest, ASlowPeerOrADeadOneIsNoPartition) {

@@ -205,11 +205,26 @@ TEST_F(MembershipTest, WhatACutOffNodeDoubtedIsForgivenWhenItIsBack) {
   // (this node was the one cut off).
   m.OnContact(HeaderOf("c:1"), 3);
   EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kAlive);
+  EXPECT_LT(m.Find("b:1")->back_since, 0);  // Forgiven; it was not b that was away.
   EXPECT_EQ(m.Find("d:1")->status, MemberStatus::kAlive);
   for (const MemberUpdate& u : m.TakeUpdates()) EXPECT_EQ(u.node(), "a:1");
   // b answers: alive.
   m.OnContact(HeaderOf("b:1"), 3.1);
   EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kAlive);
+}
+
+TEST_F(MembershipTest, AMemberDoubtedAndThenHeardIsBackSinceThen) {
+  Membership m = Make({"b:1", "c:1", "d:1"});
+  for (const char* id : {"b:1", "c:1", "d:1"}) m.OnContact(HeaderOf(id), 1);
+  EXPECT_LT(m.Find("b:1")->back_since, 0);
+  m.OnDirectFailure("b:1", "connection timed out", 1.2);
+  m.OnContact(HeaderOf("c:1"), 1.4);  // This node hears from others all along.
+  m.OnIndirectResult("b:1", false, 1.5);
+  ASSERT_EQ(m.Find("b:1")->status, MemberStatus::kSuspect);
+  m.OnContact(HeaderOf("d:1"), 1.8);
+  m.OnContact(HeaderOf("b:1"), 2);
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kAlive);
+  EXPECT_DOUBLE_EQ(m.Find("b:1")->back_since, 2);
 }
 
 TEST_F(MembershipTest, ANodeATaskWaitsOnIsProbedNextOncePerGap) {
