@@ -124,10 +124,16 @@ std::string UnreportedReason(const Merge& m, const TaskRef& t) {
   if (mem == nullptr)
     return absl::StrCat("no sidecar reports on it; its node ", name,
                         " is not a member of the exchange (--peer_sidecars?)");
+  if (!mem->heard && mem->last_error.empty()) {
+    // This sidecar has just started: nothing is known of it yet, which is not its fault.
+    return absl::StrCat(
+        "no sidecar reports on it yet: this sidecar has not asked the sidecar "
+        "of its node ",
+        name, " yet (it has just started)");
+  }
   if (!mem->heard) {
     return absl::StrCat("no sidecar reports on it: the sidecar of its node ", name,
-                        " has never answered (",
-                        mem->last_error.empty() ? "not asked yet" : mem->last_error,
+                        " has never answered (", mem->last_error,
                         "); is it running, with the same --grpc_port?");
   }
   if (SidecarDown(*mem)) {

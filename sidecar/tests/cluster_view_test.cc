@@ -112,6 +112,13 @@ TEST_F(ClusterViewTest, FirstHandPlusRecordsAndWhyATaskIsUnknown) {
   EXPECT_EQ(view.nodes[0].id, "n1:4317");
   EXPECT_TRUE(view.nodes[0].self);
   EXPECT_EQ(view.nodes[2].status, "unknown");
+  // Just started: not asked yet, which says nothing against it.
+  MemberOf("n3:4317").last_error.clear();
+  const ClusterView fresh_view = Build();
+  const TaskView& fresh = Find(fresh_view, "worker:1");
+  EXPECT_EQ(fresh.reason,
+            "no sidecar reports on it yet: this sidecar has not asked the sidecar of its node n3 "
+            "(n3:4317) yet (it has just started)");
 }
 
 TEST_F(ClusterViewTest, ACutOffNodeIsOneIncidentNotNTaskFailures) {

@@ -525,7 +525,7 @@ class Bench:
             held |= f.held_up()
         if any(node in f.blind or node in f.no_view() for f in faults):
             # A node cut off may say anything about the others; a sidecar started again knows
-            # nothing yet ("never answered (not asked yet)") until its first exchanges.
+            # nothing yet ("has not asked the sidecar of its node ... yet") until its first exchanges.
             return []
         out = []
         for x in v["tasks"]:
