@@ -396,6 +396,7 @@ std::shared_ptr<ExchangeSnapshot> ExchangeCore::Snapshot(Now now) {
   s->records = records_.all();
   if (auto since = membership_.IsolatedSince(now.s)) s->isolated_since_unix = *since + to_unix;
   s->ever_contacted = membership_.ever_contacted();
+  if (membership_.back_since() >= 0) s->back_since_unix = membership_.back_since() + to_unix;
   s->made_at_unix = now.unix;
   s->stats = stats_;
   dirty_ = false;

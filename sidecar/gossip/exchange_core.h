@@ -56,6 +56,7 @@ struct ExchangeSnapshot {
   std::vector<Member> members;  // The others; status_since and last_contact in unix seconds.
   std::map<std::string, std::shared_ptr<const RecordEntry>> records;  // Every node's, own too.
   std::optional<double> isolated_since_unix;
+  std::optional<double> back_since_unix;  // Membership::back_since.
   bool ever_contacted = false;
   double made_at_unix = 0;
   ExchangeStats stats;

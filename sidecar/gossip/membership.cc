@@ -178,6 +178,7 @@ void Membership::OnContact(const v1::Header& header, double now_s) {
   // (Not scaled by local health: a node that heard nothing has raised it to the top.)
   if (now_s - last_any_contact_ >= 3 * options_.period_s) {
     ForgiveDoubtsSince(last_any_contact_ - kDoubtsBeforeSilenceS, now_s);
+    if (ever_contacted_) back_since_ = now_s;  // Not the first contact: back, not new.
   }
   m.heard = true;
   m.last_contact = now_s;
@@ -232,6 +233,9 @@ void Membership::OnIndirectResult(const std::string& id, bool reached, double no
     SetStatus(m, MemberStatus::kAlive, now_s, /*announce=*/false);
     return;
   }
+  // Heard from it since the direct probe failed (it started again, or a flapping link came back
+  // while the helpers' probes were out): the helpers' "no" is older than that.
+  if (m.direct_failures == 0) return;
   m.reached_indirectly = false;
   // A member never heard from is not suspected: it may not have started yet (its view says
   // "never answered"). Suspicion is for members that were alive.

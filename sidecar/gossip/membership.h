@@ -129,6 +129,9 @@ class Membership {
   // reached some member once: before that, the others may just not have started yet.
   std::optional<double> IsolatedSince(double now_s) const;
   bool ever_contacted() const { return ever_contacted_; }
+  // When this node last heard again after a silence of 3 periods or more (its own link was down
+  // or flapped, short of it finding itself cut off), else -1.
+  double back_since() const { return back_since_; }
   // Members this node reaches only through others (a cut link), for its record.
   std::vector<std::string> UnreachableDirectly() const;
 
@@ -170,6 +173,7 @@ class Membership {
   double last_any_contact_;
   double last_other_answer_ = -1e18;  // OnOtherAnswer.
   bool ever_contacted_ = false;
+  double back_since_ = -1;
   int local_health_ = 0;
   std::map<std::string, bool> tried_since_contact_;
   double started_s_;

@@ -287,9 +287,14 @@ bool FromBeforeResume(const Merge& m, const TaskView& v, double failing_since) {
   return v.state == TaskState::kUp && BeganBefore(m, v.since, failing_since);
 }
 
-// ... before `node`'s sidecar answered again (it was cut off, or missed probes).
+// ... before `node`'s sidecar answered again (it was cut off, or missed probes); for this node,
+// before it heard again after a silence (its own link was down or flapped).
 bool FromBeforeRejoin(const Merge& m, const std::string& node, double failing_since) {
-  const Member* mem = node == m.in.self ? nullptr : m.MemberOf(node);
+  if (node.empty() || node == m.in.self) {
+    return m.in.exchange && m.in.exchange->back_since_unix &&
+           BeganBefore(m, *m.in.exchange->back_since_unix, failing_since);
+  }
+  const Member* mem = m.MemberOf(node);
   return mem != nullptr && BeganBefore(m, mem->status_since, failing_since);
 }
 

@@ -281,6 +281,19 @@ TEST_F(ClusterViewTest, APartitionWaitsForEvidenceThatNeitherNodeIsCutOff) {
   EXPECT_TRUE(Build().partitions.empty());
 }
 
+// This node's own link was down for a second, too short for it to find itself cut off: its
+// tasks' failures from before it heard again are no partition while they reconnect.
+TEST_F(ClusterViewTest, ThisNodesOwnReturnHasTheSameGrace) {
+  Report("n3:4317", {View({"worker", 1}, TaskState::kUp)});
+  local_[0].peers.push_back(
+      {{"worker", 1}, "10.0.0.3:2222", false, 1, "connection lost", 1.5, 0, "", true});
+  ASSERT_EQ(Build().partitions.size(), 1u);  // Failing since 98.5, both nodes alive.
+  exchange_->back_since_unix = 99.5;         // Heard again 0.5 s ago.
+  EXPECT_TRUE(Build().partitions.empty());
+  exchange_->back_since_unix = 98.0;  // Back before the failures began.
+  EXPECT_EQ(Build().partitions.size(), 1u);
+}
+
 TEST_F(ClusterViewTest, ASlowPeerOrADeadOneIsNoPartition) {
   TaskView w0 = View({"worker", 0}, TaskState::kSlow);
   w0.peers.push_back({{"ps", 0}, "10.0.0.1:2222", false, 3, "no answer within 5000 ms", 6, 0, ""});

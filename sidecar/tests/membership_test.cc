@@ -206,6 +206,7 @@ TEST_F(MembershipTest, WhatACutOffNodeDoubtedIsForgivenWhenItIsBack) {
   m.OnContact(HeaderOf("c:1"), 3);
   EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kAlive);
   EXPECT_LT(m.Find("b:1")->back_since, 0);  // Forgiven; it was not b that was away.
+  EXPECT_DOUBLE_EQ(m.back_since(), 3);      // It was this node.
   EXPECT_EQ(m.Find("d:1")->status, MemberStatus::kAlive);
   for (const MemberUpdate& u : m.TakeUpdates()) EXPECT_EQ(u.node(), "a:1");
   // b answers: alive.
@@ -225,6 +226,22 @@ TEST_F(MembershipTest, AMemberDoubtedAndThenHeardIsBackSinceThen) {
   m.OnContact(HeaderOf("b:1"), 2);
   EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kAlive);
   EXPECT_DOUBLE_EQ(m.Find("b:1")->back_since, 2);
+  EXPECT_LT(m.back_since(), 0);  // This node heard from others all along.
+}
+
+TEST_F(MembershipTest, AnAnswerWhileTheHelpersProbeOutdatesTheirNo) {
+  Membership m = Make({"b:1", "c:1"});
+  for (const char* id : {"b:1", "c:1"}) m.OnContact(HeaderOf(id), 1);
+  // b's sidecar was killed: the direct probe is refused, and c is asked to try.
+  m.OnDirectFailure("b:1", "connection refused", 1.2);
+  // b starts again and is heard from before c's answer (its own attempt refused too) is back.
+  m.OnContact(HeaderOf("b:1"), 1.3);
+  m.OnIndirectResult("b:1", false, 1.4);
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kAlive);
+  // Not heard since the next failed probe: suspect.
+  m.OnDirectFailure("b:1", "connection refused", 1.5);
+  m.OnIndirectResult("b:1", false, 1.7);
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kSuspect);
 }
 
 TEST_F(MembershipTest, ANodeATaskWaitsOnIsProbedNextOncePerGap) {
