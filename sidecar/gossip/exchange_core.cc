@@ -72,12 +72,18 @@ ExchangeCore::Period ExchangeCore::OnPeriod(Now now, bool sync_due) {
   membership_.Tick(now.s);
   Drain();
   p.probe = membership_.NextProbeTarget();
+  if (p.probe) probe_sent_s_[*p.probe] = now.s;
   if (!queue_.empty()) p.gossip = membership_.GossipTargets(options_.gossip_fanout);
   if (sync_due || !joined_) {
     auto targets = membership_.GossipTargets(1);
     if (!targets.empty()) p.sync = targets[0];
   }
   return p;
+}
+
+bool ExchangeCore::HeardSince(const std::string& id, double since_s) const {
+  const Member* m = membership_.Find(id);
+  return m != nullptr && m->last_contact >= since_s;
 }
 
 int ExchangeCore::ProbeTimeoutMs(const std::string& target) const {
@@ -135,6 +141,11 @@ std::vector<std::string> ExchangeCore::OnPingDone(const std::string& target, boo
     }
     return {};
   }
+  // Heard from it directly since this probe went out (a message of its own came in): it is
+  // alive, and what failed is this node's connection to it, whose attempt began while the
+  // network was down (a lost SYN is sent again only after 1 s).
+  auto sent = probe_sent_s_.find(target);
+  if (sent != probe_sent_s_.end() && HeardSince(target, sent->second)) return {};
   // A failed probe alone says nothing of this node's health (the target may be down): local
   // health falls when the helpers do not answer either (Lifeguard's missed nacks), below.
   const Member* m = membership_.Find(target);

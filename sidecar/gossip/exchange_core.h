@@ -90,6 +90,8 @@ class ExchangeCore {
   // since it includes setting up the connection.
   int ProbeTimeoutMs(const std::string& target) const;
   double PeriodSeconds() const;
+  // Whether a direct exchange with `id` (either way) happened at or after `since_s` (monotonic).
+  bool HeardSince(const std::string& id, double since_s) const;
 
   // Client side: fill a request, then hand over its outcome (`error` "" when it succeeded;
   // `other_answered` when it failed but something at the address answered: refused, not gRPC,
@@ -152,6 +154,7 @@ class ExchangeCore {
   OwnRecord own_;
   ExchangeStats stats_;
   std::map<std::string, Indirect> indirect_;
+  std::map<std::string, double> probe_sent_s_;  // When each member was last probed (monotonic).
   std::map<std::string, std::string> aliases_;
   std::map<std::string, std::string> last_error_;
   std::vector<std::string> log_;

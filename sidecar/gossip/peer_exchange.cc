@@ -132,6 +132,7 @@ class PeerExchange::Impl {
     v1::PingResponse resp;
     std::string target;
     Kind kind = Kind::kGossip;
+    double sent_s = 0;  // Monotonic.
     // kForIndirect: the PingReq being served, answered when this call ends.
     grpc::ServerUnaryReactor* reactor = nullptr;
     v1::PingReqResponse* reply = nullptr;
@@ -299,6 +300,7 @@ class PeerExchange::Impl {
     call->kind = kind;
     call->reactor = reactor;
     call->reply = reply;
+    call->sent_s = Clock().s;
     call->ctx.set_deadline(After(timeout_ms));
     v1::Exchange::Stub* stub = nullptr;
     {
@@ -328,7 +330,10 @@ class PeerExchange::Impl {
                                  Clock(), OtherAnswered(s));
       if (call->reactor != nullptr) {
         --indirect_serving_;
-        core_.FillPingReqAnswer(error.empty(), error, call->reply);
+        // Heard from the target since this ping went out: reached (what failed is this node's
+        // connection to it, set up while the network was down).
+        core_.FillPingReqAnswer(error.empty() || core_.HeardSince(call->target, call->sent_s),
+                                error, call->reply);
       }
       Log();
     }

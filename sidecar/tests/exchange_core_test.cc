@@ -95,5 +95,41 @@ TEST(ExchangeCore, RefusesPeersOfAnotherClusterOrProtocol) {
   EXPECT_EQ(core.stats().errors, 2);
 }
 
+// A probe fails, but the member's own message came in while it was out (this node's connection
+// to it was still being set up from when the network was down): alive, no indirect probes.
+TEST(ExchangeCore, AProbeThatFailsAfterTheMemberWasHeardIsNoFailure) {
+  ExchangeOptions o;
+  o.cluster = "a";
+  o.self = "x:1";
+  o.peers = {"y:1", "z:1"};
+  ExchangeCore core(o, 1, Now{0, 1.7e9});
+  auto ping_from = [&](const std::string& node, double t) {
+    v1::PingRequest req;
+    req.mutable_header()->set_protocol_version(kExchangeProtocolVersion);
+    req.mutable_header()->set_cluster("a");
+    req.mutable_header()->set_node(node);
+    v1::PingResponse resp;
+    ASSERT_EQ(core.OnPing(req, &resp, Now{t, 1.7e9 + t}), "");
+  };
+  ping_from("y:1", 0.5);
+  ping_from("z:1", 0.5);
+  auto probe = [&](double t) {
+    std::optional<std::string> target;
+    for (int i = 0; i < 3 && target != "y:1"; ++i)
+      target = core.OnPeriod(Now{t, 1.7e9 + t}, false).probe;
+    ASSERT_EQ(target, "y:1");
+  };
+  probe(1);
+  ping_from("y:1", 1.1);
+  EXPECT_TRUE(
+      core.OnPingDone("y:1", true, "connection timed out", {}, Now{1.2, 1.7e9 + 1.2}).empty());
+  EXPECT_EQ(core.membership().Find("y:1")->direct_failures, 0);
+  // Not heard while the next probe was out: a failure, and z is asked to try.
+  probe(2);
+  EXPECT_EQ(core.OnPingDone("y:1", true, "connection timed out", {}, Now{2.2, 1.7e9 + 2.2}),
+            std::vector<std::string>{"z:1"});
+  EXPECT_EQ(core.membership().Find("y:1")->direct_failures, 1);
+}
+
 }  // namespace
 }  // namespace trainscope::sidecar
