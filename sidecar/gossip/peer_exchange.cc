@@ -158,7 +158,8 @@ class PeerExchange::Impl {
       auto* reactor = ctx->DefaultReactor();
       CallGate::Pass pass = impl_->gate_.Enter();
       if (!pass) return Stopping(reactor);
-      reactor->Finish(impl_->Serve([&](Now now) { return impl_->core_.OnPing(*req, resp, now); }));
+      reactor->Finish(impl_->Serve([&](Now now) { return impl_->core_.OnPing(*req, resp, now); },
+                                   req->header().node()));
       return reactor;
     }
     grpc::ServerUnaryReactor* PingReq(grpc::CallbackServerContext* ctx,
@@ -175,7 +176,8 @@ class PeerExchange::Impl {
       auto* reactor = ctx->DefaultReactor();
       CallGate::Pass pass = impl_->gate_.Enter();
       if (!pass) return Stopping(reactor);
-      reactor->Finish(impl_->Serve([&](Now now) { return impl_->core_.OnSync(*req, resp, now); }));
+      reactor->Finish(impl_->Serve([&](Now now) { return impl_->core_.OnSync(*req, resp, now); },
+                                   req->header().node()));
       return reactor;
     }
 
@@ -265,11 +267,24 @@ class PeerExchange::Impl {
   v1::Exchange::Stub* StubFor(const std::string& target) {
     auto it = stubs_.find(target);
     if (it != stubs_.end()) return it->second.get();
-    ChannelOptions channel;
-    channel.max_receive_bytes = static_cast<int>(core_.options().max_message_bytes);
-    channel.keepalive_without_calls = false;
-    auto stub = v1::Exchange::NewStub(MakeChannel(target, channel, credentials_));
+    ChannelOptions options;
+    options.max_receive_bytes = static_cast<int>(core_.options().max_message_bytes);
+    options.keepalive_without_calls = false;
+    std::shared_ptr<grpc::Channel> channel = MakeChannel(target, options, credentials_);
+    channels_[target] = channel;
+    auto stub = v1::Exchange::NewStub(channel);
     return stubs_.emplace(target, std::move(stub)).first->second.get();
+  }
+
+  // A member's request just came in. When this node's channel to it is waiting out a reconnect
+  // backoff (its calls failed while that member's sidecar was down or cut off), reconnect now:
+  // in that state a call fails at once with the old error, and the next probe would make a
+  // member that is back suspect. Caller holds mu_.
+  void Reconnect(const std::string& node) {
+    auto it = channels_.find(node);
+    if (it != channels_.end() && it->second->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+      grpc::experimental::ChannelResetConnectionBackoff(it->second.get());
+    }
   }
 
   // Registers a call for cancellation; false when closing. Caller holds mu_.
@@ -482,9 +497,10 @@ class PeerExchange::Impl {
   // ---- Server side. ----
 
   template <typename Handle>
-  grpc::Status Serve(Handle handle) {
+  grpc::Status Serve(Handle handle, const std::string& from) {
     std::lock_guard lock(mu_);
     std::string why = handle(Clock());
+    if (why.empty()) Reconnect(from);
     Log();
     return why.empty() ? grpc::Status::OK
                        : grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, why);
@@ -501,6 +517,7 @@ class PeerExchange::Impl {
         reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, why));
         return;
       }
+      Reconnect(req.header().node());
       if (indirect_serving_ >= kMaxConcurrentIndirect) {
         reactor->Finish(
             grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many indirect probes at once"));
@@ -518,6 +535,7 @@ class PeerExchange::Impl {
   mutable std::mutex mu_;  // Guards the core and the call bookkeeping below.
   ExchangeCore core_;
   std::map<std::string, std::unique_ptr<v1::Exchange::Stub>> stubs_;
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;  // Of stubs_, by target.
   std::set<grpc::ClientContext*> inflight_;
   std::condition_variable idle_cv_;
   int indirect_serving_ = 0;

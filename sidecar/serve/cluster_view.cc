@@ -331,6 +331,12 @@ void FindPartitions(Merge& m, ClusterView& view) {
         continue;
       }
       if (!Answers(b.state)) continue;  // b is dead, hung, missing...: not a partition.
+      // A record made before this node was back (its own link was down or flapped) of a failure
+      // to reach this node's task: stale at any age, as for another node's return.
+      if (b.node == m.in.self && m.in.exchange && m.in.exchange->back_since_unix &&
+          a.observed_at < *m.in.exchange->back_since_unix) {
+        continue;
+      }
       // Named at once when the two nodes' sidecars reach each other only through others (the
       // probe the failure set off says so: the link is cut, neither node is); else once it has
       // lasted kPartitionAfterS. Not for a failure from before a node came back.

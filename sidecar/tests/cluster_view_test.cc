@@ -292,6 +292,17 @@ TEST_F(ClusterViewTest, ThisNodesOwnReturnHasTheSameGrace) {
   EXPECT_TRUE(Build().partitions.empty());
   exchange_->back_since_unix = 98.0;  // Back before the failures began.
   EXPECT_EQ(Build().partitions.size(), 1u);
+  // Another node's record, made before this node was back, of a failure to reach its ps:0:
+  // stale at any age; its next record counts.
+  local_[0].peers.clear();
+  TaskView w0 = View({"worker", 0}, TaskState::kUp);
+  w0.observed_at = 97.9;
+  w0.peers.push_back({{"ps", 0}, "10.0.0.1:2222", false, 1, "connection lost", 3, 0, "", true});
+  Report("n2:4317", {w0});
+  EXPECT_TRUE(Build().partitions.empty());
+  w0.observed_at = 100;
+  Report("n2:4317", {w0});
+  EXPECT_EQ(Build().partitions.size(), 1u);
 }
 
 TEST_F(ClusterViewTest, ASlowPeerOrADeadOneIsNoPartition) {
