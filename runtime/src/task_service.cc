@@ -136,6 +136,7 @@ void FillPeerView(const PeerHealth::Snapshot& s, v1::PeerView* view) {
   view->set_latency_seconds(s.latency_seconds);
   view->set_step_share(s.step_share);
   view->set_network_failure(s.network_failure);
+  view->set_seconds_failing(s.seconds_failing);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@ void Add(std::atomic<double>& a, double v) {
 
 void PeerHealth::RecordSuccess(double seconds) {
   consecutive_failures_.store(0, std::memory_order_relaxed);
+  first_failure_.store(-1, std::memory_order_relaxed);
   last_success_.store(MonotonicSeconds(), std::memory_order_relaxed);
   network_failure_.store(false, std::memory_order_relaxed);
   if (seconds > 0) {
@@ -24,7 +25,9 @@ void PeerHealth::RecordSuccess(double seconds) {
 }
 
 void PeerHealth::RecordFailure(std::string error, bool network) {
-  consecutive_failures_.fetch_add(1, std::memory_order_relaxed);
+  if (consecutive_failures_.fetch_add(1, std::memory_order_relaxed) == 0) {
+    first_failure_.store(MonotonicSeconds(), std::memory_order_relaxed);
+  }
   network_failure_.store(network, std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   last_error_ = std::move(error);
@@ -52,6 +55,8 @@ PeerHealth::Snapshot PeerHealth::Read() const {
   double last = last_success_.load(std::memory_order_relaxed);
   s.seconds_since_success = last < 0 ? -1 : MonotonicSeconds() - last;
   s.connected = last >= 0 && s.consecutive_failures == 0;
+  const double first = first_failure_.load(std::memory_order_relaxed);
+  s.seconds_failing = first < 0 || s.consecutive_failures == 0 ? 0 : MonotonicSeconds() - first;
   s.latency_seconds = latency_.load(std::memory_order_relaxed);
   s.step_share = share_.load(std::memory_order_relaxed);
   s.network_failure = network_failure_.load(std::memory_order_relaxed);

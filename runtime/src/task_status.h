@@ -51,6 +51,7 @@ class PeerHealth {
     double latency_seconds = 0;
     double step_share = 0;
     bool network_failure = false;
+    double seconds_failing = 0;  // Since the first failure of the current run; 0 when none.
   };
   Snapshot Read() const;
   const TaskRef& peer() const { return peer_; }
@@ -61,6 +62,7 @@ class PeerHealth {
   const std::string address_;
   std::atomic<int64_t> consecutive_failures_{0};
   std::atomic<double> last_success_{-1};  // MonotonicSeconds() of the last success.
+  std::atomic<double> first_failure_{-1};  // ... of the current run's first failure, else -1.
   std::atomic<double> latency_{0};        // Recent mean of successful calls' durations.
   std::atomic<double> wait_{0};           // In calls to the peer during this step.
   std::atomic<double> share_{0};          // Of the last step.

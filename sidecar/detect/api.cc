@@ -97,6 +97,7 @@ void ToProto(const TaskView& v, bool full_peers, pb::TaskView* out) {
     o->set_network_failure(p.network_failure);
     o->set_latency_seconds(Finite(p.latency_seconds));
     o->set_step_share(Finite(p.step_share));
+    o->set_seconds_failing(Finite(p.seconds_failing));
   }
   out->set_cpu_seconds(Finite(v.cpu_seconds));
   out->set_resident_bytes(static_cast<double>(v.resident_bytes));
@@ -173,6 +174,7 @@ absl::StatusOr<TaskView> FromProto(const pb::TaskView& p) {
     info.network_failure = s.network_failure();
     info.latency_seconds = std::max(0.0, Finite(s.latency_seconds()));
     info.step_share = std::clamp(Finite(s.step_share()), 0.0, 1.0);
+    info.seconds_failing = std::max(0.0, Finite(s.seconds_failing()));
     v.peers.push_back(std::move(info));
   }
   v.cpu_seconds = std::max(0.0, Finite(p.cpu_seconds()));

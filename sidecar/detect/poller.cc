@@ -49,6 +49,7 @@ PeerInfo ConvertPeer(const pb::PeerView& p) {
   out.latency_seconds = std::isfinite(p.latency_seconds()) ? std::max(0.0, p.latency_seconds()) : 0;
   out.step_share = std::isfinite(p.step_share()) ? std::clamp(p.step_share(), 0.0, 1.0) : 0;
   out.network_failure = p.network_failure();
+  out.seconds_failing = std::isfinite(p.seconds_failing()) ? std::max(0.0, p.seconds_failing()) : 0;
   return out;
 }
 

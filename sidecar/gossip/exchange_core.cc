@@ -135,9 +135,9 @@ std::vector<std::string> ExchangeCore::OnPingDone(const std::string& target, boo
   other_answered |= error.empty();
   if (!probe) {
     if (other_answered) {
-      membership_.OnOtherAnswer(target, now.s);
+      membership_.OnOtherAnswer(target, now.s, why);
     } else {
-      membership_.OnUnanswered(target);
+      membership_.OnUnanswered(target, why);
     }
     return {};
   }
@@ -151,7 +151,7 @@ std::vector<std::string> ExchangeCore::OnPingDone(const std::string& target, boo
   const Member* m = membership_.Find(target);
   const bool heard = m != nullptr && m->heard;
   membership_.OnDirectFailure(target, why, now.s);
-  if (other_answered) membership_.OnOtherAnswer(target, now.s);
+  if (other_answered) membership_.OnOtherAnswer(target, now.s, why);
   std::vector<std::string> helpers =
       membership_.IndirectHelpers(target, options_.membership.indirect_probes);
   if (helpers.empty()) {
@@ -186,9 +186,9 @@ void ExchangeCore::OnPingReqDone(const std::string& helper, const std::string& t
   } else {
     stats_.errors++;
     if (other_answered || error.empty()) {
-      membership_.OnOtherAnswer(helper, now.s);
+      membership_.OnOtherAnswer(helper, now.s, why);
     } else {
-      membership_.OnUnanswered(helper);
+      membership_.OnUnanswered(helper, why);
     }
   }
   Indirect& probe = indirect_[target];

@@ -205,13 +205,25 @@ void Membership::ForgiveDoubtsSince(double since_s, double now_s) {
   }
 }
 
-void Membership::OnUnanswered(const std::string& id) {
-  if (members_.count(id)) tried_since_contact_[id] = true;
+void Membership::NoteLaterError(const std::string& id, const std::string& error) {
+  auto it = members_.find(id);
+  if (it == members_.end() || error.empty()) return;
+  Member& m = it->second;
+  if (m.direct_failures > 0 || m.status == MemberStatus::kSuspect ||
+      m.status == MemberStatus::kSilent) {
+    m.last_error = error;
+  }
 }
 
-void Membership::OnOtherAnswer(const std::string& id, double now_s) {
+void Membership::OnUnanswered(const std::string& id, const std::string& error) {
+  if (members_.count(id)) tried_since_contact_[id] = true;
+  NoteLaterError(id, error);
+}
+
+void Membership::OnOtherAnswer(const std::string& id, double now_s, const std::string& error) {
   tried_since_contact_.erase(id);
   last_other_answer_ = std::max(last_other_answer_, now_s);
+  NoteLaterError(id, error);
 }
 
 void Membership::OnDirectFailure(const std::string& id, const std::string& error, double now_s) {

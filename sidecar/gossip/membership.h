@@ -97,11 +97,15 @@ class Membership {
   // Any other exchange with `id` failed (asking it to probe another, pushing news to it): not a
   // probe of it, but one more member this node tried and did not reach (a cut-off node whose
   // probes have slowed down, local health, still finds out within isolation_after_s).
-  void OnUnanswered(const std::string& id);
+  // `error`, when given, is the newest word on a member already in doubt (see OnOtherAnswer).
+  void OnUnanswered(const std::string& id, const std::string& error = "");
   // Something at `id`'s address answered, but not as a sidecar of this cluster (connection
   // refused, another protocol, another cluster, a TLS refusal): no contact, but proof that the
-  // network reaches it, so this node is not cut off.
-  void OnOtherAnswer(const std::string& id, double now_s);
+  // network reaches it, so this node is not cut off. When `id` is already in doubt (a failed
+  // probe, suspect, silent), `error` becomes its last error: a sidecar killed mid-probe fails
+  // that probe with "connection reset", and the "connection refused" that follows is what says
+  // its machine answers and only the sidecar is down.
+  void OnOtherAnswer(const std::string& id, double now_s, const std::string& error = "");
   // The indirect probes of `id` came back: reached by at least one helper, or by none.
   void OnIndirectResult(const std::string& id, bool reached, double now_s);
   // Gossip about a member's status, as `from` (the member whose message carried it) tells it.
@@ -150,6 +154,8 @@ class Membership {
   void SetStatus(Member& m, MemberStatus status, double now_s, bool announce);
   void Announce(const Member& m);
   void Refute(uint64_t at_least);
+  // A later call to `id` failed with `error`: its last error, when it is already in doubt.
+  void NoteLaterError(const std::string& id, const std::string& error);
   // This node heard from nobody since `since_s` (cut off, or its link flapped) and reaches a
   // member again: what it came to doubt meanwhile says nothing about the others. Those members
   // are alive again in its view until its probes say otherwise: else it would page a node cut

@@ -225,21 +225,27 @@ struct Evidence {
   TaskRef peer;
   std::string address;
   std::string error;
-  double since = 0;
+  double since = 0;  // The last success (or the start of the wait): what the reason says.
+  // The first failure of this run: when the failure came to light. A worker held up elsewhere
+  // may call a peer long after its last success; only from its first failure on have the
+  // sidecars' probes had a reason to look at the peer's node.
+  double failing_since = 0;
 };
 
 // The peers `v` fails to reach over the network.
 std::vector<Evidence> NetworkFailures(const TaskView& v) {
   std::vector<Evidence> out;
+  // A peer's own figures say when its failures began; a wait on it (blocked_on) began with the
+  // call, which may be long before: it counts only for a peer without figures.
   auto add = [&](const TaskRef& peer, const std::string& address, const std::string& error,
-                 double since) {
+                 double since, double failing_since) {
     for (Evidence& e : out) {
       if (e.peer == peer) {
         e.since = std::min(e.since, since);
         return;
       }
     }
-    out.push_back({peer, address, error, since});
+    out.push_back({peer, address, error, since, failing_since});
   };
   for (const PeerInfo& p : v.peers) {
     if (p.connected || p.consecutive_failures < 1 ||
@@ -247,11 +253,16 @@ std::vector<Evidence> NetworkFailures(const TaskView& v) {
       continue;
     }
     double ago = p.seconds_since_success >= 0 ? p.seconds_since_success : v.observed_at - v.since;
-    add(p.peer, p.address, p.last_error, v.observed_at - std::max(0.0, ago));
+    const double since = v.observed_at - std::max(0.0, ago);
+    // A task that does not say when its failures began: from its last success, as before.
+    const double failing_since =
+        p.seconds_failing > 0 ? std::max(since, v.observed_at - p.seconds_failing) : since;
+    add(p.peer, p.address, p.last_error, since, failing_since);
   }
   for (const BlockedPeer& b : v.blocked_on) {
-    if (IsNetworkError(b.last_error))
-      add(b.peer, b.address, b.last_error, v.observed_at - b.seconds);
+    if (IsNetworkError(b.last_error)) {
+      add(b.peer, b.address, b.last_error, v.observed_at - b.seconds, v.observed_at - b.seconds);
+    }
   }
   return out;
 }
@@ -260,7 +271,8 @@ std::vector<Evidence> NetworkFailures(const TaskView& v) {
 // to reach its tasks that began before may still be the same fault: the callers' channels are
 // still reconnecting (gRPC backoff, the next retry). Not a partition unless it outlasts this.
 constexpr double kRejoinGraceS = 1.5;
-// A failure to reach a peer is a partition once it has lasted this long: time enough for the
+// A failure to reach a peer is a partition once it has lasted this long (from its first failed
+// call, not from the last success): time enough for the
 // sidecars' probes to find that the peer's node (or the caller's) is cut off from every node,
 // and for a stopped peer (whose keepalive fails like a cut's, within 0.5 s) to be called hung
 // (about 1 s), neither of which is a partition between two tasks (docs/sidecar.md, "Chaos").
@@ -342,7 +354,7 @@ void FindPartitions(Merge& m, ClusterView& view) {
       // lasted kPartitionAfterS. Not for a failure from before a node came back.
       const bool nodes_cut =
           m.unreachable[a.node].count(b.node) || m.unreachable[b.node].count(a.node);
-      if ((!nodes_cut && m.in.now_unix - e.since < kPartitionAfterS) ||
+      if ((!nodes_cut && m.in.now_unix - e.failing_since < kPartitionAfterS) ||
           FromBeforeRejoin(m, a.node, e.since) || FromBeforeRejoin(m, b.node, e.since) ||
           FromBeforeResume(m, a, e.since) || FromBeforeResume(m, b, e.since)) {
         continue;

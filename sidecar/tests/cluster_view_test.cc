@@ -281,6 +281,30 @@ TEST_F(ClusterViewTest, APartitionWaitsForEvidenceThatNeitherNodeIsCutOff) {
   EXPECT_TRUE(Build().partitions.empty());
 }
 
+// worker:0 was held up elsewhere, then called ps:0 long after its last success there and failed:
+// the 1.2 s count from that first failure (the probes had no reason to look at n1 before), not
+// from the last success, nor from the start of the wait that covers both.
+TEST_F(ClusterViewTest, APartitionCountsFromTheFirstFailureNotTheLastSuccess) {
+  auto failing = [&](double since_success, double seconds_failing) {
+    TaskView w0 = View({"worker", 0}, TaskState::kBlocked, "waiting in Pull for ps:0");
+    w0.blocked_on.push_back({{"ps", 0}, "10.0.0.1:2222", since_success, "connection timed out"});
+    PeerInfo p{{"ps", 0}, "10.0.0.1:2222", false, 1, "connection timed out", since_success,
+               0,         "",             true};
+    p.seconds_failing = seconds_failing;
+    w0.peers.push_back(p);
+    Report("n2:4317", {w0});
+  };
+  failing(2.0, 0.3);
+  EXPECT_TRUE(Build().partitions.empty());
+  failing(2.0, 1.3);
+  ClusterView view = Build();
+  ASSERT_EQ(view.partitions.size(), 1u);
+  EXPECT_NEAR(view.partitions[0].since, 98.0, 0.01);  // The reason still counts from the success.
+  // A task that does not say (an older runtime): from the last success, as before.
+  failing(2.0, 0);
+  EXPECT_EQ(Build().partitions.size(), 1u);
+}
+
 // This node's own link was down for a second, too short for it to find itself cut off: its
 // tasks' failures from before it heard again are no partition while they reconnect.
 TEST_F(ClusterViewTest, ThisNodesOwnReturnHasTheSameGrace) {

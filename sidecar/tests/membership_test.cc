@@ -289,6 +289,23 @@ TEST_F(MembershipTest, PeersThatAnswerAsSomethingElseDoNotMakeThisNodeCutOff) {
   EXPECT_DOUBLE_EQ(*m.IsolatedSince(5.5), 4.8);
 }
 
+// A sidecar killed while this node's probe was out: the probe fails "connection reset by peer";
+// the next call to it is refused. That newer word is the member's: its machine answers, only its
+// sidecar is down (the view says down, and no node is paged cut off). An alive member's word
+// stays its own.
+TEST_F(MembershipTest, ALaterRefusalIsTheLastErrorOfAMemberInDoubt) {
+  Membership m = Make({"b:1", "c:1"});
+  m.OnContact(HeaderOf("b:1"), 1);
+  m.OnContact(HeaderOf("c:1"), 1);
+  m.OnDirectFailure("b:1", "connection reset by peer", 1.2);
+  m.OnIndirectResult("b:1", false, 1.5);
+  ASSERT_EQ(m.Find("b:1")->status, MemberStatus::kSuspect);
+  m.OnOtherAnswer("b:1", 1.6, "connection refused");
+  EXPECT_EQ(m.Find("b:1")->last_error, "connection refused");
+  m.OnUnanswered("c:1", "no answer within 200 ms");
+  EXPECT_EQ(m.Find("c:1")->last_error, "");
+}
+
 TEST_F(MembershipTest, LeavingIsNewsAndLeftMembersAreNotProbed) {
   Membership m = Make({"b:1", "c:1"});
   m.Leave();

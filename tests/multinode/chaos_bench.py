@@ -568,8 +568,9 @@ class Bench:
                 faults.append(f)
         return faults
 
-    def note(self, store, faults, what, extra=()):
-        """Once per episode and thing said (the same words, figures aside)."""
+    def note(self, store, faults, what, extra=(), view=None):
+        """Once per episode and thing said (the same words, figures aside). The whole view that
+        said it goes to evidence.jsonl in the log folder (kept with --keep_logs)."""
         names = ", ".join(map(str, faults))
         key = re.sub(r"[0-9.]+ ?(ms|s)\b", "", what.split(":")[0] + ":" + what.split(":")[1]
                      if what.count(":") > 1 else what)
@@ -577,6 +578,10 @@ class Bench:
             self.seen.add((self.episode, key))
             store.append((self.episode, names, what, *extra))
             log(f"  !! {what}")
+            if view is not None:
+                with open(os.path.join(self.c.log_dir, "evidence.jsonl"), "a") as out:
+                    out.write(json.dumps({"episode": self.episode, "faults": names, "what": what,
+                                          "wall": time.time(), "view": view}) + "\n")
 
     def run_episode(self, faults):
         self.episode += 1
@@ -594,7 +599,7 @@ class Bench:
             views = self.watch.latest()
             for n, v in views.items():
                 for w in self.wrong_in(faults, n, v):
-                    self.note(self.wrong, faults, w)
+                    self.note(self.wrong, faults, w, view=v)
             for f in faults:
                 if f.verdict_s is None and now - f.t0 < limit:
                     need = f.views(faults)
@@ -662,7 +667,7 @@ class Bench:
                     base[w] = s
             for n, v in views.items():
                 for w in self.wrong_in(faults, n, v):
-                    self.note(self.wrong, faults, w)
+                    self.note(self.wrong, faults, w, view=v)
             if self.all_up(views) and len(moved) == len(WORKERS):
                 break
             time.sleep(0.03)
@@ -680,7 +685,7 @@ class Bench:
         while time.monotonic() - recovered < QUIET_S:
             for n, v in self.watch.latest().items():
                 for w in self.not_up(n, v):
-                    self.note(self.flapping, faults, w, (time.monotonic() - recovered,))
+                    self.note(self.flapping, faults, w, (time.monotonic() - recovered,), view=v)
             time.sleep(0.05)
         for at, labels in self.pages(start_wall):
             if not any(f.page and self.page_matches(f, labels) or f.explains_page(labels)

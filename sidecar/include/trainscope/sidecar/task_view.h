@@ -51,6 +51,8 @@ struct PeerInfo {
   // Recent mean duration of calls to the peer, and the share of the last step spent on it.
   double latency_seconds = 0;
   double step_share = 0;
+  // Since the first failure of the current run of failures (0 when none, or not told).
+  double seconds_failing = 0;
 };
 
 // A call in flight, as the task's last heartbeat listed it.
