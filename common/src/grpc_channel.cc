@@ -16,6 +16,7 @@ grpc::ChannelArguments MakeChannelArguments(const ChannelOptions& o) {
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, o.min_reconnect_ms);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, o.max_reconnect_ms);
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  if (o.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetMaxReceiveMessageSize(o.max_receive_bytes);
   return args;
 }

@@ -264,26 +264,44 @@ class PeerExchange::Impl {
 
   // ---- Client side. ----
 
-  v1::Exchange::Stub* StubFor(const std::string& target) {
+  // Shared: Reconnect may replace it while a caller, out of the lock, starts a call on it.
+  std::shared_ptr<v1::Exchange::Stub> StubFor(const std::string& target) {
     auto it = stubs_.find(target);
-    if (it != stubs_.end()) return it->second.get();
+    if (it != stubs_.end()) return it->second;
     ChannelOptions options;
     options.max_receive_bytes = static_cast<int>(core_.options().max_message_bytes);
     options.keepalive_without_calls = false;
+    // After a heal, an attempt begun while the link was down fails the probes queued on it for
+    // up to the backoff: keep that short, and let Reconnect replace such a channel.
+    options.max_reconnect_ms = 250;
+    options.own_connection = true;
     std::shared_ptr<grpc::Channel> channel = MakeChannel(target, options, credentials_);
     channels_[target] = channel;
     auto stub = v1::Exchange::NewStub(channel);
-    return stubs_.emplace(target, std::move(stub)).first->second.get();
+    return stubs_.emplace(target, std::move(stub)).first->second;
   }
 
-  // A member's request just came in. When this node's channel to it is waiting out a reconnect
-  // backoff (its calls failed while that member's sidecar was down or cut off), reconnect now:
-  // in that state a call fails at once with the old error, and the next probe would make a
-  // member that is back suspect. Caller holds mu_.
+  // A member's request just came in: the network between the two works. When this node's
+  // channel to it is not connected (its calls failed while that member's sidecar was down or
+  // cut off), connect now, or the next probe would make a member that is back suspect:
+  // - waiting out a reconnect backoff, a call fails at once with the old error: reset it;
+  // - still connecting, the attempt may have begun while the link was down (its SYN lost, TCP
+  //   resends it only after 1 s): a new channel (its own connection) starts a fresh attempt, at
+  //   most once a second per member. Calls in flight keep the old channel (their contexts hold it).
+  // Caller holds mu_.
   void Reconnect(const std::string& node) {
     auto it = channels_.find(node);
-    if (it != channels_.end() && it->second->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+    if (it == channels_.end()) return;
+    const grpc_connectivity_state state = it->second->GetState(false);
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE) {
       grpc::experimental::ChannelResetConnectionBackoff(it->second.get());
+    } else if (state == GRPC_CHANNEL_CONNECTING) {
+      const double now = MonotonicSeconds();
+      auto [at, fresh] = renewed_at_.try_emplace(node, now);
+      if (!fresh && now - at->second < 1.0) return;
+      at->second = now;
+      channels_.erase(it);
+      stubs_.erase(node);
     }
   }
 
@@ -317,7 +335,7 @@ class PeerExchange::Impl {
     call->reply = reply;
     call->sent_s = Clock().s;
     call->ctx.set_deadline(After(timeout_ms));
-    v1::Exchange::Stub* stub = nullptr;
+    std::shared_ptr<v1::Exchange::Stub> stub;
     {
       std::unique_lock lock(mu_);
       if (!Begin(&call->ctx)) {
@@ -361,7 +379,7 @@ class PeerExchange::Impl {
     auto call = std::make_unique<PingReqCall>();
     call->helper = helper;
     call->ctx.set_deadline(After(core_.options().indirect_timeout_ms + 100));
-    v1::Exchange::Stub* stub = nullptr;
+    std::shared_ptr<v1::Exchange::Stub> stub;
     {
       std::lock_guard lock(mu_);
       if (!Begin(&call->ctx)) return;
@@ -389,7 +407,7 @@ class PeerExchange::Impl {
     auto call = std::make_unique<SyncCall>();
     call->target = target;
     call->ctx.set_deadline(After(2000));
-    v1::Exchange::Stub* stub = nullptr;
+    std::shared_ptr<v1::Exchange::Stub> stub;
     {
       std::lock_guard lock(mu_);
       if (!Begin(&call->ctx)) return;
@@ -534,8 +552,9 @@ class PeerExchange::Impl {
 
   mutable std::mutex mu_;  // Guards the core and the call bookkeeping below.
   ExchangeCore core_;
-  std::map<std::string, std::unique_ptr<v1::Exchange::Stub>> stubs_;
+  std::map<std::string, std::shared_ptr<v1::Exchange::Stub>> stubs_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;  // Of stubs_, by target.
+  std::map<std::string, double> renewed_at_;  // When Reconnect last replaced a channel.
   std::set<grpc::ClientContext*> inflight_;
   std::condition_variable idle_cv_;
   int indirect_serving_ = 0;

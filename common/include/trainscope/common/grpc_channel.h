@@ -25,9 +25,14 @@ struct ChannelOptions {
   bool keepalive_without_calls = true;
   // A server pings its own clients this often (it mostly only answers theirs).
   int server_keepalive_time_ms = 10000;
-  // Reconnection backoff after a failure.
+  // Reconnection backoff after a failure. gRPC also gives each connection attempt at least
+  // min_reconnect_ms, and at most the current backoff: an attempt begun while the network was
+  // down (its SYN lost) holds the calls made after the network is back for up to that long.
   int min_reconnect_ms = 100;
   int max_reconnect_ms = 1000;
+  // A connection of its own, not shared with other channels to the same address: a new channel
+  // then means a new connection attempt (gRPC's local subchannel pool).
+  bool own_connection = false;
   // Largest message accepted (-1: no limit).
   int max_receive_bytes = 4 << 20;
 };
