@@ -32,6 +32,11 @@ int Severity(TaskState state) { return state == TaskState::kDone ? -1 : static_c
 
 bool IsHealthy(TaskState state) { return state == TaskState::kUp || state == TaskState::kDone; }
 
+double FailingSeconds(const PeerInfo& p) {
+  if (p.connected || p.consecutive_failures < 1) return 0;
+  return p.seconds_failing > 0 ? p.seconds_failing : std::max(0.0, p.seconds_since_success);
+}
+
 std::vector<std::string> TaskView::WaitingOn() const {
   std::vector<std::string> out;
   for (const auto& b : blocked_on) out.push_back(b.peer.ShortName());

@@ -134,6 +134,8 @@ std::vector<std::string> ExchangeCore::OnPingDone(const std::string& target, boo
   // A sidecar of another cluster or protocol (its header refused) answered too.
   other_answered |= error.empty();
   if (!probe) {
+    // Refused: its sidecar may be down. Probe it next, not in its turn.
+    if (SaysRefused(why)) membership_.ProbeMemberSoon(target, now.s);
     if (other_answered) {
       membership_.OnOtherAnswer(target, now.s, why);
     } else {

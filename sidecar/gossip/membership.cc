@@ -32,6 +32,8 @@ MemberUpdate::Status ToWire(MemberStatus s) {
 
 }  // namespace
 
+bool SaysRefused(std::string_view error) { return error.find("refused") != std::string_view::npos; }
+
 std::string_view MemberStatusName(MemberStatus status) {
   switch (status) {
     case MemberStatus::kAlive:
@@ -106,12 +108,18 @@ void Membership::ProbeSoon(const std::string& host, double now_s, double min_gap
   for (const auto& [id, m] : members_) {
     auto hp = ParseHostPort(id);
     if (!hp.ok() || hp->host != host || m.status == MemberStatus::kLeft) continue;
-    auto [at, fresh] = soon_at_.try_emplace(id, now_s);
-    if (!fresh && now_s - at->second < min_gap_s) return;
-    at->second = now_s;
-    if (std::find(soon_.begin(), soon_.end(), id) == soon_.end()) soon_.push_back(id);
+    ProbeMemberSoon(id, now_s, min_gap_s);
     return;
   }
+}
+
+void Membership::ProbeMemberSoon(const std::string& id, double now_s, double min_gap_s) {
+  auto it = members_.find(id);
+  if (it == members_.end() || it->second.status == MemberStatus::kLeft) return;
+  auto [at, fresh] = soon_at_.try_emplace(id, now_s);
+  if (!fresh && now_s - at->second < min_gap_s) return;
+  at->second = now_s;
+  if (std::find(soon_.begin(), soon_.end(), id) == soon_.end()) soon_.push_back(id);
 }
 
 std::optional<std::string> Membership::NextProbeTarget() {
@@ -251,8 +259,13 @@ void Membership::OnIndirectResult(const std::string& id, bool reached, double no
   m.reached_indirectly = false;
   // A member never heard from is not suspected: it may not have started yet (its view says
   // "never answered"). Suspicion is for members that were alive.
-  if (m.status == MemberStatus::kAlive && m.heard) {
-    SetStatus(m, MemberStatus::kSuspect, now_s, /*announce=*/!IsolatedSince(now_s).has_value());
+  if (!m.heard) return;
+  const bool announce = !IsolatedSince(now_s).has_value();
+  if (SaysRefused(m.last_error) &&
+      (m.status == MemberStatus::kAlive || m.status == MemberStatus::kSuspect)) {
+    SetStatus(m, MemberStatus::kSilent, now_s, announce);
+  } else if (m.status == MemberStatus::kAlive) {
+    SetStatus(m, MemberStatus::kSuspect, now_s, announce);
   }
 }
 
@@ -268,8 +281,10 @@ void Membership::OnUpdate(const MemberUpdate& u, double now_s, const std::string
   Member& m = Get(u.node());
   if (m.id.empty() || u.generation() < m.generation) return;
   if (!u.hostname().empty()) m.hostname = u.hostname();
-  // Another node's probe error, kept until this node has one of its own.
-  if (!u.error().empty() && m.last_error.empty()) {
+  // Another node's probe error, kept until this node has one of its own; a refusal (its sidecar
+  // is down, the machine answers) is the more telling word.
+  if (!u.error().empty() && (m.last_error.empty() || (u.status() == MemberUpdate::SILENT &&
+                                                      SaysRefused(u.error())))) {
     m.last_error = u.error().substr(0, 200);
   }
   const bool newer_generation = u.generation() > m.generation;

@@ -54,6 +54,10 @@ struct MembershipOptions {
 enum class MemberStatus { kAlive, kSuspect, kSilent, kLeft };
 std::string_view MemberStatusName(MemberStatus status);
 
+// True when `error` (a failed call's words) says the address refused the connection: its machine
+// answers, and nothing listens on the port.
+bool SaysRefused(std::string_view error);
+
 struct Member {
   std::string id;  // host:port of its exchange.
   std::string hostname;
@@ -85,6 +89,8 @@ class Membership {
   // to reach: whether that node is cut off (no answer through others either) or only the link to
   // it (answered through others) is then known within one probe, not one round (N periods).
   void ProbeSoon(const std::string& host, double now_s, double min_gap_s = 1.0);
+  // The same for the member `id` itself (a call to it other than a probe was refused).
+  void ProbeMemberSoon(const std::string& id, double now_s, double min_gap_s = 1.0);
   // Up to `k` members to ask for an indirect probe of `target`: alive, not the target.
   std::vector<std::string> IndirectHelpers(const std::string& target, int k);
   // Up to `k` random members to push gossip to (alive or suspect first).
@@ -106,7 +112,9 @@ class Membership {
   // that probe with "connection reset", and the "connection refused" that follows is what says
   // its machine answers and only the sidecar is down.
   void OnOtherAnswer(const std::string& id, double now_s, const std::string& error = "");
-  // The indirect probes of `id` came back: reached by at least one helper, or by none.
+  // The indirect probes of `id` came back: reached by at least one helper, or by none. Not
+  // reached, and its port refused this node's probe: its sidecar is down (silent) at once, with
+  // no suspicion to wait out: its machine answered, and nothing there can refute it.
   void OnIndirectResult(const std::string& id, bool reached, double now_s);
   // Gossip about a member's status, as `from` (the member whose message carried it) tells it.
   void OnUpdate(const v1::MemberUpdate& update, double now_s, const std::string& from = "");

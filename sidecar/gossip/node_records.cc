@@ -25,13 +25,19 @@ void AppendKey(const TaskView& v, std::string* key) {
   absl::StrAppend(key, v.task.ShortName(), "|", std::string(StateName(v.state)), "|", v.phase, "|",
                   v.incarnation, "|", v.restarts, "|", v.pid, "|", v.listen_address, "|",
                   v.metrics_address, "|");
-  for (const BlockedPeer& b : v.blocked_on) absl::StrAppend(key, "b", b.peer.ShortName(), ",");
+  // A failure that has lasted long enough to be a partition is news (kPartitionAfterS).
+  for (const BlockedPeer& b : v.blocked_on) {
+    absl::StrAppend(key, "b", b.peer.ShortName(), b.seconds >= kPartitionAfterS ? "L" : "", ",");
+  }
   // Where a stuck task is stuck, in words: "waiting 2.1 s" and "waiting 3.4 s" are the same news.
   for (char c : v.stuck_where) {
     if (!absl::ascii_isdigit(static_cast<unsigned char>(c)) && c != '.') key->push_back(c);
   }
   for (const PeerInfo& p : v.peers) {
-    if (!p.connected) absl::StrAppend(key, "f", p.peer.ShortName(), p.network_failure, ",");
+    if (!p.connected) {
+      absl::StrAppend(key, "f", p.peer.ShortName(), p.network_failure,
+                      FailingSeconds(p) >= kPartitionAfterS ? "L" : "", ",");
+    }
     if (p.step_share >= 0.5) absl::StrAppend(key, "s", p.peer.ShortName(), ",");
   }
   key->push_back(';');

@@ -142,12 +142,14 @@ class PeerExchange::Impl {
     v1::PingReqRequest req;
     v1::PingReqResponse resp;
     std::string helper;
+    double sent_s = 0;  // Monotonic.
   };
   struct SyncCall {
     grpc::ClientContext ctx;
     v1::SyncRequest req;
     v1::SyncResponse resp;
     std::string target;
+    double sent_s = 0;  // Monotonic.
   };
 
   class Service final : public v1::Exchange::CallbackService {
@@ -264,45 +266,49 @@ class PeerExchange::Impl {
 
   // ---- Client side. ----
 
-  // Shared: Reconnect may replace it while a caller, out of the lock, starts a call on it.
+  // Shared: a stuck channel is replaced (below) while a caller, out of the lock, may still start
+  // a call on the old one. Caller holds mu_.
   std::shared_ptr<v1::Exchange::Stub> StubFor(const std::string& target) {
     auto it = stubs_.find(target);
-    if (it != stubs_.end()) return it->second;
+    if (it != stubs_.end() && !Stuck(target)) return it->second;
     ChannelOptions options;
     options.max_receive_bytes = static_cast<int>(core_.options().max_message_bytes);
     options.keepalive_without_calls = false;
-    // After a heal, an attempt begun while the link was down fails the probes queued on it for
-    // up to the backoff: keep that short, and let Reconnect replace such a channel.
+    // After a heal, an attempt begun while the link was down holds the calls made on it for up
+    // to the backoff: keep that short (and see Stuck).
     options.max_reconnect_ms = 250;
-    options.own_connection = true;
+    options.own_connection = true;  // A new channel is a new connection attempt.
     std::shared_ptr<grpc::Channel> channel = MakeChannel(target, options, credentials_);
     channels_[target] = channel;
-    auto stub = v1::Exchange::NewStub(channel);
-    return stubs_.emplace(target, std::move(stub)).first->second;
+    made_at_[target] = MonotonicSeconds();
+    std::shared_ptr<v1::Exchange::Stub> stub = v1::Exchange::NewStub(channel);
+    stubs_[target] = stub;
+    return stub;
   }
 
-  // A member's request just came in: the network between the two works. When this node's
-  // channel to it is not connected (its calls failed while that member's sidecar was down or
-  // cut off), connect now, or the next probe would make a member that is back suspect:
-  // - waiting out a reconnect backoff, a call fails at once with the old error: reset it;
-  // - still connecting, the attempt may have begun while the link was down (its SYN lost, TCP
-  //   resends it only after 1 s): a new channel (its own connection) starts a fresh attempt, at
-  //   most once a second per member. Calls in flight keep the old channel (their contexts hold it).
-  // Caller holds mu_.
-  void Reconnect(const std::string& node) {
-    auto it = channels_.find(node);
-    if (it == channels_.end()) return;
-    const grpc_connectivity_state state = it->second->GetState(false);
-    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE) {
-      grpc::experimental::ChannelResetConnectionBackoff(it->second.get());
-    } else if (state == GRPC_CHANNEL_CONNECTING) {
-      const double now = MonotonicSeconds();
-      auto [at, fresh] = renewed_at_.try_emplace(node, now);
-      if (!fresh && now - at->second < 1.0) return;
-      at->second = now;
-      channels_.erase(it);
-      stubs_.erase(node);
-    }
+  // This node's channel to `target` is not connected, although the member was heard from
+  // (directly, or alive again by the news) since the channel was made and since its last call
+  // failed: the network works, but the channel's attempt may have begun while it did not (a
+  // lost SYN is resent only after 1 s), or it waits out a backoff and fails calls at once with
+  // the old error. Either way the next probe would make a member that is back suspect: a new
+  // channel connects now. At most every 0.5 s per member. Caller holds mu_.
+  bool Stuck(const std::string& target) const {
+    auto channel = channels_.find(target);
+    const Member* m = core_.membership().Find(target);
+    if (channel == channels_.end() || m == nullptr) return false;
+    const grpc_connectivity_state state = channel->second->GetState(false);
+    if (state != GRPC_CHANNEL_CONNECTING && state != GRPC_CHANNEL_TRANSIENT_FAILURE) return false;
+    const double made = made_at_.at(target);
+    auto failed = failed_at_.find(target);
+    const double since = std::max(made, failed == failed_at_.end() ? made : failed->second);
+    return std::max(m->last_contact, m->back_since) > since && MonotonicSeconds() - made >= 0.5;
+  }
+
+  // A call to `target` sent at `sent_s` failed (see Stuck). Caller holds mu_.
+  void NoteFailed(const std::string& target, const std::string& error, double sent_s) {
+    if (error.empty()) return;
+    double& at = failed_at_[target];
+    at = std::max(at, sent_s);
   }
 
   // Registers a call for cancellation; false when closing. Caller holds mu_.
@@ -359,6 +365,7 @@ class PeerExchange::Impl {
     std::vector<std::string> helpers;
     {
       std::lock_guard lock(mu_);
+      NoteFailed(call->target, error, call->sent_s);
       helpers = core_.OnPingDone(call->target, call->kind == Kind::kProbe, error, call->resp,
                                  Clock(), OtherAnswered(s));
       if (call->reactor != nullptr) {
@@ -378,6 +385,7 @@ class PeerExchange::Impl {
   void SendPingReq(const std::string& helper, const std::string& target) {
     auto call = std::make_unique<PingReqCall>();
     call->helper = helper;
+    call->sent_s = Clock().s;
     call->ctx.set_deadline(After(core_.options().indirect_timeout_ms + 100));
     std::shared_ptr<v1::Exchange::Stub> stub;
     {
@@ -395,8 +403,9 @@ class PeerExchange::Impl {
     std::unique_ptr<PingReqCall> call(c);
     {
       std::lock_guard lock(mu_);
-      core_.OnPingReqDone(call->helper, call->req.target(),
-                          Words(s, core_.options().indirect_timeout_ms), call->resp, Clock(),
+      const std::string error = Words(s, core_.options().indirect_timeout_ms);
+      NoteFailed(call->helper, error, call->sent_s);
+      core_.OnPingReqDone(call->helper, call->req.target(), error, call->resp, Clock(),
                           OtherAnswered(s));
       Log();
     }
@@ -406,6 +415,7 @@ class PeerExchange::Impl {
   void SendSync(const std::string& target) {
     auto call = std::make_unique<SyncCall>();
     call->target = target;
+    call->sent_s = Clock().s;
     call->ctx.set_deadline(After(2000));
     std::shared_ptr<v1::Exchange::Stub> stub;
     {
@@ -422,7 +432,9 @@ class PeerExchange::Impl {
     std::unique_ptr<SyncCall> call(c);
     {
       std::lock_guard lock(mu_);
-      core_.OnSyncDone(call->target, call->req, Words(s, 2000), call->resp, Clock());
+      const std::string error = Words(s, 2000);
+      NoteFailed(call->target, error, call->sent_s);
+      core_.OnSyncDone(call->target, call->req, error, call->resp, Clock());
       Log();
     }
     End(&call->ctx);
@@ -518,7 +530,6 @@ class PeerExchange::Impl {
   grpc::Status Serve(Handle handle, const std::string& from) {
     std::lock_guard lock(mu_);
     std::string why = handle(Clock());
-    if (why.empty()) Reconnect(from);
     Log();
     return why.empty() ? grpc::Status::OK
                        : grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, why);
@@ -535,7 +546,6 @@ class PeerExchange::Impl {
         reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, why));
         return;
       }
-      Reconnect(req.header().node());
       if (indirect_serving_ >= kMaxConcurrentIndirect) {
         reactor->Finish(
             grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many indirect probes at once"));
@@ -554,7 +564,8 @@ class PeerExchange::Impl {
   ExchangeCore core_;
   std::map<std::string, std::shared_ptr<v1::Exchange::Stub>> stubs_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;  // Of stubs_, by target.
-  std::map<std::string, double> renewed_at_;  // When Reconnect last replaced a channel.
+  std::map<std::string, double> made_at_;    // When each channel was made (monotonic).
+  std::map<std::string, double> failed_at_;  // When a call on it last failed (monotonic).
   std::set<grpc::ClientContext*> inflight_;
   std::condition_variable idle_cv_;
   int indirect_serving_ = 0;

@@ -30,7 +30,7 @@ std::string NodeName(const std::string& id, const std::string& hostname) {
 
 // A silent member whose port refuses connections: its machine answers, its sidecar is down.
 bool SidecarDown(const Member& m) {
-  return m.status == MemberStatus::kSilent && absl::StrContains(m.last_error, "refused");
+  return m.status == MemberStatus::kSilent && SaysRefused(m.last_error);
 }
 
 // A state in which a task answers its own sidecar.
@@ -254,10 +254,8 @@ std::vector<Evidence> NetworkFailures(const TaskView& v) {
     }
     double ago = p.seconds_since_success >= 0 ? p.seconds_since_success : v.observed_at - v.since;
     const double since = v.observed_at - std::max(0.0, ago);
-    // A task that does not say when its failures began: from its last success, as before.
-    const double failing_since =
-        p.seconds_failing > 0 ? std::max(since, v.observed_at - p.seconds_failing) : since;
-    add(p.peer, p.address, p.last_error, since, failing_since);
+    add(p.peer, p.address, p.last_error, since,
+        std::max(since, v.observed_at - FailingSeconds(p)));
   }
   for (const BlockedPeer& b : v.blocked_on) {
     if (IsNetworkError(b.last_error)) {
@@ -271,12 +269,6 @@ std::vector<Evidence> NetworkFailures(const TaskView& v) {
 // to reach its tasks that began before may still be the same fault: the callers' channels are
 // still reconnecting (gRPC backoff, the next retry). Not a partition unless it outlasts this.
 constexpr double kRejoinGraceS = 1.5;
-// A failure to reach a peer is a partition once it has lasted this long (from its first failed
-// call, not from the last success): time enough for the
-// sidecars' probes to find that the peer's node (or the caller's) is cut off from every node,
-// and for a stopped peer (whose keepalive fails like a cut's, within 0.5 s) to be called hung
-// (about 1 s), neither of which is a partition between two tasks (docs/sidecar.md, "Chaos").
-constexpr double kPartitionAfterS = 1.2;
 
 // What a node's sidecar says of `node` for a partition between tasks: its sidecar answers
 // (kAlive), misses probes (kSuspect: it may be cut off from everyone, which is not a partition
@@ -350,11 +342,14 @@ void FindPartitions(Merge& m, ClusterView& view) {
         continue;
       }
       // Named at once when the two nodes' sidecars reach each other only through others (the
-      // probe the failure set off says so: the link is cut, neither node is); else once it has
-      // lasted kPartitionAfterS. Not for a failure from before a node came back.
+      // probe the failure set off says so: the link is cut, neither node is); else once it had
+      // lasted kPartitionAfterS when a's sidecar observed it (a record that came before the
+      // failure was that old does not turn into a partition as this node's clock runs on: a's
+      // sidecar sends a new one when it crosses, or when the failure ends). Not for a failure from
+      // before a node came back.
       const bool nodes_cut =
           m.unreachable[a.node].count(b.node) || m.unreachable[b.node].count(a.node);
-      if ((!nodes_cut && m.in.now_unix - e.failing_since < kPartitionAfterS) ||
+      if ((!nodes_cut && a.observed_at - e.failing_since < kPartitionAfterS) ||
           FromBeforeRejoin(m, a.node, e.since) || FromBeforeRejoin(m, b.node, e.since) ||
           FromBeforeResume(m, a, e.since) || FromBeforeResume(m, b, e.since)) {
         continue;

@@ -303,6 +303,15 @@ TEST_F(ClusterViewTest, APartitionCountsFromTheFirstFailureNotTheLastSuccess) {
   // A task that does not say (an older runtime): from the last success, as before.
   failing(2.0, 0);
   EXPECT_EQ(Build().partitions.size(), 1u);
+  // A record that came while the failure was 0.8 s old is judged as observed, however late this
+  // node reads it: n2 sends a new one when it crosses 1.2 s, or when the calls work again.
+  TaskView w0 = View({"worker", 0}, TaskState::kUp);
+  w0.observed_at = 98.5;
+  PeerInfo p{{"ps", 0}, "10.0.0.1:2222", false, 2, "connection timed out", 1.3, 0, "", true};
+  p.seconds_failing = 0.8;
+  w0.peers = {p};
+  Report("n2:4317", {w0});
+  EXPECT_TRUE(Build().partitions.empty());
 }
 
 // This node's own link was down for a second, too short for it to find itself cut off: its

@@ -238,10 +238,11 @@ TEST_F(MembershipTest, AnAnswerWhileTheHelpersProbeOutdatesTheirNo) {
   m.OnContact(HeaderOf("b:1"), 1.3);
   m.OnIndirectResult("b:1", false, 1.4);
   EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kAlive);
-  // Not heard since the next failed probe: suspect.
+  // Not heard since the next failed probe, refused and not reached through c: its sidecar is
+  // down (silent at once, see ARefusedProbeThatNoHelperGetsThroughIsDownAtOnce).
   m.OnDirectFailure("b:1", "connection refused", 1.5);
   m.OnIndirectResult("b:1", false, 1.7);
-  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kSuspect);
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kSilent);
 }
 
 TEST_F(MembershipTest, ANodeATaskWaitsOnIsProbedNextOncePerGap) {
@@ -304,6 +305,30 @@ TEST_F(MembershipTest, ALaterRefusalIsTheLastErrorOfAMemberInDoubt) {
   EXPECT_EQ(m.Find("b:1")->last_error, "connection refused");
   m.OnUnanswered("c:1", "no answer within 200 ms");
   EXPECT_EQ(m.Find("c:1")->last_error, "");
+}
+
+// A refused probe that no helper gets through either: the machine answered and nothing listens,
+// so its sidecar is down now, with no suspicion to wait out. A probe that timed out is a doubt.
+TEST_F(MembershipTest, ARefusedProbeThatNoHelperGetsThroughIsDownAtOnce) {
+  Membership m = Make({"b:1", "c:1", "d:1"});
+  for (const char* id : {"b:1", "c:1", "d:1"}) m.OnContact(HeaderOf(id), 1);
+  m.OnDirectFailure("b:1", "connection refused", 1.2);
+  m.OnIndirectResult("b:1", false, 1.25);
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kSilent);
+  m.OnDirectFailure("c:1", "no answer within 200 ms", 1.2);
+  m.OnIndirectResult("c:1", false, 1.45);
+  EXPECT_EQ(m.Find("c:1")->status, MemberStatus::kSuspect);
+  // Refused, but a helper got through (a rule on this path only): alive.
+  m.OnDirectFailure("d:1", "connection refused", 1.2);
+  m.OnIndirectResult("d:1", true, 1.25);
+  EXPECT_EQ(m.Find("d:1")->status, MemberStatus::kAlive);
+  // Others learn the refusal with the news: its sidecar is down, not its node cut off.
+  Membership other = Make({"b:1", "c:1"});
+  other.OnContact(HeaderOf("b:1"), 1);
+  other.OnDirectFailure("b:1", "connection reset by peer", 1.2);
+  for (const auto& u : m.TakeUpdates()) other.OnUpdate(u, 1.3, "a:1");
+  EXPECT_EQ(other.Find("b:1")->status, MemberStatus::kSilent);
+  EXPECT_TRUE(SaysRefused(other.Find("b:1")->last_error));
 }
 
 TEST_F(MembershipTest, LeavingIsNewsAndLeftMembersAreNotProbed) {

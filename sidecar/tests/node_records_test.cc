@@ -171,5 +171,30 @@ TEST(OwnRecord, VersionRisesOnNewsNotOnMovingNumbers) {
   EXPECT_TRUE(isolated->isolated());
 }
 
+// A failure to reach a peer is news when it starts, and again when it has lasted long enough to
+// be a partition (kPartitionAfterS), so that other views judge it as observed; not in between.
+TEST(OwnRecord, AFailureThatLastsLongEnoughForAPartitionIsNewsAgain) {
+  OwnRecord own("a:1", "a", 7, /*refresh_s=*/5);
+  std::vector<TaskView> views = {Up(0)};
+  ASSERT_TRUE(own.Update(views, {}, false, 100).has_value());
+  PeerInfo p;
+  p.peer = {"ps", 0};
+  p.consecutive_failures = 1;
+  p.network_failure = true;
+  p.last_error = "connection timed out";
+  p.seconds_since_success = 3;
+  p.seconds_failing = 0.3;
+  views[0].peers = {p};
+  EXPECT_TRUE(own.Update(views, {}, false, 100.3).has_value());
+  views[0].peers[0].seconds_failing = 0.9;
+  EXPECT_FALSE(own.Update(views, {}, false, 100.9).has_value());
+  views[0].peers[0].seconds_failing = 1.3;
+  auto crossed = own.Update(views, {}, false, 101.3);
+  ASSERT_TRUE(crossed.has_value());
+  EXPECT_NEAR(crossed->tasks(0).peers(0).seconds_failing(), 1.3, 1e-9);
+  views[0].peers[0].seconds_failing = 2.5;
+  EXPECT_FALSE(own.Update(views, {}, false, 102.5).has_value());
+}
+
 }  // namespace
 }  // namespace trainscope::sidecar

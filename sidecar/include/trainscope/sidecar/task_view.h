@@ -55,6 +55,17 @@ struct PeerInfo {
   double seconds_failing = 0;
 };
 
+// How long a task's calls to a peer have been failing, as of its heartbeat: since the first
+// failure of the run, or (a task that does not say) since its last success.
+double FailingSeconds(const PeerInfo& p);
+
+// A failure to reach a peer over the network is a partition once it has lasted this long, as
+// observed (docs/sidecar.md, "Chaos"): time enough for the sidecars' probes to find that one of
+// the two nodes is cut off from every node, and for a stopped peer (whose keepalive fails like a
+// cut's) to be called hung. Crossing it is news: the node's record goes out again, so that every
+// view judges the same failure, as it was observed, never aged by the clock of the reader.
+inline constexpr double kPartitionAfterS = 1.2;
+
 // A call in flight, as the task's last heartbeat listed it.
 struct CallInFlight {
   std::string method;      // "Pull"
