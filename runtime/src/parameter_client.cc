@@ -181,21 +181,24 @@ std::vector<size_t> ParameterClient::TakeRound(std::vector<Call>& calls,
     Call& c = calls[i];
     const double took = ended[i] - round_start;
     c.seconds += took;
-    PeerHealth* health = c.ps->peer->health;
-    health->AddWait(took);
-    if (c.status.ok()) {
-      health->RecordSuccess(took);
-      continue;
-    }
-    const RpcErrorSummary e = ClassifyRpcError(static_cast<int>(c.status.error_code()),
-                                               c.status.error_message(), rpc_deadline_ms_);
-    health->RecordFailure(e.words, IsNetworkFailure(e.kind));
+    c.ps->peer->health->AddWait(took);
     if (c.status.error_code() == grpc::StatusCode::UNAVAILABLE) {
       failing->push_back(c.ps->peer->task);
       if (c.attempts < max_attempts_) retry.push_back(i);
     }
   }
   return retry;
+}
+
+void ParameterClient::RecordAttempt(const Call& c, double seconds) const {
+  PeerHealth* health = c.ps->peer->health;
+  if (c.status.ok()) {
+    health->RecordSuccess(seconds);
+    return;
+  }
+  const RpcErrorSummary e = ClassifyRpcError(static_cast<int>(c.status.error_code()),
+                                             c.status.error_message(), rpc_deadline_ms_);
+  health->RecordFailure(e.words, IsNetworkFailure(e.kind));
 }
 
 absl::Status ParameterClient::EndCalls(std::vector<Call>& calls) const {
@@ -245,6 +248,7 @@ absl::Status ParameterClient::RunAll(std::vector<Call>& calls) {
         std::lock_guard lock(mu);
         calls[i].status = std::move(s);
         ended[i] = MonotonicSeconds();
+        RecordAttempt(calls[i], ended[i] - round_start);
         ++finished;
         cv.notify_all();
       });
@@ -262,6 +266,8 @@ absl::Status ParameterClient::RunAll(std::vector<Call>& calls) {
 
     std::vector<size_t> retry = TakeRound(calls, pending, ended, round_start, &failing);
     ReportWaiting(calls[pending[0]].method, failing);
+    // A ps out of reach: the step that gets through (this one, or a later one) recovers.
+    if (!failing.empty() && status != nullptr) status->MarkStepRecovering();
     for (size_t i : pending) {
       const bool again = std::find(retry.begin(), retry.end(), i) != retry.end();
       if (!again && registry != nullptr && inflight[i] != 0) registry->Remove(inflight[i]);
@@ -288,6 +294,7 @@ void ParameterClient::CheckRestart(PsStub* ps, const State& answer) {
   const bool restarted = answer.incarnation() != 0 && answer.incarnation() != ps->incarnation;
   const bool first = ps->variables.empty();  // Creating: a restored ps is no surprise.
   if (!restarted && !(first && answer.restored())) return;
+  if (restarted && session_->status() != nullptr) session_->status()->MarkStepRecovering();
   const std::string name = ps->peer->task.ShortName();
   absl::StatusOr<v1::HandshakeResponse> handshake;
   if (restarted) {

@@ -175,6 +175,7 @@ void Task::Impl::FillHeartbeat(v1::HeartbeatResponse* response) const {
   resources->set_open_fds(usage.open_fds);
   response->set_unix_seconds(UnixSeconds());
   response->set_last_step_seconds(s.last_step_seconds);
+  response->set_last_step_recovered(s.last_step_recovered);
   response->set_expects_progress(s.expects_progress);
   if (telemetry_) response->set_metrics_address(telemetry_->metrics_address());
   if (s.served_calls > 0) {

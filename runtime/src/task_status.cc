@@ -96,6 +96,8 @@ void TaskStatus::StopWaiting() {
 void TaskStatus::RecordStep(double seconds) {
   steps_.fetch_add(1, std::memory_order_relaxed);
   last_step_seconds_.store(seconds, std::memory_order_relaxed);
+  last_step_recovered_.store(step_recovering_.exchange(false, std::memory_order_relaxed),
+                             std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   for (auto& [ref, health] : peers_) health->EndStep(seconds);
 }
@@ -112,6 +114,7 @@ TaskStatus::Snapshot TaskStatus::Read() const {
   s.phase = phase_.load();
   s.steps = steps_.load();
   s.last_step_seconds = last_step_seconds_.load();
+  s.last_step_recovered = last_step_recovered_.load(std::memory_order_relaxed);
   s.expects_progress = expects_progress_.load();
   s.served_calls = served_calls_.load(std::memory_order_relaxed);
   s.served_seconds = served_seconds_.load(std::memory_order_relaxed);

@@ -91,6 +91,9 @@ class TaskStatus {
 
   // A training step finished, taking `seconds`; each peer's share of it is fixed.
   void RecordStep(double seconds);
+  // The step under way recovers from a failure (a retried call, a restarted ps): the heartbeat
+  // says so of it once it is recorded. Lock-free.
+  void MarkStepRecovering() { step_recovering_.store(true, std::memory_order_relaxed); }
   // A ps served a ParameterService call: its duration on the ps, of which waiting and working.
   // Lock-free (atomics).
   void RecordServed(double seconds, double queue_seconds, double work_seconds);
@@ -107,6 +110,7 @@ class TaskStatus {
     std::vector<PeerHealth::Snapshot> waiting_on;
     int64_t steps = 0;
     double last_step_seconds = 0;
+    bool last_step_recovered = false;
     bool expects_progress = false;
     std::vector<PeerHealth::Snapshot> peers;
     // What a ps served (cumulative).
@@ -126,6 +130,8 @@ class TaskStatus {
   std::atomic<Phase> phase_{Phase::kStarting};
   std::atomic<int64_t> steps_{0};
   std::atomic<double> last_step_seconds_{0};
+  std::atomic<bool> step_recovering_{false};
+  std::atomic<bool> last_step_recovered_{false};
   std::atomic<bool> expects_progress_{false};
   std::atomic<int64_t> served_calls_{0};
   std::atomic<double> served_seconds_{0};

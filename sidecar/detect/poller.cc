@@ -94,6 +94,7 @@ HeartbeatInfo Convert(const pb::HeartbeatResponse& r) {
   }
   hb.metrics_address = Bound(r.metrics_address());
   hb.last_step_seconds = r.last_step_seconds();
+  hb.last_step_recovered = r.last_step_recovered();
   hb.expects_progress = r.expects_progress();
   if (r.has_serving()) {
     hb.serving = true;

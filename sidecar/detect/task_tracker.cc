@@ -161,7 +161,7 @@ void TaskTracker::ApplyHeartbeat(const HeartbeatInfo& hb, double t) {
   detector_.Heartbeat(t, skipped_s_);
   skipped_s_ = 0;
   if (hb.steps != last_steps_) {
-    if (last_steps_ >= 0 && hb.last_step_seconds > 0) {
+    if (last_steps_ >= 0 && hb.last_step_seconds > 0 && !hb.last_step_recovered) {
       if (usual_step_ < 0) {
         usual_step_ = hb.last_step_seconds;
       } else if (hb.last_step_seconds <= std::max(usual_step_ * options_.slow_step_factor,
@@ -188,7 +188,7 @@ void TaskTracker::ApplyHeartbeat(const HeartbeatInfo& hb, double t) {
   view_.runtime_version = hb.runtime_version;
   view_.metrics_address = hb.metrics_address;
   view_.steps = hb.steps;
-  view_.last_step_seconds = hb.last_step_seconds;
+  view_.last_step_seconds = hb.last_step_recovered ? 0 : hb.last_step_seconds;
   view_.expects_progress = hb.expects_progress;
   view_.peers = hb.peers;
   view_.cpu_seconds = hb.cpu_seconds;
@@ -339,7 +339,9 @@ TaskTracker::Decision TaskTracker::DecideAnswering(double now_s, double now_unix
     }
   }
   if (auto serving = DecideServing(now_s)) return *serving;
-  if (usual_step_ > 0 && expecting_ && hb.last_step_seconds > 0 &&
+  // A step that recovered from a failure (retried calls, a restarted ps) took the recovery's time:
+  // the failure was named as such while it lasted.
+  if (usual_step_ > 0 && expecting_ && hb.last_step_seconds > 0 && !hb.last_step_recovered &&
       hb.last_step_seconds > std::max(usual_step_ * options_.slow_step_factor,
                                       usual_step_ + options_.slow_step_min_s)) {
     return {TaskState::kSlow,
@@ -384,6 +386,12 @@ std::string TaskTracker::OutsideUpReason() const {
   return absl::StrCat(reason, kOutsideCannot);
 }
 
+bool TaskTracker::StoppedBySignal(const ProcReader& proc) const {
+  if (!proc || !CanCheckProcess()) return false;
+  std::optional<ProcStat> p = proc(last_hb_.pid);
+  return p && p->state == 'T';
+}
+
 TaskTracker::Decision TaskTracker::DecideSilent(double now_s, double silence, double phi,
                                                 const ProcReader& proc) {
   bool late = phi >= options_.phi_late && silence > 2 * options_.interval_s;
@@ -409,7 +417,11 @@ TaskTracker::Decision TaskTracker::DecideSilent(double now_s, double silence, do
               absl::StrCat("connection refused at ", view_.address, " although process ", pid,
                            " still exists (its server is down, or the pid was reused)")};
     }
-    if ((p->state == 'T' || p->state == 't') && late) {
+    // Stopped by a signal (SIGSTOP, SIGTSTP): it cannot answer until continued, so one missed
+    // answer is enough, whatever its usual rhythm. A tracing stop ('t': a debugger, or this
+    // sidecar's own stack capture) is brief as a rule: it must be late too.
+    const bool stopped = p->state == 'T' && silence > 2 * options_.interval_s;
+    if (stopped || (p->state == 't' && late)) {
       return {TaskState::kHung,
               absl::StrCat("process ", pid, " is stopped (state ", std::string(1, p->state),
                            ": SIGSTOP or a debugger); no answer for ", HumanDuration(silence))};
@@ -470,7 +482,9 @@ TaskTracker::Decision TaskTracker::Decide(double now_s, double now_unix, const P
   double phi = detector_.Phi(now_s, skipped_s_);
   view_.phi = phi;
   bool late = phi >= options_.phi_late && silence > 2 * options_.interval_s;
-  if (last_failure_ || late) return DecideSilent(now_s, silence, phi, proc);
+  if (last_failure_ || late || (silence > 2 * options_.interval_s && StoppedBySignal(proc))) {
+    return DecideSilent(now_s, silence, phi, proc);
+  }
   return DecideAnswering(now_s, now_unix);
 }
 

@@ -44,6 +44,9 @@ std::shared_ptr<const LocalSnapshot> TaskWatcher::snapshot() const {
 
 void TaskWatcher::Publish(std::vector<TaskView> views, std::vector<TaskCounters> counters,
                           bool paused, bool changed) {
+  // A task held up by a peer is news for the exchange at every poll, not only at a transition:
+  // it probes that peer's node at once.
+  const bool held_up = std::any_of(views.begin(), views.end(), HeldUpByAPeer);
   auto s = std::make_shared<LocalSnapshot>();
   s->views = std::move(views);
   s->counters = std::move(counters);
@@ -52,7 +55,7 @@ void TaskWatcher::Publish(std::vector<TaskView> views, std::vector<TaskCounters>
     s->pauses = snapshot_->pauses + (paused ? 1 : 0);
     snapshot_ = std::move(s);
   }
-  if (changed && on_change_) on_change_();
+  if ((changed || held_up) && on_change_) on_change_();
 }
 
 void TaskWatcher::Loop() {

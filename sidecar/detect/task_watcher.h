@@ -49,7 +49,7 @@ struct LocalSnapshot {
 class TaskWatcher {
  public:
   // `on_change` runs on the watcher's thread after a publication in which a task changed state
-  // or restarted (keep it cheap).
+  // or restarted, or while a task is held up by a peer (HeldUpByAPeer; keep it cheap).
   TaskWatcher(WatcherOptions options, std::function<void()> on_change);
   ~TaskWatcher();
   void Start();

@@ -13,9 +13,6 @@ namespace {
 constexpr int kMaxGossipItems = 4096;  // Records or member updates in one message.
 constexpr size_t kSyncAnswerBytes = 1 << 20;
 
-// A call a local task has been waiting on this long is worth a probe of the callee's node.
-constexpr double kWaitWorthAProbeS = 0.2;
-
 // The hosts of the peers that local tasks wait on for a while or fail to reach over the network.
 std::vector<std::string> HostsInTrouble(const std::vector<TaskView>& views) {
   std::vector<std::string> hosts;
@@ -28,7 +25,7 @@ std::vector<std::string> HostsInTrouble(const std::vector<TaskView>& views) {
       if (!p.connected && p.consecutive_failures > 0 && p.network_failure) add(p.address);
     }
     for (const CallInFlight& c : v.inflight) {
-      if (c.served || c.age_seconds < kWaitWorthAProbeS) continue;
+      if (c.served || c.age_seconds < kWaitWorthALookS) continue;
       for (const PeerInfo& p : v.peers) {
         if (p.peer == c.peer) add(p.address);
       }
@@ -79,6 +76,12 @@ ExchangeCore::Period ExchangeCore::OnPeriod(Now now, bool sync_due) {
     if (!targets.empty()) p.sync = targets[0];
   }
   return p;
+}
+
+std::optional<std::string> ExchangeCore::UrgentProbe(Now now) {
+  std::optional<std::string> target = membership_.TakeSoonTarget();
+  if (target) probe_sent_s_[*target] = now.s;
+  return target;
 }
 
 bool ExchangeCore::HeardSince(const std::string& id, double since_s) const {

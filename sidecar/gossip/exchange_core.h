@@ -76,6 +76,10 @@ class ExchangeCore {
   // should then go out at once to NewsTargets().
   bool UpdateOwn(const std::vector<TaskView>& views, Now now);
   std::vector<std::string> NewsTargets();
+  // News not passed on yet (a record or a member's status just learned): the caller pushes it to
+  // NewsTargets() at once rather than at the next period, so that each hop of the epidemic
+  // costs a round trip, not a period.
+  bool HasFreshNews() const { return queue_.HasUnsent(); }
 
   // What to do this period.
   struct Period {
@@ -84,6 +88,9 @@ class ExchangeCore {
     std::optional<std::string> sync;   // Compare a slice of records with it.
   };
   Period OnPeriod(Now now, bool sync_due);
+  // A member to probe now, out of turn: one a local task waits on or fails to reach (see
+  // Membership::ProbeSoon). Its probe is not held to the next period.
+  std::optional<std::string> UrgentProbe(Now now);
 
   // The deadline of a direct probe of `target` and the period now: the configured ones times the
   // local health multiplier; a first contact (a member never heard) gets at least a second,

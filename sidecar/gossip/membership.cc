@@ -122,13 +122,18 @@ void Membership::ProbeMemberSoon(const std::string& id, double now_s, double min
   if (std::find(soon_.begin(), soon_.end(), id) == soon_.end()) soon_.push_back(id);
 }
 
-std::optional<std::string> Membership::NextProbeTarget() {
+std::optional<std::string> Membership::TakeSoonTarget() {
   while (!soon_.empty()) {
     std::string id = std::move(soon_.front());
     soon_.erase(soon_.begin());
     auto it = members_.find(id);
     if (it != members_.end() && it->second.status != MemberStatus::kLeft) return id;
   }
+  return std::nullopt;
+}
+
+std::optional<std::string> Membership::NextProbeTarget() {
+  if (auto soon = TakeSoonTarget()) return soon;
   for (int pass = 0; pass < 2; ++pass) {
     while (next_ < order_.size()) {
       const std::string& id = order_[next_++];

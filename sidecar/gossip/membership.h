@@ -91,6 +91,9 @@ class Membership {
   void ProbeSoon(const std::string& host, double now_s, double min_gap_s = 1.0);
   // The same for the member `id` itself (a call to it other than a probe was refused).
   void ProbeMemberSoon(const std::string& id, double now_s, double min_gap_s = 1.0);
+  // The member put ahead by ProbeSoon, if any, taken now: its probe need not wait for the next
+  // period (the caller sends it at once).
+  std::optional<std::string> TakeSoonTarget();
   // Up to `k` members to ask for an indirect probe of `target`: alive, not the target.
   std::vector<std::string> IndirectHelpers(const std::string& target, int k);
   // Up to `k` random members to push gossip to (alive or suspect first).

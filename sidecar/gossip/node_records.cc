@@ -146,6 +146,7 @@ void NodeRecords::Answer(const v1::SyncRequest& request, size_t max_bytes,
 
 void BroadcastQueue::Put(const v1::NodeRecord& record) {
   Item& item = items_["r:" + record.node()];
+  if (item.seq == 0 || item.sent > 0) ++unsent_;  // A new item, or a sent one made new again.
   item = Item{};
   item.record = std::make_shared<const v1::NodeRecord>(record);
   item.seq = ++seq_;
@@ -154,6 +155,7 @@ void BroadcastQueue::Put(const v1::NodeRecord& record) {
 
 void BroadcastQueue::Put(const v1::MemberUpdate& update) {
   Item& item = items_["m:" + update.node()];
+  if (item.seq == 0 || item.sent > 0) ++unsent_;
   item = Item{};
   item.member = update;
   item.seq = ++seq_;
@@ -178,7 +180,8 @@ void BroadcastQueue::Fill(v1::Gossip* gossip, size_t budget, int limit) {
     } else {
       *gossip->add_members() = *item->member;
     }
-    if (++item->sent >= limit) done.push_back(*key);
+    if (item->sent++ == 0) --unsent_;
+    if (item->sent >= limit) done.push_back(*key);
   }
   for (const std::string& key : done) items_.erase(key);
 }

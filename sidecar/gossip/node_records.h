@@ -60,6 +60,8 @@ class BroadcastQueue {
   void Fill(v1::Gossip* gossip, size_t budget, int limit);
   bool empty() const { return items_.empty(); }
   size_t size() const { return items_.size(); }
+  // Items not sent yet: news that just came in, worth passing on at once.
+  bool HasUnsent() const { return unsent_ > 0; }
 
  private:
   struct Item {
@@ -71,6 +73,7 @@ class BroadcastQueue {
   };
   std::map<std::string, Item> items_;  // Key: "r:" + node or "m:" + node.
   uint64_t seq_ = 0;
+  size_t unsent_ = 0;  // Items with sent == 0.
 };
 
 // This node's own record.

@@ -160,8 +160,7 @@ class PeerExchange::Impl {
       auto* reactor = ctx->DefaultReactor();
       CallGate::Pass pass = impl_->gate_.Enter();
       if (!pass) return Stopping(reactor);
-      reactor->Finish(impl_->Serve([&](Now now) { return impl_->core_.OnPing(*req, resp, now); },
-                                   req->header().node()));
+      reactor->Finish(impl_->Serve([&](Now now) { return impl_->core_.OnPing(*req, resp, now); }));
       return reactor;
     }
     grpc::ServerUnaryReactor* PingReq(grpc::CallbackServerContext* ctx,
@@ -178,8 +177,7 @@ class PeerExchange::Impl {
       auto* reactor = ctx->DefaultReactor();
       CallGate::Pass pass = impl_->gate_.Enter();
       if (!pass) return Stopping(reactor);
-      reactor->Finish(impl_->Serve([&](Now now) { return impl_->core_.OnSync(*req, resp, now); },
-                                   req->header().node()));
+      reactor->Finish(impl_->Serve([&](Now now) { return impl_->core_.OnSync(*req, resp, now); }));
       return reactor;
     }
 
@@ -198,6 +196,7 @@ class PeerExchange::Impl {
     double next_period = MonotonicSeconds();
     double next_sync = next_period + core_.options().sync_interval_s;
     double published_at = 0;
+    double relayed_at = 0;
     while (true) {
       {
         std::unique_lock lock(wake_mu_);
@@ -225,7 +224,12 @@ class PeerExchange::Impl {
       bool changed = false;
       {
         std::lock_guard lock(mu_);
-        if (core_.UpdateOwn(views, now) && !tick) {
+        // This node's own news goes out at once; news just learned from others too (each hop of
+        // the epidemic then costs a round trip, not a period), at most every 50 ms.
+        const bool own_news = core_.UpdateOwn(views, now);
+        const bool relay = core_.HasFreshNews() && now.s - relayed_at >= 0.05;
+        if (!tick && (own_news || relay)) {
+          relayed_at = now.s;
           for (std::string& t : core_.NewsTargets()) pings.push_back({std::move(t), Kind::kGossip});
         }
         if (tick) {
@@ -234,6 +238,7 @@ class PeerExchange::Impl {
           for (std::string& t : p.gossip) pings.push_back({std::move(t), Kind::kGossip});
           sync_target = p.sync;
         }
+        while (auto urgent = core_.UrgentProbe(now)) pings.push_back({*urgent, Kind::kProbe});
         if (core_.dirty() || now.s - published_at >= 1.0) {
           changed = core_.dirty();
           Publish(now);
@@ -363,6 +368,7 @@ class PeerExchange::Impl {
     std::unique_ptr<PingCall> call(c);
     const std::string error = Words(s, core_.options().probe_timeout_ms);
     std::vector<std::string> helpers;
+    bool news = false;
     {
       std::lock_guard lock(mu_);
       NoteFailed(call->target, error, call->sent_s);
@@ -376,7 +382,9 @@ class PeerExchange::Impl {
                                 error, call->reply);
       }
       Log();
+      news = core_.dirty();
     }
+    if (news) Poke();
     if (call->reactor != nullptr) call->reactor->Finish(grpc::Status::OK);
     for (const std::string& h : helpers) SendPingReq(h, call->target);
     End(&call->ctx);
@@ -409,6 +417,9 @@ class PeerExchange::Impl {
                           OtherAnswered(s));
       Log();
     }
+    // The probe's outcome (a member reached only through others: a cut link) goes into this
+    // node's record on the timer thread's next turn: now.
+    Poke();
     End(&call->ctx);
   }
 
@@ -430,13 +441,16 @@ class PeerExchange::Impl {
 
   void OnSync(SyncCall* c, const grpc::Status& s) {
     std::unique_ptr<SyncCall> call(c);
+    bool news = false;
     {
       std::lock_guard lock(mu_);
       const std::string error = Words(s, 2000);
       NoteFailed(call->target, error, call->sent_s);
       core_.OnSyncDone(call->target, call->req, error, call->resp, Clock());
       Log();
+      news = core_.dirty();
     }
+    if (news) Poke();
     End(&call->ctx);
   }
 
@@ -526,11 +540,19 @@ class PeerExchange::Impl {
  private:
   // ---- Server side. ----
 
+  // A request from a member. What it changed (records, a member's status) is published, and
+  // told, at once: the timer thread is woken rather than left to its next period.
   template <typename Handle>
-  grpc::Status Serve(Handle handle, const std::string& from) {
-    std::lock_guard lock(mu_);
-    std::string why = handle(Clock());
-    Log();
+  grpc::Status Serve(Handle handle) {
+    std::string why;
+    bool news = false;
+    {
+      std::lock_guard lock(mu_);
+      why = handle(Clock());
+      Log();
+      news = core_.dirty();
+    }
+    if (news) Poke();
     return why.empty() ? grpc::Status::OK
                        : grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, why);
   }
@@ -542,6 +564,7 @@ class PeerExchange::Impl {
       std::lock_guard lock(mu_);
       std::string why = core_.OnPingReq(req, Clock());
       Log();
+      if (core_.dirty()) Poke();
       if (!why.empty()) {
         reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, why));
         return;

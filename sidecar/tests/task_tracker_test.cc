@@ -31,6 +31,8 @@ class TrackerTest : public ::testing::Test {
     hb.expects_progress = true;
     hb.unix_seconds = kUnix0 + now_;
     hb.restored_step = restored_step_;
+    hb.last_step_seconds = step_seconds_;
+    hb.last_step_recovered = step_recovered_;
     return hb;
   }
   // What the poller makes of an UNIMPLEMENTED answer: no identity, /proc facts of the port's owner.
@@ -78,6 +80,8 @@ class TrackerTest : public ::testing::Test {
   TaskTracker tracker_;
   double now_ = 0;
   int64_t steps_ = 0;
+  double step_seconds_ = 0;
+  bool step_recovered_ = false;
   uint64_t incarnation_ = 7;
   int64_t restored_step_ = -1;
   std::string phase_ = "training";
@@ -140,6 +144,40 @@ TEST_F(TrackerTest, MissingUntilFirstAnswer) {
             "started, or listening on another port");
   Run(0.5, true);
   EXPECT_EQ(Evaluate().state, TaskState::kUp);
+}
+
+// Stopped by a signal while its answers were irregular (every 100 ms, then gaps of 0.5 s: its
+// suspicion rises slowly): hung at the first missed answer all the same. A tracing stop (a
+// debugger, this sidecar's own capture) of that length is not.
+TEST_F(TrackerTest, AStoppedProcessIsHungAtTheFirstMissedAnswerWhateverItsRhythm) {
+  for (int i = 0; i < 6; ++i) {
+    Run(0.3, true);
+    Run(0.5, false);
+  }
+  Run(0.3, true);
+  proc_state_ = ProcStat{'t', 1.0};
+  Run(0.3, false);
+  EXPECT_EQ(Evaluate().state, TaskState::kUp) << Evaluate().reason;
+  Run(0.1, true);
+  proc_state_ = ProcStat{'T', 1.0};
+  Run(0.3, false);
+  EXPECT_EQ(Evaluate().state, TaskState::kHung) << Evaluate().reason;
+}
+
+// A step that took 300 ms where 12 ms is usual is slow; not when it recovered from a failure
+// (retried calls, a restarted ps): its time was the recovery's, named while it lasted.
+TEST_F(TrackerTest, AStepThatRecoveredFromAFailureIsNotSlow) {
+  step_seconds_ = 0.012;
+  Run(2, true);
+  step_seconds_ = 0.3;
+  step_recovered_ = true;
+  Run(0.2, true);
+  EXPECT_EQ(Evaluate().state, TaskState::kUp) << Evaluate().reason;
+  step_recovered_ = false;
+  Run(0.2, true);
+  EXPECT_EQ(Evaluate().state, TaskState::kSlow);
+  EXPECT_NE(Evaluate().reason.find("last step took 300 ms"), std::string::npos)
+      << Evaluate().reason;
 }
 
 TEST_F(TrackerTest, DeadWhenProcessGoneOrZombie) {

@@ -41,10 +41,14 @@ Counted, per fault type: n, found (verdict in every view within --verdict_limit_
 verdicts (a task no fault touches called dead, hung or unreachable, a partition or a cut-off node
 no fault made, or a first-hand page no fault explains), precision, recall, the time from the
 fault to the verdict in every view and to its page at the webhook (median, p99, worst), the time
-from undo to training again, and any state other than up in the 10 s after recovery (flapping).
+from the heal of its episode (its last fault undone) to training again (not where a fault
+restarted a ps, nor for a restarted worker: those resume with a process start), any state other
+than up in the 10 s after recovery (flapping), and how many came late: a verdict over the issue's
+goal (1 s for a kill or a stop, 1.5 s for a cut, a node cut off or a flap) or a page over 2 s.
+For each late one it prints what every view said until the verdict.
 
---soak_s S: no faults; S seconds, with a CPU hog on n1 (--hog: a busy loop, one core), counting every state other than
-up in any view and every page (docs/sidecar.md, "Quiet soak").
+--soak_s S: no faults; S seconds, with a CPU hog on n1 (--hog: a busy loop, one core), counting
+every state other than up in any view and every page (docs/sidecar.md, "Quiet soak").
 
 Usage (root):
   scripts/python tests/multinode/chaos_bench.py --bin build/bin --faults 200 --seed 1
@@ -83,6 +87,7 @@ PS, WORKERS = ("ps:0", "ps:1"), ("worker:0", "worker:1")
 LAYOUT = [("ps:0", 1), ("ps:1", 2), ("worker:0", 3), ("worker:1", 4)]
 SLOW_PS_MS = 700
 QUIET_S = 10
+PAGE_GOAL_S = 2.0  # A first-hand fault at the webhook within this long
 FIRST_HAND = ("TrainscopeTaskDead", "TrainscopeTaskHung", "TrainscopeTaskPartitioned",
               "TrainscopeNodeIsolated")
 HELD_UP = ("up", "blocked", "stalled", "slow")
@@ -139,12 +144,17 @@ class Fault:
     """One fault: what it touches, how it is made and undone, and what every view must say."""
     kind = "process"
     page = None  # (alertname, {label: value}) the fault must page, or None
+    goal_s = 1.0  # The issue's goal for the verdict in every view (None: none set)
 
     def __init__(self, bench, rng):
         self.b, self.rng = bench, rng
         self.t0 = self.undone_at = None
         self.verdict_s = self.first_s = self.page_s = self.training_s = None
+        self.training_counted = False
         self.wrong = []
+        # What each view said until the verdict: [(seconds after the fault, node, words)], kept
+        # on every change and printed when the verdict came late.
+        self.trail, self.said = [], {}
 
     # What it touches: tasks whose state it changes, nodes it owns, nodes whose views are blind
     # to the rest of the cluster while it lasts, and workers whose training it holds up.
@@ -258,6 +268,7 @@ class KillSidecar(Fault):
 
 class Cut(Fault):
     kind = "network"
+    goal_s = 1.5
 
     def __init__(self, bench, rng, worker, ps, one_way=False):
         super().__init__(bench, rng)
@@ -298,6 +309,7 @@ class Cut(Fault):
 
 class LinkDown(Fault):
     kind = "network"
+    goal_s = 1.5
     name = "link_down"
 
     def __init__(self, bench, rng, node):
@@ -383,6 +395,7 @@ class Flap(LinkDown):
 
 class SlowPs(Fault):
     name = "slow_ps"
+    goal_s = None
 
     def __init__(self, bench, rng, ps):
         super().__init__(bench, rng)
@@ -588,29 +601,40 @@ class Bench:
         log(f"episode {self.episode}: " + " + ".join(map(str, faults)))
         start_wall = time.time()
         self.impeded = set().union(*(f.held_up() for f in faults))
-        for i, f in enumerate(faults):
-            if i:
-                time.sleep(self.rng.uniform(0.1, 0.8))
-            f.t0, f.t0_wall, f.episode = time.monotonic(), time.time(), self.episode
-            f.inject()
+        # A later fault lands 0.1-0.8 s after the one before, while the views are read: each
+        # fault's times count from its own landing, and the ones before are being named meanwhile.
+        due = [0.0]
+        for _ in faults[1:]:
+            due.append(due[-1] + self.rng.uniform(0.1, 0.8))
+        pending = list(zip(due, faults))
+        start = time.monotonic()
         limit = self.args.verdict_limit_s
         while True:
+            while pending and time.monotonic() - start >= pending[0][0]:
+                f = pending.pop(0)[1]
+                f.t0, f.t0_wall, f.episode = time.monotonic(), time.time(), self.episode
+                f.inject()
             now = time.monotonic()
+            active = [f for f in faults if f.t0 is not None]
             views = self.watch.latest()
             for n, v in views.items():
-                for w in self.wrong_in(faults, n, v):
+                for w in self.wrong_in(active, n, v):
                     self.note(self.wrong, faults, w, view=v)
-            for f in faults:
+            for f in active:
                 if f.verdict_s is None and now - f.t0 < limit:
-                    need = f.views(faults)
+                    self.keep_trail(f, active, views, now)
+                    need = f.views(active)
                     held = [n for n in need if n in views and f.holds(n, views[n])]
                     if held and f.first_s is None:
                         f.first_s = now - f.t0
                     if len(held) == len(need):
                         f.verdict_s = now - f.t0
-            for f in faults:
+            for f in active:
                 if f.page and f.page_s is None:
                     f.page_s = self.first_page(f)
+            if pending:
+                time.sleep(0.01)
+                continue
             waiting = [f for f in faults if now - f.t0 < limit and (
                 f.verdict_s is None or (f.page and f.page_s is None and now - f.t0 < limit)
                 or now - f.t0 < getattr(f, "min_hold_s", lambda: 0)())]
@@ -625,10 +649,26 @@ class Bench:
                     if n not in views or not f.holds(n, views[n])]
                 self.note(self.missed, faults, f"{f}: " + " | ".join(said))
         for f in faults:
+            late_page = f.page_s is not None and f.page_s > PAGE_GOAL_S
+            if f.goal_s and (f.verdict_s is None or f.verdict_s > f.goal_s) or late_page:
+                log(f"  {f}: verdict {fmt(f.verdict_s)}, page {fmt(f.page_s)}; "
+                    "what the views said until the verdict:")
+                for at, n, said in f.trail[:24]:
+                    log(f"    +{at:.2f} s n{n}: " + ("; ".join(said) or "all up"))
+        for f in faults:
             f.undo()
             f.undone_at = time.monotonic()
         self.recover(faults, start_wall)
         self.done.extend(faults)
+
+    def keep_trail(self, f, faults, views, now):
+        for n in f.views(faults):
+            if n not in views:
+                continue
+            said = tuple(w[:110] for w in self.not_up(n, views[n])[:6])
+            if f.said.get(n) != said:
+                f.said[n] = said
+                f.trail.append((now - f.t0, n, said))
 
     def first_page(self, f):
         name, labels = f.page
@@ -676,10 +716,17 @@ class Bench:
             what = [w for n, v in views.items() for w in self.not_up(n, v)] or ["a view missing"]
             self.note(self.wrong, faults, "not back to all up in "
                       f"{self.args.recover_limit_s:.0f} s: " + "; ".join(what[:4]))
+        # Training again: from the heal of the whole episode (a worker held up by two faults
+        # trains once both are undone), for the workers it held up. A restarted worker resumes
+        # with its process, and after a restarted ps every worker waits for that process to start
+        # and restore: neither is a heal, and neither is counted (the times are process starts).
+        heal = max(f.undone_at for f in faults)
+        restarted = {f.task for f in faults if isinstance(f, KillTask) and f.restarted}
         for f in faults:
-            held = f.held_up() & set(moved)
-            if held or not f.held_up():
-                f.training_s = max([moved[w] - f.undone_at for w in held] or [0.0])
+            held = f.held_up() - restarted
+            if held <= set(moved):
+                f.training_s = max([moved[w] - heal for w in held] or [0.0])
+            f.training_counted = bool(held) and not restarted & set(PS) and not f.restarted
         recovered = time.monotonic()
         quiet_from_wall = time.time()
         while time.monotonic() - recovered < QUIET_S:
@@ -712,7 +759,7 @@ class Bench:
               f"4 nodes (2 ps, 2 workers), default flags; times in seconds")
         head = (f"{'fault':13s} {'n':>4s} {'found':>5s} {'wrong':>5s} {'prec':>5s} {'recall':>6s}"
                 f" {'first view med':>14s} {'verdict med/p99/worst':>22s} {'page med/p99/worst':>20s}"
-                f" {'training again med/worst':>25s} {'flaps':>5s}")
+                f" {'training again med/worst':>25s} {'flaps':>5s} {'late':>5s}")
         print(head)
         ok = True
         for kind in TYPES:
@@ -729,12 +776,14 @@ class Bench:
             first = [f.first_s for f in fs if f.first_s is not None]
             p = [f.page_s for f in fs if f.page and f.page_s is not None]
             paged = "-" if not fs[0].page else three(p)
-            tr = [f.training_s for f in fs if f.training_s is not None and not f.restarted]
+            tr = [f.training_s for f in fs if f.training_s is not None and f.training_counted]
+            late = sum(1 for f in fs if f.goal_s and (f.verdict_s is None or f.verdict_s > f.goal_s)
+                       or (f.page_s or 0) > PAGE_GOAL_S)
             print(f"{kind:13s} {len(fs):4d} {len(found):5d} {wrong:5d} {prec:5.2f} {recall:6.2f}"
                   f" {(f'{statistics.median(first):.2f}' if first else '-'):>14s}"
                   f" {three(v):>22s} {paged:>20s} "
                   f"{(f'{statistics.median(tr):.2f} / {max(tr):.2f}' if tr else '-'):>25s}"
-                  f" {flaps:5d}")
+                  f" {flaps:5d} {late:5d}")
             ok &= prec == 1.0 and recall == 1.0 and not flaps
             ok &= not fs[0].page or len(p) == len(fs)
         for title, rows in (("missed verdicts", self.missed), ("wrong verdicts", self.wrong),

@@ -75,7 +75,10 @@ class ParameterClient {
   // Runs `calls` at once; those that end UNAVAILABLE are retried together, with backoff, up to
   // max_attempts. The first error that remains, or OK.
   absl::Status RunAll(std::vector<Call>& calls);
-  // Records a round's outcome in each call and its peer's health. The calls to retry
+  // Records one attempt's outcome in its peer's health as soon as it ends (not when the round
+  // does: a slow ps must not hide from the heartbeat that another is out of reach).
+  void RecordAttempt(const Call& call, double seconds) const;
+  // Records a round's outcome in each call and its peer's wait. The calls to retry
   // (UNAVAILABLE, with attempts left); in `failing`, the ps tasks that were UNAVAILABLE.
   std::vector<size_t> TakeRound(std::vector<Call>& calls, const std::vector<size_t>& pending,
                                 const std::vector<double>& ended, double round_start,

@@ -61,6 +61,9 @@ struct HeartbeatInfo {
   std::vector<CallInFlight> inflight;
   std::string metrics_address;
   double last_step_seconds = 0;
+  // The last step recovered from a failure (retried calls, a restarted ps): its time is no
+  // measure of speed.
+  bool last_step_recovered = false;
   bool expects_progress = false;
   // ps tasks: ParameterService calls served so far and their time on the ps (cumulative).
   bool serving = false;
@@ -160,6 +163,8 @@ class TaskTracker {
   double UsualLatency() const;
   // /proc evidence applies: local, pid known, and the task's hostname is ours.
   bool CanCheckProcess() const;
+  // Its process is stopped by a signal (state T in /proc): it cannot answer until continued.
+  bool StoppedBySignal(const ProcReader& proc) const;
 
   TrackerOptions options_;
   bool local_;

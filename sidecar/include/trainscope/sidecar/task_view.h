@@ -76,6 +76,10 @@ struct CallInFlight {
   bool served = false;
 };
 
+// A call a task has waited on this long is worth a look at the callee's node (a probe of its
+// sidecar, out of turn).
+inline constexpr double kWaitWorthALookS = 0.2;
+
 // A peer a blocked task waits on, with the sidecar's knowledge of that peer.
 struct BlockedPeer {
   TaskRef peer;
@@ -112,6 +116,8 @@ struct TaskView {
   std::string runtime_version;
   std::string metrics_address;
   int64_t steps = 0;
+  // The last step's duration; 0 when none, or when that step recovered from a failure (retried
+  // calls, a restarted ps: its time was the recovery's, not the task's speed).
   double last_step_seconds = 0;
   bool expects_progress = false;
   std::vector<PeerInfo> peers;
@@ -139,6 +145,10 @@ struct TaskView {
   // "waiting_on" in JSON: the names of blocked_on.
   std::vector<std::string> WaitingOn() const;
 };
+
+// True when `v` waits on a peer's answer for kWaitWorthALookS or more, or fails to reach one:
+// news for the exchange (it probes that peer's node at once), though the state may not change.
+bool HeldUpByAPeer(const TaskView& v);
 
 // Problems first (by severity), then by role and index.
 void SortForPeople(std::vector<TaskView>& views);
