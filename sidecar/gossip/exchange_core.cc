@@ -147,10 +147,14 @@ std::vector<std::string> ExchangeCore::OnPingDone(const std::string& target, boo
     return {};
   }
   // Heard from it directly since this probe went out (a message of its own came in): it is
-  // alive, and what failed is this node's connection to it, whose attempt began while the
-  // network was down (a lost SYN is sent again only after 1 s).
+  // alive, and what failed may be this node's connection to it, whose attempt began while the
+  // network was down (a lost SYN is sent again only after 1 s). Excused once (Membership::Excuse):
+  // if the next probe fails too, this node's messages do not get through (a one-way cut).
   auto sent = probe_sent_s_.find(target);
-  if (sent != probe_sent_s_.end() && HeardSince(target, sent->second)) return {};
+  if (sent != probe_sent_s_.end() && HeardSince(target, sent->second) &&
+      membership_.Excuse(target)) {
+    return {};
+  }
   // A failed probe alone says nothing of this node's health (the target may be down): local
   // health falls when the helpers do not answer either (Lifeguard's missed nacks), below.
   const Member* m = membership_.Find(target);
@@ -255,7 +259,7 @@ std::string ExchangeCore::OnPing(const v1::PingRequest& request, v1::PingRespons
   stats_.bytes_received += static_cast<int64_t>(request.ByteSizeLong());
   if (std::string why = Refuse(request.header(), request.ByteSizeLong()); !why.empty()) return why;
   const std::string from = Canonical(request.header().node());
-  membership_.OnContact(WithNode(request.header(), from), now.s);
+  membership_.OnContact(WithNode(request.header(), from), now.s, /*reply=*/false);
   ApplyGossip(request.gossip(), from, now);
   FillHeader(response->mutable_header());
   FillGossip(from, response->mutable_gossip());
@@ -270,7 +274,7 @@ std::string ExchangeCore::OnPingReq(const v1::PingReqRequest& request, Now now) 
   if (std::string why = Refuse(request.header(), request.ByteSizeLong()); !why.empty()) return why;
   if (request.target().empty() || request.target().size() > 256) return "sent no probe target";
   const std::string from = Canonical(request.header().node());
-  membership_.OnContact(WithNode(request.header(), from), now.s);
+  membership_.OnContact(WithNode(request.header(), from), now.s, /*reply=*/false);
   ApplyGossip(request.gossip(), from, now);
   return "";
 }
@@ -290,7 +294,8 @@ std::string ExchangeCore::OnSync(const v1::SyncRequest& request, v1::SyncRespons
   stats_.bytes_received += static_cast<int64_t>(request.ByteSizeLong());
   if (std::string why = Refuse(request.header(), request.ByteSizeLong()); !why.empty()) return why;
   if (request.known_size() > kMaxGossipItems) return "sent too many digests";
-  membership_.OnContact(WithNode(request.header(), Canonical(request.header().node())), now.s);
+  membership_.OnContact(WithNode(request.header(), Canonical(request.header().node())), now.s,
+                        /*reply=*/false);
   FillHeader(response->mutable_header());
   records_.Answer(request, kSyncAnswerBytes, response);
   stats_.messages_sent++;

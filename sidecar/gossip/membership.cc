@@ -174,7 +174,7 @@ std::vector<std::string> Membership::GossipTargets(int k) {
   return candidates;
 }
 
-void Membership::OnContact(const v1::Header& header, double now_s) {
+void Membership::OnContact(const v1::Header& header, double now_s, bool reply) {
   if (header.node().empty() || header.node() == self_) return;
   Member& m = Get(header.node());
   if (m.id.empty()) return;
@@ -195,9 +195,12 @@ void Membership::OnContact(const v1::Header& header, double now_s) {
   }
   m.heard = true;
   m.last_contact = now_s;
-  m.direct_failures = 0;
-  m.reached_indirectly = false;
-  m.last_error.clear();
+  if (reply) {
+    m.direct_failures = 0;
+    m.reached_indirectly = false;
+    m.excused = false;
+    m.last_error.clear();
+  }
   // Direct evidence: it is alive for this node. (Others learn it when it refutes; the
   // exchange tells it what this node held, see HintFor.)
   SetStatus(m, MemberStatus::kAlive, now_s, /*announce=*/false);
@@ -243,9 +246,16 @@ void Membership::OnDirectFailure(const std::string& id, const std::string& error
   auto it = members_.find(id);
   if (it == members_.end()) return;
   it->second.direct_failures++;
+  it->second.failed_at = now_s;
   it->second.last_error = error;
   tried_since_contact_[id] = true;
-  (void)now_s;
+}
+
+bool Membership::Excuse(const std::string& id) {
+  auto it = members_.find(id);
+  if (it == members_.end() || it->second.excused) return false;
+  it->second.excused = true;
+  return true;
 }
 
 void Membership::OnIndirectResult(const std::string& id, bool reached, double now_s) {
@@ -260,7 +270,7 @@ void Membership::OnIndirectResult(const std::string& id, bool reached, double no
   }
   // Heard from it since the direct probe failed (it started again, or a flapping link came back
   // while the helpers' probes were out): the helpers' "no" is older than that.
-  if (m.direct_failures == 0) return;
+  if (m.direct_failures == 0 || m.last_contact > m.failed_at) return;
   m.reached_indirectly = false;
   // A member never heard from is not suspected: it may not have started yet (its view says
   // "never answered"). Suspicion is for members that were alive.

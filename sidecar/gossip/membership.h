@@ -69,6 +69,10 @@ struct Member {
   double last_contact = -1;  // Last direct exchange with it, either way.
   double back_since = -1;    // When it was last alive again after being doubted, else -1.
   int direct_failures = 0;   // Consecutive failed direct probes from this node.
+  double failed_at = -1;     // When the last of them failed (monotonic).
+  // A failed probe of it was excused (its own message had come in meanwhile, see Excuse) since
+  // it last answered one of this node's calls.
+  bool excused = false;
   bool reached_indirectly = false;  // Its last failed direct probe was answered through others.
   std::string last_error;           // Of the last failed direct probe.
   std::vector<std::string> confirmations;  // Others that suspect it too, while suspect.
@@ -99,8 +103,15 @@ class Membership {
   // Up to `k` random members to push gossip to (alive or suspect first).
   std::vector<std::string> GossipTargets(int k);
 
-  // A direct exchange with `header.node` succeeded (its answer, or a request from it).
-  void OnContact(const v1::Header& header, double now_s);
+  // A direct exchange with `header.node` succeeded: its answer to this node's call (`reply`: the
+  // way there and back works), or a request from it (the way from it works; a one-way cut may
+  // still drop what this node sends, so its failed probes stand).
+  void OnContact(const v1::Header& header, double now_s, bool reply = true);
+  // A probe of `id` failed although its own message came in since the probe went out: this
+  // node's connection to it may be one begun while the network was down. True (do not count the
+  // failure) once; again only after it has answered one of this node's calls, so that a one-way
+  // cut (its messages arrive, this node's do not) is found by the next probe.
+  bool Excuse(const std::string& id);
   // This node's direct probe of `id` failed with `error`.
   void OnDirectFailure(const std::string& id, const std::string& error, double now_s);
   // Any other exchange with `id` failed (asking it to probe another, pushing news to it): not a

@@ -331,6 +331,32 @@ TEST_F(MembershipTest, ARefusedProbeThatNoHelperGetsThroughIsDownAtOnce) {
   EXPECT_TRUE(SaysRefused(other.Find("b:1")->last_error));
 }
 
+// A one-way cut: b's messages reach this node, this node's do not reach b. b's requests prove b
+// alive and the way from it, not the way to it: the cut link stands until b answers a call.
+// A probe that fails while b's messages come in is excused once, not again.
+TEST_F(MembershipTest, ARequestFromAMemberDoesNotUndoACutLinkToIt) {
+  Membership m = Make({"b:1", "c:1"});
+  m.OnContact(HeaderOf("b:1"), 1);
+  m.OnContact(HeaderOf("c:1"), 1);
+  EXPECT_TRUE(m.Excuse("b:1"));
+  EXPECT_FALSE(m.Excuse("b:1"));
+  m.OnDirectFailure("b:1", "no answer within 200 ms", 1.2);
+  m.OnIndirectResult("b:1", /*reached=*/true, 1.45);
+  EXPECT_EQ(m.UnreachableDirectly(), std::vector<std::string>{"b:1"});
+  m.OnContact(HeaderOf("b:1"), 1.5, /*reply=*/false);
+  EXPECT_EQ(m.UnreachableDirectly(), std::vector<std::string>{"b:1"});
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kAlive);
+  // Its request came after the failed probe: the helpers' later "no" is stale.
+  m.OnDirectFailure("b:1", "no answer within 200 ms", 2.0);
+  m.OnContact(HeaderOf("b:1"), 2.1, /*reply=*/false);
+  m.OnIndirectResult("b:1", /*reached=*/false, 2.25);
+  EXPECT_EQ(m.Find("b:1")->status, MemberStatus::kAlive);
+  // It answers a call: the way there works again, and a failure may be excused again.
+  m.OnContact(HeaderOf("b:1"), 3);
+  EXPECT_TRUE(m.UnreachableDirectly().empty());
+  EXPECT_TRUE(m.Excuse("b:1"));
+}
+
 TEST_F(MembershipTest, LeavingIsNewsAndLeftMembersAreNotProbed) {
   Membership m = Make({"b:1", "c:1"});
   m.Leave();

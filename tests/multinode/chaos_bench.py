@@ -154,7 +154,7 @@ class Fault:
         self.wrong = []
         # What each view said until the verdict: [(seconds after the fault, node, words)], kept
         # on every change and printed when the verdict came late.
-        self.trail, self.said = [], {}
+        self.trail, self.said, self.held = [], {}, {}
 
     # What it touches: tasks whose state it changes, nodes it owns, nodes whose views are blind
     # to the rest of the cluster while it lasts, and workers whose training it holds up.
@@ -485,6 +485,7 @@ class Bench:
         self.impeded = set()
         self.episode = 0
         self.seen = set()
+        self.late_evidence = False  # Kept with --keep_logs even when every goal was met
 
     # ------------------------------------------------------------ monitoring on n5
 
@@ -592,9 +593,12 @@ class Bench:
             store.append((self.episode, names, what, *extra))
             log(f"  !! {what}")
             if view is not None:
-                with open(os.path.join(self.c.log_dir, "evidence.jsonl"), "a") as out:
-                    out.write(json.dumps({"episode": self.episode, "faults": names, "what": what,
-                                          "wall": time.time(), "view": view}) + "\n")
+                self.evidence(what, view)
+
+    def evidence(self, what, view):
+        with open(os.path.join(self.c.log_dir, "evidence.jsonl"), "a") as out:
+            out.write(json.dumps({"episode": self.episode, "what": what, "wall": time.time(),
+                                  "view": view}) + "\n")
 
     def run_episode(self, faults):
         self.episode += 1
@@ -651,6 +655,7 @@ class Bench:
         for f in faults:
             late_page = f.page_s is not None and f.page_s > PAGE_GOAL_S
             if f.goal_s and (f.verdict_s is None or f.verdict_s > f.goal_s) or late_page:
+                self.late_evidence = True
                 log(f"  {f}: verdict {fmt(f.verdict_s)}, page {fmt(f.page_s)}; "
                     "what the views said until the verdict:")
                 for at, n, said in f.trail[:24]:
@@ -669,6 +674,16 @@ class Bench:
             if f.said.get(n) != said:
                 f.said[n] = said
                 f.trail.append((now - f.t0, n, said))
+            # A verdict a view had and lost before every view had it: the whole view, to read.
+            holds = f.holds(n, views[n])
+            if f.held.get(n) and not holds:
+                self.late_evidence = True
+                self.evidence(f"{f}: n{n} had the verdict at +{f.held[n]:.2f} s and lost it",
+                              views[n])
+            if holds and not f.held.get(n):
+                f.held[n] = now - f.t0
+            elif not holds:
+                f.held.pop(n, None)
 
     def first_page(self, f):
         name, labels = f.page
@@ -859,7 +874,9 @@ def main():
     ap.add_argument("--soak_s", type=float, default=0)
     ap.add_argument("--hog", action="store_true")
     ap.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
-    ap.add_argument("--keep_logs", action="store_true")
+    ap.add_argument("--keep_logs", action="store_true",
+                    help="keep every process's log and evidence.jsonl (the views behind wrong, "
+                    "flapping, lost or late verdicts) when a goal was missed or a verdict was late")
     args = ap.parse_args()
     netns.skip_unless_supported("the chaos bench")
     netns.limit_time(int(300 + (args.soak_s or 40 * args.faults)))
@@ -885,7 +902,8 @@ def main():
             ok = bench.report()
         bench.watch.stop()
     netns.limit_time(0)
-    if ok or not args.keep_logs:
+    kept = args.keep_logs and (not ok or (not args.soak_s and bench.late_evidence))
+    if not kept:
         import shutil
         shutil.rmtree(log_dir, ignore_errors=True)
     else:
