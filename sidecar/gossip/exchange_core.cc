@@ -106,15 +106,15 @@ void ExchangeCore::FillHeader(v1::Header* h) const {
   membership_.FillHeader(h);
 }
 
-void ExchangeCore::FillGossip(const std::string& target, v1::Gossip* gossip) {
-  queue_.Fill(gossip, options_.gossip_budget_bytes, membership_.RetransmitLimit());
+void ExchangeCore::FillGossip(const std::string& target, v1::Gossip* gossip, bool fresh_only) {
+  queue_.Fill(gossip, options_.gossip_budget_bytes, membership_.RetransmitLimit(), fresh_only);
   if (auto hint = membership_.HintFor(target)) *gossip->add_members() = *hint;
 }
 
-void ExchangeCore::FillPing(const std::string& target, v1::PingRequest* request) {
+void ExchangeCore::FillPing(const std::string& target, v1::PingRequest* request, bool relay) {
   FillHeader(request->mutable_header());
   request->set_target(target);
-  FillGossip(target, request->mutable_gossip());
+  FillGossip(target, request->mutable_gossip(), relay);
   stats_.messages_sent++;
   stats_.bytes_sent += static_cast<int64_t>(request->ByteSizeLong());
 }
@@ -137,8 +137,13 @@ std::vector<std::string> ExchangeCore::OnPingDone(const std::string& target, boo
   // A sidecar of another cluster or protocol (its header refused) answered too.
   other_answered |= error.empty();
   if (!probe) {
-    // Refused: its sidecar may be down. Probe it next, not in its turn.
-    if (SaysRefused(why)) membership_.ProbeMemberSoon(target, now.s);
+    // Refused by a member this node had reached before: its sidecar may be down. Probe it next,
+    // not in its turn. (Never reached: it may not have started, and this node's channel may
+    // still hold the refusal of an attempt from before it did.)
+    const Member* m = membership_.Find(target);
+    if (SaysRefused(why) && m != nullptr && m->last_contact >= 0) {
+      membership_.ProbeMemberSoon(target, now.s);
+    }
     if (other_answered) {
       membership_.OnOtherAnswer(target, now.s, why);
     } else {

@@ -103,7 +103,8 @@ class ExchangeCore {
   // Client side: fill a request, then hand over its outcome (`error` "" when it succeeded;
   // `other_answered` when it failed but something at the address answered: refused, not gRPC,
   // not a sidecar, see Membership::OnOtherAnswer).
-  void FillPing(const std::string& target, v1::PingRequest* request);
+  // `relay`: a push of news just learned (HasFreshNews), which carries only that news.
+  void FillPing(const std::string& target, v1::PingRequest* request, bool relay = false);
   // Returns the helpers to ask for indirect probes of `target` (after a failed direct probe).
   std::vector<std::string> OnPingDone(const std::string& target, bool probe,
                                       const std::string& error, const v1::PingResponse& response,
@@ -141,7 +142,7 @@ class ExchangeCore {
 
  private:
   void Drain();
-  void FillGossip(const std::string& target, v1::Gossip* gossip);
+  void FillGossip(const std::string& target, v1::Gossip* gossip, bool fresh_only = false);
   std::string Refuse(const v1::Header& header, size_t bytes);
   std::string Canonical(const std::string& node) const;
   void Contact(const v1::Header& header, const std::string& target, double now_s);

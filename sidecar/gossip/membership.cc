@@ -276,7 +276,9 @@ void Membership::OnIndirectResult(const std::string& id, bool reached, double no
   // "never answered"). Suspicion is for members that were alive.
   if (!m.heard) return;
   const bool announce = !IsolatedSince(now_s).has_value();
-  if (SaysRefused(m.last_error) &&
+  // Refused, and nobody else gets through: its sidecar is down, unless this node never reached
+  // it (heard of it only by the news: its channel may hold a refusal from before it started).
+  if (SaysRefused(m.last_error) && m.last_contact >= 0 &&
       (m.status == MemberStatus::kAlive || m.status == MemberStatus::kSuspect)) {
     SetStatus(m, MemberStatus::kSilent, now_s, announce);
   } else if (m.status == MemberStatus::kAlive) {

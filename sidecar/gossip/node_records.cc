@@ -162,7 +162,7 @@ void BroadcastQueue::Put(const v1::MemberUpdate& update) {
   item.bytes = update.ByteSizeLong() + 8;
 }
 
-void BroadcastQueue::Fill(v1::Gossip* gossip, size_t budget, int limit) {
+void BroadcastQueue::Fill(v1::Gossip* gossip, size_t budget, int limit, bool fresh_only) {
   std::vector<std::pair<const std::string*, Item*>> order;
   order.reserve(items_.size());
   for (auto& [key, item] : items_) order.push_back({&key, &item});
@@ -173,6 +173,7 @@ void BroadcastQueue::Fill(v1::Gossip* gossip, size_t budget, int limit) {
   size_t used = 0;
   std::vector<std::string> done;
   for (auto& [key, item] : order) {
+    if (fresh_only && item->sent > 0) break;  // Sorted least-sent first.
     if (used + item->bytes > budget) continue;
     used += item->bytes;
     if (item->record) {

@@ -56,8 +56,10 @@ class BroadcastQueue {
   void Put(const v1::NodeRecord& record);
   void Put(const v1::MemberUpdate& update);
   // Adds to `gossip` the least-sent items that fit in `budget` bytes, counting a transmission
-  // for each; items sent `limit` times are dropped.
-  void Fill(v1::Gossip* gossip, size_t budget, int limit);
+  // for each; items sent `limit` times are dropped. `fresh_only`: only items never sent yet (a
+  // relay of news just learned, which leaves the rest of each item's transmissions to the
+  // periods: spread over time, they also reach the members that start or come back meanwhile).
+  void Fill(v1::Gossip* gossip, size_t budget, int limit, bool fresh_only = false);
   bool empty() const { return items_.empty(); }
   size_t size() const { return items_.size(); }
   // Items not sent yet: news that just came in, worth passing on at once.

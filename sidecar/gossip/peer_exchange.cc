@@ -124,7 +124,7 @@ class PeerExchange::Impl {
   }
 
  private:
-  enum class Kind { kProbe, kGossip, kGoodbye, kForIndirect };
+  enum class Kind { kProbe, kGossip, kRelay, kGoodbye, kForIndirect };
 
   struct PingCall {
     grpc::ClientContext ctx;
@@ -230,7 +230,8 @@ class PeerExchange::Impl {
         const bool relay = core_.HasFreshNews() && now.s - relayed_at >= 0.05;
         if (!tick && (own_news || relay)) {
           relayed_at = now.s;
-          for (std::string& t : core_.NewsTargets()) pings.push_back({std::move(t), Kind::kGossip});
+          const Kind kind = own_news ? Kind::kGossip : Kind::kRelay;
+          for (std::string& t : core_.NewsTargets()) pings.push_back({std::move(t), kind});
         }
         if (tick) {
           ExchangeCore::Period p = core_.OnPeriod(now, sync);
@@ -296,7 +297,9 @@ class PeerExchange::Impl {
   // failed: the network works, but the channel's attempt may have begun while it did not (a
   // lost SYN is resent only after 1 s), or it waits out a backoff and fails calls at once with
   // the old error. Either way the next probe would make a member that is back suspect: a new
-  // channel connects now. At most every 0.5 s per member. Caller holds mu_.
+  // channel connects now. Backing off: at once (a sidecar that started just after this node's
+  // first attempt was refused, and then called, would be refused "again" and held down);
+  // connecting: when the attempt is 0.5 s old. Caller holds mu_.
   bool Stuck(const std::string& target) const {
     auto channel = channels_.find(target);
     const Member* m = core_.membership().Find(target);
@@ -306,7 +309,8 @@ class PeerExchange::Impl {
     const double made = made_at_.at(target);
     auto failed = failed_at_.find(target);
     const double since = std::max(made, failed == failed_at_.end() ? made : failed->second);
-    return std::max(m->last_contact, m->back_since) > since && MonotonicSeconds() - made >= 0.5;
+    return std::max(m->last_contact, m->back_since) > since &&
+           (state == GRPC_CHANNEL_TRANSIENT_FAILURE || MonotonicSeconds() - made >= 0.5);
   }
 
   // A call to `target` sent at `sent_s` failed (see Stuck). Caller holds mu_.
@@ -357,7 +361,7 @@ class PeerExchange::Impl {
         reactor->Finish(grpc::Status::OK);
         return;
       }
-      core_.FillPing(target, &call->req);
+      core_.FillPing(target, &call->req, kind == Kind::kRelay);
       stub = StubFor(target);
     }
     PingCall* c = call.release();

@@ -303,10 +303,14 @@ bool FromBeforeRejoin(const Merge& m, const std::string& node, double failing_si
 }
 
 // Evidence in a record `node`'s sidecar made before it was back (it was cut off, or its link
-// flapped, and the record came late): stale at any age, until that node's next record.
+// flapped, and the record came late): stale at any age, until that node's next record, or until
+// kStaleRecordS after it was back (its sidecar says within a second when a failure ends; one it
+// has not taken back by then goes on, and is not hidden for good).
+constexpr double kStaleRecordS = 5.0;
 bool SeenBeforeRejoin(const Merge& m, const std::string& node, double observed_at) {
   const Member* mem = node == m.in.self ? nullptr : m.MemberOf(node);
-  return mem != nullptr && mem->back_since >= 0 && observed_at < mem->back_since;
+  return mem != nullptr && mem->back_since >= 0 && observed_at < mem->back_since &&
+         m.in.now_unix - mem->back_since < kStaleRecordS;
 }
 
 void FindPartitions(Merge& m, ClusterView& view) {

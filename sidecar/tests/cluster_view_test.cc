@@ -279,6 +279,14 @@ TEST_F(ClusterViewTest, APartitionWaitsForEvidenceThatNeitherNodeIsCutOff) {
   Report("n2:4317", {stale});
   cut_link();
   EXPECT_TRUE(Build().partitions.empty());
+  // A record n2 has not replaced 5 s after it was back: the failure it shows goes on (n2's
+  // sidecar was doubted at its start, say, and nothing changed since), and is not hidden for good.
+  MemberOf("n2:4317").status_since = 94.5;
+  MemberOf("n2:4317").back_since = 94.5;
+  stale.observed_at = 94.0;
+  stale.peers[0].seconds_since_success = 2.0;
+  Report("n2:4317", {stale});
+  EXPECT_EQ(Build().partitions.size(), 1u);
 }
 
 // worker:0 was held up elsewhere, then called ps:0 long after its last success there and failed:

@@ -329,6 +329,18 @@ TEST_F(MembershipTest, ARefusedProbeThatNoHelperGetsThroughIsDownAtOnce) {
   for (const auto& u : m.TakeUpdates()) other.OnUpdate(u, 1.3, "a:1");
   EXPECT_EQ(other.Find("b:1")->status, MemberStatus::kSilent);
   EXPECT_TRUE(SaysRefused(other.Find("b:1")->last_error));
+  // Heard of only by the news, never reached: the refusal may be this node's channel's, from an
+  // attempt before its sidecar started. A doubt, not down.
+  Membership fresh = Make({"e:1", "f:1"});
+  MemberUpdate alive;
+  alive.set_node("e:1");
+  alive.set_generation(2);
+  alive.set_status(MemberUpdate::ALIVE);
+  fresh.OnUpdate(alive, 1.1, "f:1");
+  ASSERT_TRUE(fresh.Find("e:1")->heard);
+  fresh.OnDirectFailure("e:1", "connection refused", 1.2);
+  fresh.OnIndirectResult("e:1", false, 1.25);
+  EXPECT_EQ(fresh.Find("e:1")->status, MemberStatus::kSuspect);
 }
 
 // A one-way cut: b's messages reach this node, this node's do not reach b. b's requests prove b

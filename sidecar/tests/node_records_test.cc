@@ -136,6 +136,25 @@ TEST(BroadcastQueue, EachItemIsSentALimitedNumberOfTimesLeastSentFirst) {
   EXPECT_NE(next.records(0).node(), g.records(0).node());
 }
 
+// A relay of news just learned carries only what was never sent: the rest of each item's
+// transmissions stay with the periods.
+TEST(BroadcastQueue, ARelayCarriesOnlyNewsNeverSent) {
+  BroadcastQueue q;
+  q.Put(Record("a:1", 1, 1));
+  v1::Gossip first;
+  q.Fill(&first, 1 << 20, 5);
+  EXPECT_FALSE(q.HasUnsent());
+  q.Put(Record("b:1", 1, 1));
+  EXPECT_TRUE(q.HasUnsent());
+  v1::Gossip relay;
+  q.Fill(&relay, 1 << 20, 5, /*fresh_only=*/true);
+  ASSERT_EQ(relay.records_size(), 1);
+  EXPECT_EQ(relay.records(0).node(), "b:1");
+  v1::Gossip period;
+  q.Fill(&period, 1 << 20, 5);
+  EXPECT_EQ(period.records_size(), 2);
+}
+
 TaskView Up(int index) {
   TaskView v;
   v.task = {"worker", index};

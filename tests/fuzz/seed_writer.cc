@@ -51,7 +51,12 @@ pb::HeartbeatResponse Heartbeat(int64_t steps, bool waiting, bool ps) {
     peer->set_connected(!waiting);
     peer->set_latency_seconds(0.002);
     peer->set_step_share(0.5);
-    if (waiting) peer->set_last_error("connection refused");
+    if (waiting) {
+      peer->set_last_error("connection timed out");
+      peer->set_consecutive_failures(3);
+      peer->set_network_failure(true);
+      peer->set_seconds_failing(0.4);
+    }
   }
   if (waiting) {
     r.mutable_waiting()->set_what("parameter servers");
@@ -64,6 +69,7 @@ pb::HeartbeatResponse Heartbeat(int64_t steps, bool waiting, bool ps) {
   r.set_unix_seconds(1.7e9 + steps * 0.1);
   r.set_metrics_address("127.0.0.1:9100");
   r.set_last_step_seconds(0.1);
+  r.set_last_step_recovered(steps % 5 == 0);
   r.set_expects_progress(true);
   if (ps) {
     r.mutable_serving()->set_calls(steps * 2);
