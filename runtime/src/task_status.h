@@ -61,11 +61,11 @@ class PeerHealth {
   const TaskRef peer_;
   const std::string address_;
   std::atomic<int64_t> consecutive_failures_{0};
-  std::atomic<double> last_success_{-1};  // MonotonicSeconds() of the last success.
+  std::atomic<double> last_success_{-1};   // MonotonicSeconds() of the last success.
   std::atomic<double> first_failure_{-1};  // ... of the current run's first failure, else -1.
-  std::atomic<double> latency_{0};        // Recent mean of successful calls' durations.
-  std::atomic<double> wait_{0};           // In calls to the peer during this step.
-  std::atomic<double> share_{0};          // Of the last step.
+  std::atomic<double> latency_{0};         // Recent mean of successful calls' durations.
+  std::atomic<double> wait_{0};            // In calls to the peer during this step.
+  std::atomic<double> share_{0};           // Of the last step.
   std::atomic<bool> network_failure_{false};
   mutable std::mutex mu_;
   std::string last_error_ ABSL_GUARDED_BY(mu_);

@@ -300,8 +300,8 @@ void Membership::OnUpdate(const MemberUpdate& u, double now_s, const std::string
   if (!u.hostname().empty()) m.hostname = u.hostname();
   // Another node's probe error, kept until this node has one of its own; a refusal (its sidecar
   // is down, the machine answers) is the more telling word.
-  if (!u.error().empty() && (m.last_error.empty() || (u.status() == MemberUpdate::SILENT &&
-                                                      SaysRefused(u.error())))) {
+  if (!u.error().empty() &&
+      (m.last_error.empty() || (u.status() == MemberUpdate::SILENT && SaysRefused(u.error())))) {
     m.last_error = u.error().substr(0, 200);
   }
   const bool newer_generation = u.generation() > m.generation;

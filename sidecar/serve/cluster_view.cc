@@ -254,8 +254,7 @@ std::vector<Evidence> NetworkFailures(const TaskView& v) {
     }
     double ago = p.seconds_since_success >= 0 ? p.seconds_since_success : v.observed_at - v.since;
     const double since = v.observed_at - std::max(0.0, ago);
-    add(p.peer, p.address, p.last_error, since,
-        std::max(since, v.observed_at - FailingSeconds(p)));
+    add(p.peer, p.address, p.last_error, since, std::max(since, v.observed_at - FailingSeconds(p)));
   }
   for (const BlockedPeer& b : v.blocked_on) {
     if (IsNetworkError(b.last_error)) {

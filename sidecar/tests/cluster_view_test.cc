@@ -296,8 +296,8 @@ TEST_F(ClusterViewTest, APartitionCountsFromTheFirstFailureNotTheLastSuccess) {
   auto failing = [&](double since_success, double seconds_failing) {
     TaskView w0 = View({"worker", 0}, TaskState::kBlocked, "waiting in Pull for ps:0");
     w0.blocked_on.push_back({{"ps", 0}, "10.0.0.1:2222", since_success, "connection timed out"});
-    PeerInfo p{{"ps", 0}, "10.0.0.1:2222", false, 1, "connection timed out", since_success,
-               0,         "",             true};
+    PeerInfo p{{"ps", 0}, "10.0.0.1:2222", false, 1, "connection timed out", since_success, 0, "",
+               true};
     p.seconds_failing = seconds_failing;
     w0.peers.push_back(p);
     Report("n2:4317", {w0});
