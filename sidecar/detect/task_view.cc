@@ -33,17 +33,12 @@ int Severity(TaskState state) { return state == TaskState::kDone ? -1 : static_c
 bool IsHealthy(TaskState state) { return state == TaskState::kUp || state == TaskState::kDone; }
 
 bool HeldUpByAPeer(const TaskView& v) {
-  for (const CallInFlight& c : v.inflight) {
-    if (!c.served && c.age_seconds >= kWaitWorthALookS) return true;
-  }
-  for (const PeerInfo& p : v.peers) {
-    if (!p.connected && p.consecutive_failures > 0) return true;
-  }
-  return false;
+  return std::any_of(v.inflight.begin(), v.inflight.end(), WaitsLong) ||
+         std::any_of(v.peers.begin(), v.peers.end(), FailsToReach);
 }
 
 double FailingSeconds(const PeerInfo& p) {
-  if (p.connected || p.consecutive_failures < 1) return 0;
+  if (!FailsToReach(p)) return 0;
   return p.seconds_failing > 0 ? p.seconds_failing : std::max(0.0, p.seconds_since_success);
 }
 

@@ -22,10 +22,10 @@ std::vector<std::string> HostsInTrouble(const std::vector<TaskView>& views) {
   };
   for (const TaskView& v : views) {
     for (const PeerInfo& p : v.peers) {
-      if (!p.connected && p.consecutive_failures > 0 && p.network_failure) add(p.address);
+      if (FailsToReach(p) && p.network_failure) add(p.address);
     }
     for (const CallInFlight& c : v.inflight) {
-      if (c.served || c.age_seconds < kWaitWorthALookS) continue;
+      if (!WaitsLong(c)) continue;
       for (const PeerInfo& p : v.peers) {
         if (p.peer == c.peer) add(p.address);
       }
@@ -141,7 +141,7 @@ std::vector<std::string> ExchangeCore::OnPingDone(const std::string& target, boo
     // not in its turn. (Never reached: it may not have started, and this node's channel may
     // still hold the refusal of an attempt from before it did.)
     const Member* m = membership_.Find(target);
-    if (SaysRefused(why) && m != nullptr && m->last_contact >= 0) {
+    if (SaysRefused(why) && m != nullptr && m->reached()) {
       membership_.ProbeMemberSoon(target, now.s);
     }
     if (other_answered) {

@@ -278,7 +278,7 @@ void Membership::OnIndirectResult(const std::string& id, bool reached, double no
   const bool announce = !IsolatedSince(now_s).has_value();
   // Refused, and nobody else gets through: its sidecar is down, unless this node never reached
   // it (heard of it only by the news: its channel may hold a refusal from before it started).
-  if (SaysRefused(m.last_error) && m.last_contact >= 0 &&
+  if (SaysRefused(m.last_error) && m.reached() &&
       (m.status == MemberStatus::kAlive || m.status == MemberStatus::kSuspect)) {
     SetStatus(m, MemberStatus::kSilent, now_s, announce);
   } else if (m.status == MemberStatus::kAlive) {

@@ -76,6 +76,9 @@ struct Member {
   bool reached_indirectly = false;  // Its last failed direct probe was answered through others.
   std::string last_error;           // Of the last failed direct probe.
   std::vector<std::string> confirmations;  // Others that suspect it too, while suspect.
+
+  // This node has had a direct exchange with it, ever.
+  bool reached() const { return last_contact >= 0; }
 };
 
 class Membership {

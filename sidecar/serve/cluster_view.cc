@@ -248,8 +248,7 @@ std::vector<Evidence> NetworkFailures(const TaskView& v) {
     out.push_back({peer, address, error, since, failing_since});
   };
   for (const PeerInfo& p : v.peers) {
-    if (p.connected || p.consecutive_failures < 1 ||
-        !(p.network_failure || IsNetworkError(p.last_error))) {
+    if (!FailsToReach(p) || !(p.network_failure || IsNetworkError(p.last_error))) {
       continue;
     }
     double ago = p.seconds_since_success >= 0 ? p.seconds_since_success : v.observed_at - v.since;

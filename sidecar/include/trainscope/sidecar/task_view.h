@@ -55,6 +55,9 @@ struct PeerInfo {
   double seconds_failing = 0;
 };
 
+// The task's calls to this peer fail (not connected, and the last one failed).
+inline bool FailsToReach(const PeerInfo& p) { return !p.connected && p.consecutive_failures > 0; }
+
 // How long a task's calls to a peer have been failing, as of its heartbeat: since the first
 // failure of the run, or (a task that does not say) since its last success.
 double FailingSeconds(const PeerInfo& p);
@@ -79,6 +82,11 @@ struct CallInFlight {
 // A call a task has waited on this long is worth a look at the callee's node (a probe of its
 // sidecar, out of turn).
 inline constexpr double kWaitWorthALookS = 0.2;
+
+// The task has waited on this call to a peer for kWaitWorthALookS or more.
+inline bool WaitsLong(const CallInFlight& c) {
+  return !c.served && c.age_seconds >= kWaitWorthALookS;
+}
 
 // A peer a blocked task waits on, with the sidecar's knowledge of that peer.
 struct BlockedPeer {
