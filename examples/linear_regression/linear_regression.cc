@@ -104,12 +104,12 @@ class Trainer {
   absl::Status Run() {
     // The loss of the model as created (all zeros), whatever other workers did since.
     const float initial_loss = Loss(x_eval_, y_eval_, Vector::Zero(options_.features), 0.0f);
-    TS_RETURN_IF_ERROR(Pull());
+    TS_RETURN_IF_ERROR(PullPatiently("the first pull"));
     spdlog::info("initial loss {:.6f}, loss now {:.6f}", initial_loss, EvalLoss());
     const auto start = std::chrono::steady_clock::now();
     int64_t steps_done = 0;
     TS_RETURN_IF_ERROR(Steps(&steps_done));
-    TS_RETURN_IF_ERROR(Pull());
+    TS_RETURN_IF_ERROR(PullPatiently("the last pull"));
     const float final_loss = EvalLoss();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -134,6 +134,28 @@ class Trainer {
     }
     b_ = *reinterpret_cast<const float*>(values_[num_vars_ - 1].data());
     return absl::OkStatus();
+  }
+
+  // A transient failure (DEADLINE_EXCEEDED, UNAVAILABLE: a ps stopped, restarting or out of
+  // reach) fails one attempt, not the run, unless more than max_step_failures come in a row.
+  bool Tolerated(const absl::Status& st, int* failures, const std::string& what) const {
+    const bool transient = st.code() == absl::StatusCode::kDeadlineExceeded ||
+                           st.code() == absl::StatusCode::kUnavailable;
+    if (!transient || ++*failures > options_.max_step_failures) return false;
+    spdlog::warn("{} failed ({} in a row, giving up after {}): {}: {}", what, *failures,
+                 options_.max_step_failures, absl::StatusCodeToString(st.code()),
+                 std::string(st.message()));
+    return true;
+  }
+
+  // Pull, with transient failures tolerated as a step's are (the first pull meets a ps that is
+  // stopped or restarting as often as any step does).
+  absl::Status PullPatiently(const std::string& what) {
+    int failures = 0;
+    for (;;) {
+      absl::Status st = Pull();
+      if (st.ok() || task_.stopping() || !Tolerated(st, &failures, what)) return st;
+    }
   }
 
   // Steps until options_.steps (from a checkpoint's step when the ps tasks restored one) or a
@@ -165,12 +187,7 @@ class Trainer {
       float loss = 0;
       if (st.ok()) st = Step(client_, options_, data_, x_, y_, w_, b_, num_vars_, &loss);
       if (!st.ok()) {
-        const bool transient = st.code() == absl::StatusCode::kDeadlineExceeded ||
-                               st.code() == absl::StatusCode::kUnavailable;
-        if (!transient || ++failures > options_.max_step_failures) return st;
-        spdlog::warn("step {} failed ({} in a row, giving up after {}): {}: {}", step, failures,
-                     options_.max_step_failures, absl::StatusCodeToString(st.code()),
-                     std::string(st.message()));
+        if (!Tolerated(st, &failures, absl::StrCat("step ", step))) return st;
         --step;
         continue;
       }

@@ -208,7 +208,10 @@ TEST_F(SidecarStacks, BlockedParameterServiceIsBlamedByItsWorker) {
 TEST_F(SidecarStacks, StoppedPsStaysStoppedIsShownAndTrainsOnAfterSigcont) {
   Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
   auto ps = StartTask(cluster, "ps", 0);
-  auto worker = StartTask(cluster, "worker", 0, LongTraining({"--rpc_deadline_ms", "120000"}));
+  // Its calls to the stopped ps fail once the keepalive gives up: it must outlast the stop.
+  auto worker =
+      StartTask(cluster, "worker", 0,
+                LongTraining({"--rpc_deadline_ms", "120000", "--max_step_failures", "1000000"}));
   Sidecar sidecar(cluster, {"--stall_after_s", "1.5"});
   ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kUp, seconds(20), "training"))
       << sidecar.Describe();
@@ -237,12 +240,14 @@ TEST_F(SidecarStacks, StoppedPsStaysStoppedIsShownAndTrainsOnAfterSigcont) {
              w->reason.find("ps:0 is hung") != std::string::npos;
     if (!blamed) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  EXPECT_TRUE(blamed) << sidecar.Describe();
+  EXPECT_TRUE(blamed) << sidecar.Describe() << "--- worker output ---\n" << worker->Output();
 
   kill(ps->pid(), SIGCONT);
   ASSERT_TRUE(sidecar.WaitForState("ps:0", TaskState::kUp, seconds(20))) << sidecar.Describe();
   const int64_t steps = sidecar.Task("worker:0")->steps;
-  ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kUp, seconds(30))) << sidecar.Describe();
+  ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kUp, seconds(30)))
+      << sidecar.Describe() << "--- worker output ---\n"
+      << worker->Output();
   const auto deadline = std::chrono::steady_clock::now() + seconds(20);
   while (sidecar.Task("worker:0")->steps <= steps && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
