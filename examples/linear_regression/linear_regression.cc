@@ -3,6 +3,7 @@
 
 #include <Eigen/Core>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <random>
 #include <thread>
@@ -85,6 +86,30 @@ absl::Status Step(ParameterClient* client, const LinearRegressionOptions& option
   return client->PushAll(std::move(gradients), options.learning_rate);
 }
 
+// A transient failure (DEADLINE_EXCEEDED, UNAVAILABLE: a ps stopped, restarting or out of reach)
+// fails one attempt, not the run, unless more than `max_failures` come in a row: true when `st`
+// is one to try again after (counted in `failures`, and logged).
+bool Tolerated(const absl::Status& st, int max_failures, int* failures, const std::string& what) {
+  const bool transient = st.code() == absl::StatusCode::kDeadlineExceeded ||
+                         st.code() == absl::StatusCode::kUnavailable;
+  if (!transient || ++*failures > max_failures) return false;
+  spdlog::warn("{} failed ({} in a row, giving up after {}): {}: {}", what, *failures, max_failures,
+               absl::StatusCodeToString(st.code()), std::string(st.message()));
+  return true;
+}
+
+// `attempt` until it succeeds, fails for good, or the task stops, with transient failures
+// tolerated as a step's are: creating the variables and the first pull meet a ps that is stopped
+// or restarting as often as any step does.
+absl::Status Patiently(const Task& task, int max_failures, const std::string& what,
+                       const std::function<absl::Status()>& attempt) {
+  int failures = 0;
+  for (;;) {
+    absl::Status st = attempt();
+    if (st.ok() || task.stopping() || !Tolerated(st, max_failures, &failures, what)) return st;
+  }
+}
+
 // One worker's training: the model's variables on the ps tasks, its own data stream, and the
 // weights it last pulled.
 class Trainer {
@@ -104,12 +129,14 @@ class Trainer {
   absl::Status Run() {
     // The loss of the model as created (all zeros), whatever other workers did since.
     const float initial_loss = Loss(x_eval_, y_eval_, Vector::Zero(options_.features), 0.0f);
-    TS_RETURN_IF_ERROR(PullPatiently("the first pull"));
+    TS_RETURN_IF_ERROR(
+        Patiently(task_, options_.max_step_failures, "the first pull", [this] { return Pull(); }));
     spdlog::info("initial loss {:.6f}, loss now {:.6f}", initial_loss, EvalLoss());
     const auto start = std::chrono::steady_clock::now();
     int64_t steps_done = 0;
     TS_RETURN_IF_ERROR(Steps(&steps_done));
-    TS_RETURN_IF_ERROR(PullPatiently("the last pull"));
+    TS_RETURN_IF_ERROR(
+        Patiently(task_, options_.max_step_failures, "the last pull", [this] { return Pull(); }));
     const float final_loss = EvalLoss();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -134,28 +161,6 @@ class Trainer {
     }
     b_ = *reinterpret_cast<const float*>(values_[num_vars_ - 1].data());
     return absl::OkStatus();
-  }
-
-  // A transient failure (DEADLINE_EXCEEDED, UNAVAILABLE: a ps stopped, restarting or out of
-  // reach) fails one attempt, not the run, unless more than max_step_failures come in a row.
-  bool Tolerated(const absl::Status& st, int* failures, const std::string& what) const {
-    const bool transient = st.code() == absl::StatusCode::kDeadlineExceeded ||
-                           st.code() == absl::StatusCode::kUnavailable;
-    if (!transient || ++*failures > options_.max_step_failures) return false;
-    spdlog::warn("{} failed ({} in a row, giving up after {}): {}: {}", what, *failures,
-                 options_.max_step_failures, absl::StatusCodeToString(st.code()),
-                 std::string(st.message()));
-    return true;
-  }
-
-  // Pull, with transient failures tolerated as a step's are (the first pull meets a ps that is
-  // stopped or restarting as often as any step does).
-  absl::Status PullPatiently(const std::string& what) {
-    int failures = 0;
-    for (;;) {
-      absl::Status st = Pull();
-      if (st.ok() || task_.stopping() || !Tolerated(st, &failures, what)) return st;
-    }
   }
 
   // Steps until options_.steps (from a checkpoint's step when the ps tasks restored one) or a
@@ -187,7 +192,9 @@ class Trainer {
       float loss = 0;
       if (st.ok()) st = Step(client_, options_, data_, x_, y_, w_, b_, num_vars_, &loss);
       if (!st.ok()) {
-        if (!Tolerated(st, &failures, absl::StrCat("step ", step))) return st;
+        if (!Tolerated(st, options_.max_step_failures, &failures, absl::StrCat("step ", step))) {
+          return st;
+        }
         --step;
         continue;
       }
@@ -225,8 +232,10 @@ class Trainer {
 
 absl::Status Train(Task& task, const LinearRegressionOptions& options) {
   TS_ASSIGN_OR_RETURN(ParameterClient * client, task.CreateSession());
-  TS_RETURN_IF_ERROR(
-      client->CreateVariables(ModelVariables(options.features, task.cluster().NumTasks("ps"))));
+  const std::vector<VariableDef> variables =
+      ModelVariables(options.features, task.cluster().NumTasks("ps"));
+  TS_RETURN_IF_ERROR(Patiently(task, options.max_step_failures, "creating the variables",
+                               [&] { return client->CreateVariables(variables); }));
   spdlog::info("training: {} features in {} variables over {} ps tasks, {} steps", options.features,
                client->variables().size(), task.cluster().NumTasks("ps"), options.steps);
   return Trainer(task, options, client).Run();

@@ -23,7 +23,8 @@ struct LinearRegressionOptions {
   uint64_t seed = 42;  // Same on every task: it draws the true weights.
   int log_every = 50;
   int step_delay_ms = 0;  // Sleep per step, to keep a demo cluster training for longer.
-  // Consecutive steps that may fail with DEADLINE_EXCEEDED or UNAVAILABLE before the run fails.
+  // Consecutive steps (or attempts at creating the variables, the first or the last pull) that
+  // may fail with DEADLINE_EXCEEDED or UNAVAILABLE before the run fails.
   int max_step_failures = 10;
 };
 

@@ -18,8 +18,9 @@ int main(int argc, char** argv) {
   app.add_option("--step_delay_ms", o.step_delay_ms, "Sleep per step (demos)")
       ->capture_default_str();
   app.add_option("--max_step_failures", o.max_step_failures,
-                 "Consecutive steps that may fail with DEADLINE_EXCEEDED or UNAVAILABLE before "
-                 "the run fails")
+                 "Consecutive steps (or attempts at creating the variables, the first or the "
+                 "last pull) that may fail with DEADLINE_EXCEEDED or UNAVAILABLE before the run "
+                 "fails")
       ->capture_default_str();
   trainscope::RuntimeOptions runtime;
   return trainscope::RunTrainingMain(app, argc, argv, runtime, [&](trainscope::Task& task) {

@@ -194,6 +194,32 @@ TEST(RuntimeIntegration, SlowPsIsDeadlineExceededNamingMethodTaskAndDeadline) {
       << w->Output();
 }
 
+// A ps too slow (or stopped, or restarting) while the worker creates its variables and pulls
+// them first costs attempts, as a failed step does, not the run: training goes on once the ps
+// answers in time.
+TEST(RuntimeIntegration, SlowPsAtTheStartIsWaitedOutAsAFailedStepIs) {
+  Cluster c(1, 1);
+  auto ps = c.Start("ps", 0, {"--enable_fault_injection", "--testing_ps_delay_ms", "400"});
+  auto w = c.Start("worker", 0,
+                   {"--steps", "20", "--rpc_deadline_ms", "200", "--max_step_failures", "1000"});
+  ASSERT_TRUE(w->WaitForOutput("creating the variables failed (2 in a row, giving up after 1000)",
+                               20s))
+      << w->Output();
+  EXPECT_TRUE(w->Running()) << w->Output();
+  auto stub = v1::TaskService::NewStub(
+      grpc::CreateChannel(c.jobs["ps"][0], grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  v1::InjectFaultResponse response;
+  ASSERT_TRUE(stub->InjectFault(&context, v1::InjectFaultRequest(), &response).ok());  // No delay.
+  auto code = w->Wait(20s);
+  ASSERT_TRUE(code.has_value()) << w->Output();
+  EXPECT_EQ(*code, 0) << w->Output();
+  EXPECT_NE(w->Output().find("DEADLINE_EXCEEDED: CreateVariable from worker:0 to ps:0"),
+            std::string::npos)
+      << w->Output();
+  EXPECT_NE(w->Output().find("final loss"), std::string::npos) << w->Output();
+}
+
 TEST(RuntimeIntegration, FaultInjectionIsRefusedUnlessEnabled) {
   Cluster c(1, 1);
   auto ps = c.Start("ps", 0);
