@@ -46,6 +46,15 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
+// TaskService.InjectFault on the task at `address`.
+grpc::Status InjectFault(const std::string& address, const v1::InjectFaultRequest& request) {
+  auto stub =
+      v1::TaskService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  v1::InjectFaultResponse response;
+  return stub->InjectFault(&context, request, &response);
+}
+
 TEST(RuntimeIntegration, TwoPsTwoWorkersConvergeAndEndCleanly) {
   Cluster c(2, 2);
   auto ps0 = c.Start("ps", 0);
@@ -178,13 +187,9 @@ TEST(RuntimeIntegration, SlowPsIsDeadlineExceededNamingMethodTaskAndDeadline) {
                    {"--steps", "100000", "--step_delay_ms", "5", "--rpc_deadline_ms", "200"});
   ASSERT_TRUE(w->WaitForOutput("training:", 20s)) << w->Output();
   // Slow the ps mid-training, as an overloaded ps would be.
-  auto stub = v1::TaskService::NewStub(
-      grpc::CreateChannel(c.jobs["ps"][0], grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
   v1::InjectFaultRequest request;
   request.set_parameter_delay_ms(500);
-  v1::InjectFaultResponse response;
-  ASSERT_TRUE(stub->InjectFault(&context, request, &response).ok());
+  ASSERT_TRUE(InjectFault(c.jobs["ps"][0], request).ok());
   auto code = w->Wait(20s);
   ASSERT_TRUE(code.has_value()) << w->Output();
   EXPECT_NE(*code, 0);
@@ -202,15 +207,11 @@ TEST(RuntimeIntegration, SlowPsAtTheStartIsWaitedOutAsAFailedStepIs) {
   auto ps = c.Start("ps", 0, {"--enable_fault_injection", "--testing_ps_delay_ms", "400"});
   auto w = c.Start("worker", 0,
                    {"--steps", "20", "--rpc_deadline_ms", "200", "--max_step_failures", "1000"});
-  ASSERT_TRUE(w->WaitForOutput("creating the variables failed (2 in a row, giving up after 1000)",
-                               20s))
+  ASSERT_TRUE(
+      w->WaitForOutput("creating the variables failed (2 in a row, giving up after 1000)", 20s))
       << w->Output();
   EXPECT_TRUE(w->Running()) << w->Output();
-  auto stub = v1::TaskService::NewStub(
-      grpc::CreateChannel(c.jobs["ps"][0], grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  v1::InjectFaultResponse response;
-  ASSERT_TRUE(stub->InjectFault(&context, v1::InjectFaultRequest(), &response).ok());  // No delay.
+  ASSERT_TRUE(InjectFault(c.jobs["ps"][0], v1::InjectFaultRequest()).ok());  // No delay.
   auto code = w->Wait(20s);
   ASSERT_TRUE(code.has_value()) << w->Output();
   EXPECT_EQ(*code, 0) << w->Output();
@@ -224,12 +225,8 @@ TEST(RuntimeIntegration, FaultInjectionIsRefusedUnlessEnabled) {
   Cluster c(1, 1);
   auto ps = c.Start("ps", 0);
   ASSERT_TRUE(ps->WaitForOutput("listening on", 10s));
-  auto stub = v1::TaskService::NewStub(
-      grpc::CreateChannel(c.jobs["ps"][0], grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  v1::InjectFaultResponse response;
-  grpc::Status st = stub->InjectFault(&context, v1::InjectFaultRequest(), &response);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(InjectFault(c.jobs["ps"][0], v1::InjectFaultRequest()).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
 }
 
 // A forged Done must not end a ps (and lose its variables): the caller must be a trainer the
