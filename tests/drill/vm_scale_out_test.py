@@ -16,7 +16,8 @@ The times from the kill to each are printed.
 
 Usage: vm_scale_out_test.py --bin BUILD/bin --src SOURCE_DIR [--out DIR]
 Exit 0 when every check passed, 77 (skipped) without victoria-metrics, vmagent or vmalert
-(apt-get install victoria-metrics). Standard library only.
+(apt-get install victoria-metrics), 1 then under CI=true (trainscope_testing.skips). Standard
+library only.
 """
 
 import json
@@ -29,14 +30,13 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 
 from fire_drill import has_gpu, log, wait_for  # the drill's log and polling
 from local_cluster import CLUSTER, LocalCluster, prom_query, test_main
-from trainscope_testing import dashboards, monitoring
+from trainscope_testing import dashboards, monitoring, skips
 from trainscope_testing.ports import free_port
 from trainscope_testing.web import http_get, http_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GROUPS = {"a": ["ps:0", "worker:0"], "b": ["ps:1", "worker:1"]}
 VM_TOOLS = ("victoria-metrics", "vmagent", "vmalert")
-SKIP_CODE = 77  # ctest's SKIP_RETURN_CODE for this test
 # From the kill to each sign of the alert; they take 12-25 s (new series on the store lag).
 KILL_TIMEOUT_S = 60
 
@@ -188,9 +188,8 @@ def run(args, work, failures):
 def main():
     missing = [t for t in VM_TOOLS if not shutil.which(t)]
     if missing:
-        print(f"SKIPPED the VictoriaMetrics scale-out test: no {', '.join(missing)} "
-              "(apt-get install victoria-metrics)", flush=True)
-        return SKIP_CODE
+        skips.skip("the VictoriaMetrics scale-out test",
+                   f"no {', '.join(missing)} (apt-get install victoria-metrics)")
     return test_main(__doc__, run, "vm-scale-out-")
 
 

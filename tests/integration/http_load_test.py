@@ -8,13 +8,12 @@ from one client address (127.0.0.2), then spread over 50 (127.0.0.2..127.0.0.51)
 request one header line a second (slowloris), half connect and send nothing. Whatever the
 servers close is opened again a second later. Meanwhile a prober on its own address
 (127.0.0.61) asks the sidecar's /healthz, /api/v1/tasks and /metrics and the ps's /metrics
-every 0.25 s: every probe must be answered (200). A real Prometheus (when installed) scrapes
-both every second and must record no failed scrape; under the 50-address load the worker is
-killed with SIGKILL and the sidecar must name it dead (the time is printed). Then the same
-over HTTPS (mutual TLS) with
-connections that stop in the middle of the TLS handshake: half send a whole ClientHello and
-nothing after it, half trickle it a byte a second. The probes' p50 and p99 are printed, not
-asserted (the machine may be shared).
+every 0.25 s: every probe must be answered (200). A real Prometheus (when installed; under
+CI=true it must be) scrapes both every second and must record no failed scrape; under the
+50-address load the worker is killed with SIGKILL and the sidecar must name it dead (the time
+is printed). Then the same over HTTPS (mutual TLS) with connections that stop in the middle
+of the TLS handshake: half send a whole ClientHello and nothing after it, half trickle it a byte
+a second. The probes' p50 and p99 are printed, not asserted (the machine may be shared).
 
 Usage: http_load_test.py --bin BUILD/bin [--connections 1000] [--hold 10] [--keep]; by hand:
 `PYTHONPATH=tests/py /usr/bin/python3 tests/integration/http_load_test.py --bin build/bin`.
@@ -31,6 +30,7 @@ import tempfile
 import time
 import urllib.parse
 
+from trainscope_testing import skips
 from trainscope_testing.certs import make_pem_certs, pem_context
 from trainscope_testing.cluster_spec import tf_config
 from trainscope_testing.hostile import Attacker, Prober, memory, percentile, raise_fd_limit
@@ -81,7 +81,8 @@ def start_prometheus(d, procs, targets, tls):
     port, or None when there is no prometheus here."""
     prom = shutil.which("prometheus") or "/usr/bin/prometheus"
     if not os.path.exists(prom):
-        log("no prometheus binary: the scrape check is skipped")
+        skips.skip_check("the scrape check", "no prometheus binary (apt-get install prometheus)",
+                         log)
         return None
     port = free_port()
     job = {"job_name": "load", "scrape_interval": "1s", "scrape_timeout": "1s",

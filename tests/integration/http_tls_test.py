@@ -16,7 +16,8 @@ trainscope-sidecar run with --tls_cert_file/--tls_key_file/--tls_ca_file on loop
 
 Usage: http_tls_test.py --bin BUILD/bin [--keep]; by hand, with the helpers (tests/py):
 `scripts/python tests/integration/http_tls_test.py --bin build/bin`.
-Exit 0 when every check passed. Standard library only.
+Exit 0 when every check passed. Without prometheus or prometheus-alertmanager their checks are
+skipped, saying so (under CI=true the test fails instead). Standard library only.
 """
 
 import argparse
@@ -33,6 +34,7 @@ import time
 import urllib.parse
 import urllib.request
 
+from trainscope_testing import skips
 from trainscope_testing.certs import issue_pem, make_pem_certs, pem_context
 from trainscope_testing.cluster_spec import tf_config
 from trainscope_testing.logs import logger
@@ -166,7 +168,8 @@ def half_rotation(d, port):
 def prometheus_scrapes(d, metrics_port):
     prom = shutil.which("prometheus") or "/usr/bin/prometheus"
     if not os.path.exists(prom):
-        log("skip Prometheus check: no prometheus binary")
+        skips.skip_check("the Prometheus check", "no prometheus binary (apt-get install prometheus)",
+                         log)
         return
     port = free_port()
     config = {"global": {"scrape_interval": "1s"},
@@ -201,7 +204,8 @@ def start_alertmanager(d, procs):
     port, or None when there is no Alertmanager here."""
     am = shutil.which("prometheus-alertmanager") or "/usr/bin/prometheus-alertmanager"
     if not os.path.exists(am):
-        log("skip Alertmanager check: no prometheus-alertmanager binary")
+        skips.skip_check("the Alertmanager check", "no prometheus-alertmanager binary "
+                         "(apt-get install prometheus-alertmanager)", log)
         return None
     port = free_port()
     with open(os.path.join(d, "am.yml"), "w") as f:

@@ -27,7 +27,7 @@ import sys
 sys.dont_write_bytecode = True
 
 from trainscope_testing import diagnosis as d
-from trainscope_testing import netns, training
+from trainscope_testing import netns, skips, training
 from trainscope_testing.logs import logger
 
 log = logger("mtls")
@@ -126,8 +126,7 @@ def main():
     ap.add_argument("--keep_logs", action="store_true")
     args = ap.parse_args()
     if shutil.which("openssl") is None:
-        print("SKIPPED the mutual TLS multi-node test: no openssl command", flush=True)
-        return 77
+        skips.skip("the mutual TLS multi-node test", "no openssl command (apt-get install openssl)")
 
     def body(logs):
         with netns.Cluster(3, log_dir=logs) as c:

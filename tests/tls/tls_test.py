@@ -39,7 +39,7 @@ import urllib.request
 
 sys.dont_write_bytecode = True
 
-from trainscope_testing import waiting
+from trainscope_testing import skips, waiting
 from trainscope_testing.certs import LoopbackCerts as Certs, openssl
 from trainscope_testing.cluster_spec import tf_config
 from trainscope_testing.logs import logger
@@ -357,8 +357,7 @@ def main():
     args = parser.parse_args()
     args.bin = os.path.abspath(args.bin)
     if shutil.which("openssl") is None:
-        print("SKIP: no openssl")
-        return 77
+        skips.skip("the mutual TLS tests", "no openssl command (apt-get install openssl)")
     work = tempfile.mkdtemp(prefix="trainscope-tls-")
     certs = Certs(work)
     certs.leaf("node")

@@ -6,6 +6,8 @@ each test's ENVIRONMENT; by hand, `PYTHONPATH=tests/py /usr/bin/python3 tests/..
 - logs: `logger(tag)`, the `[tag HH:MM:SS] msg` lines every test prints.
 - ports: `free_port()`, never the same port twice in one run.
 - waiting: `wait_for()` and `HarnessError`, what a helper raises when the world is not as asked.
+- skips: `skip()` and `skip_check()`, a suite or check this host cannot run: skipped, saying
+  why; a failure in CI (CI=true).
 - processes: `Proc`, one program started as its own pid and stopped by that pid only.
 - web: `http_get`, `http_json`, `http_text`.
 - cluster_spec: the TF_CONFIG of one task of a cluster.

@@ -23,7 +23,8 @@ namespace is deleted, and it is checked that nothing is left. Processes started 
 thread also die with it (PR_SET_PDEATHSIG), in case this process is killed with SIGKILL.
 
 Needs root (or CAP_SYS_ADMIN and CAP_NET_ADMIN) and iproute2; `unsupported_reason()` says why not,
-and `skip_unless_supported()` exits with SKIP_CODE after one line saying so. Standard library only.
+and `skip_unless_supported()` exits after one line saying so (skipped, or failed under CI=true:
+skips.py). Standard library only.
 
     with netns.Cluster(3) as c:
         ps = c.spawn(1, ["build/bin/linear_regression", ...], env={"TF_CONFIG": ...})
@@ -45,10 +46,9 @@ import tempfile
 import threading
 import time
 
-from trainscope_testing import nodes, processes, web
+from trainscope_testing import nodes, processes, skips, web
 from trainscope_testing.waiting import HarnessError
 
-SKIP_CODE = 77  # ctest's SKIP_RETURN_CODE for the multi-node tests.
 REGISTRY = "/run/trainscope-netns"  # One JSON file per run: who made which namespaces.
 NETNS_DIR = "/run/netns"  # Where `ip netns` keeps its namespaces.
 NAME_RE = re.compile(r"^ts(\d+)-(sw|n\d+|probe)$")
@@ -140,18 +140,18 @@ def unsupported_reason():
 
 
 def skip_unless_supported(what="the multi-node tests"):
-    """Returns when clusters can be built; else prints one line and exits with SKIP_CODE."""
+    """Returns when clusters can be built; else prints one line and exits with
+    skips.SKIP_CODE, or with 1 in CI (skips.skip)."""
     why = unsupported_reason()
     if why:
-        print(f"SKIPPED {what}: {why}", flush=True)
-        sys.exit(SKIP_CODE)
+        skips.skip(what, why)
 
 
 def run_test(what, prefix, deadline_s, body, keep_logs, log, errors=()):
-    """A multi-node test's frame: skipped (SKIP_CODE) where clusters cannot be built; body(logs)
-    run within deadline_s (a hang still tears its cluster down, limit_time) with a fresh log
-    folder; a HarnessError, AssertionError or one of `errors` ends it as FAILED with where its
-    logs are (exit code 1); else PASSED, its logs removed unless kept (0)."""
+    """A multi-node test's frame: skipped where clusters cannot be built (skip_unless_supported);
+    body(logs) run within deadline_s (a hang still tears its cluster down, limit_time) with a
+    fresh log folder; a HarnessError, AssertionError or one of `errors` ends it as FAILED with
+    where its logs are (exit code 1); else PASSED, its logs removed unless kept (0)."""
     skip_unless_supported(what)
     limit_time(deadline_s)
     logs = tempfile.mkdtemp(prefix=prefix)
@@ -761,7 +761,8 @@ def main(argv):
     cmd = argv[1] if len(argv) > 1 else ""
     if cmd == "check":
         why = unsupported_reason()
-        print("multi-node tests: " + (f"will be SKIPPED: {why}" if why else
+        fate = "will FAIL (CI=true)" if skips.in_ci() else "will be SKIPPED"
+        print("multi-node tests: " + (f"{fate}: {why}" if why else
                                       "can run (root, network namespaces, veth, bridge)"))
         return 0
     if cmd == "list":
