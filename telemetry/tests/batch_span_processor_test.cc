@@ -126,14 +126,10 @@ TEST(BatchSpanProcessorTest, FullQueueDropsCountsAndNeverBlocks) {
     std::unique_lock<std::mutex> lock(state->mu);
     ASSERT_TRUE(state->cv.wait_for(lock, milliseconds(5000), [&] { return state->inside == 1; }));
   }
-  // Eight more fill the queue; the rest are dropped, each OnEnd returning at once.
-  auto slowest = Clock::duration::zero();
-  for (int i = 0; i < 1000; ++i) {
-    const auto start = Clock::now();
-    processor.OnEnd(Span(i < 8 ? "queued" : "dropped"));
-    slowest = std::max(slowest, Clock::now() - start);
-  }
-  EXPECT_LT(slowest, milliseconds(20));
+  // Eight more fill the queue; the rest are dropped. Every OnEnd returns while the export stays
+  // blocked until after the loop: none waits for room in the queue. What one costs is measured,
+  // not asserted: tracing_benchmark, BM_OnEndFullQueue.
+  for (int i = 0; i < 1000; ++i) processor.OnEnd(Span(i < 8 ? "queued" : "dropped"));
   EXPECT_EQ(stats.spans_dropped.load(), 992u);
   {
     std::lock_guard<std::mutex> lock(state->mu);
