@@ -19,8 +19,8 @@ def in_ci():
 
 def _fail_in_ci(what, why):
     if in_ci():
-        print(f"FAILED {what}: {why} (CI=true: a suite that cannot run fails the run; "
-              "scripts/install-deps installs what the suites need)", flush=True)
+        print(f"FAILED {what}: {why} (CI=true: a suite that cannot run fails the run)",
+              flush=True)
         sys.exit(1)
 
 
