@@ -2,7 +2,7 @@
 // deadlocked on two mutexes, a ps whose ParameterService blocks, a ps stopped with SIGSTOP), one
 // real sidecar (two for a snapshot read through another node's sidecar), and what the API,
 // trainscopectl stacks and the page show. Needs ptrace (root, or CAP_SYS_PTRACE): skipped,
-// saying so, without it.
+// saying so, without it (failed under CI=true: skip.h).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "sidecar_harness.h"
+#include "skip.h"
 #include "trainscope/common/http_client.h"
 #include "trainscope/sidecar/api.h"
 #include "trainscope/sidecar/names.h"
@@ -90,7 +91,8 @@ char ProcState(pid_t pid) {
 class SidecarStacks : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "snapshots need ptrace: run as root (or CAP_SYS_PTRACE)";
+    TRAINSCOPE_SKIP_UNLESS(geteuid() == 0,
+                           "snapshots need ptrace: run as root (or CAP_SYS_PTRACE)");
   }
 };
 

@@ -1,5 +1,6 @@
 // Tests of Capture and FormatSnapshot against real processes (forensics_wedge, started with
-// fork+exec) and real ptrace. Tests that attach need root (as in CI) and skip otherwise.
+// fork+exec) and real ptrace. Tests that attach need root (as in CI) and skip otherwise (fail
+// under CI=true: skip.h).
 
 #include "trainscope/forensics/capture.h"
 
@@ -19,6 +20,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "skip.h"
 
 #ifndef FORENSICS_WEDGE
 #error "FORENSICS_WEDGE must name the forensics_wedge binary"
@@ -30,7 +32,7 @@ namespace {
 using std::chrono::milliseconds;
 
 #define SKIP_UNLESS_ROOT() \
-  if (geteuid() != 0) GTEST_SKIP() << "needs root: attaches to processes with ptrace"
+  TRAINSCOPE_SKIP_UNLESS(geteuid() == 0, "needs root: attaches to processes with ptrace")
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
