@@ -1,7 +1,8 @@
 // sidecar_detection_bench: the detection figures of issue 3, measured with real processes.
 //   detection: over N trials, kill -9 of a worker -> dead; SIGSTOP of a ps -> hung, SIGCONT ->
 //              up; a worker blocked in CreateSession on a ps that is not there -> blocked naming
-//              it. Median and worst of each.
+//              it; a ps answering heartbeats 500 ms late -> slow, then up again, and how often
+//              it was named hung meanwhile. Median and worst of each.
 //   outside:   the same for tasks watched from outside (Python gRPC servers without trainscope's
 //              heartbeat, tests/py's trainscope_testing.outside_servers): kill -9 -> dead,
 //              SIGSTOP -> hung, SIGCONT -> up.
@@ -230,6 +231,54 @@ double Field(const std::string& metrics, const std::string& prefix) {
   return sum;
 }
 
+// Asks the ps at `address` (started with --enable_fault_injection) to answer heartbeats `ms`
+// late; false when trainscopectl fails.
+bool DelayHeartbeats(const std::string& address, int ms) {
+  Process fault(BinPath("trainscopectl"),
+                {"fault", "--task", address, "--heartbeat_delay_ms", std::to_string(ms)});
+  return fault.Wait(std::chrono::seconds(10)) == 0;
+}
+
+// Late heartbeats (what SidecarStates.SlowWhenHeartbeatsAreLate shows but does not time): each
+// trial the ps answers 500 ms late until the sidecar names it slow and 2 s more, then on time
+// until it is up again. Also how often the ps was named hung meanwhile: false alarms, since it
+// answers all along.
+void LateHeartbeats(int trials) {
+  Cluster c = {{"ps", {Addr()}}, {"worker", {Addr()}}};
+  auto ps = Task(c, "ps", 0, {"--enable_fault_injection"});
+  auto worker = Task(c, "worker", 0, Training());
+  SidecarProc sidecar(c);
+  std::vector<double> slow, up;
+  for (int t = 0; t < trials; ++t) {
+    if (sidecar.TimeTo("ps:0", TaskState::kUp, Clock::now()) < 0) {
+      std::fprintf(stderr, "late heartbeats, trial %d: ps:0 not up\n", t);
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // Let it learn.
+    auto t0 = Clock::now();
+    if (!DelayHeartbeats(c["ps"][0], 500)) {
+      std::fprintf(stderr, "late heartbeats, trial %d: trainscopectl fault failed\n", t);
+      continue;
+    }
+    slow.push_back(sidecar.TimeTo("ps:0", TaskState::kSlow, t0));
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    t0 = Clock::now();
+    if (!DelayHeartbeats(c["ps"][0], 0)) {
+      std::fprintf(stderr, "late heartbeats, trial %d: trainscopectl fault failed\n", t);
+      continue;
+    }
+    up.push_back(sidecar.TimeTo("ps:0", TaskState::kUp, t0));
+  }
+  const double hung = Field(sidecar.Metrics(),
+                            "trainscope_task_state_transitions_total{cluster=\"default\","
+                            "role=\"ps\",task=\"0\",state=\"hung\"}");
+  std::printf("late heartbeats, %d trials\n", trials);
+  Report("ps answers 500 ms late -> slow", slow);
+  Report("ps answers on time again -> up", up);
+  std::printf("%-44s %.0f (false alarms: it answered all along)\n", "ps named hung meanwhile",
+              hung);
+}
+
 void Soak(int seconds) {
   Cluster c = {{"ps", {Addr(), Addr()}}, {"worker", {Addr(), Addr()}}};
   std::vector<std::unique_ptr<Process>> tasks;
@@ -376,7 +425,10 @@ int main(int argc, char** argv) {
   app.add_option("--footprint_s", footprint_s)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   signal(SIGPIPE, SIG_IGN);
-  if (mode == "detection" || mode == "all") Detection(trials);
+  if (mode == "detection" || mode == "all") {
+    Detection(trials);
+    LateHeartbeats(trials);
+  }
   if (mode == "outside" || mode == "all") Outside(trials);
   if (mode == "footprint" || mode == "all") Footprint(footprint_tasks, footprint_s);
   if (mode == "soak" || mode == "all") Soak(soak_s);

@@ -155,9 +155,12 @@ TEST(SidecarStates, SlowWhenHeartbeatsAreLate) {
   ASSERT_EQ(fault.Wait(seconds(10)), 0) << fault.Output();
   auto slow = sidecar.WaitForState("ps:0", TaskState::kSlow, seconds(15));
   ASSERT_TRUE(slow) << sidecar.Describe();
-  // Late but answering: never hung, dead or unreachable.
+  // Late but answering: never dead or unreachable, which do not depend on how late. Whether an
+  // answer 500 ms late also reads as hung (silence past --hung_after_ms) depends on this
+  // machine's load, so it is not asserted: sidecar_detection_bench --mode soak counts such
+  // false alarms under load.
   std::string metrics = sidecar.Get("/metrics");
-  for (const char* bad : {"dead", "hung", "unreachable"}) {
+  for (const char* bad : {"dead", "unreachable"}) {
     EXPECT_NE(metrics.find(std::string("trainscope_task_state_transitions_total{cluster="
                                        "\"default\",role=\"ps\",task=\"0\",state=\"") +
                            bad + "\"} 0"),
