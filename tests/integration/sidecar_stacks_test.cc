@@ -284,6 +284,15 @@ TEST_F(SidecarStacks, BadRequestsGetClearErrors) {
   EXPECT_EQ(ctl_code, 0) << out;
   EXPECT_NE(out.find("(demand)"), std::string::npos) << out;
   EXPECT_NE(out.find("trainscope::examples::RunLinearRegression"), std::string::npos) << out;
+  // --json: the API's stack list and nothing else, read back as the API's type.
+  out = Ctl({"stacks", "worker:0", "--fresh", "--json", "--sidecar", sidecar.http()}, &ctl_code);
+  EXPECT_EQ(ctl_code, 0) << out;
+  absl::StatusOr<pb::StackList> list = sidecar::ParseStackListJson(out);
+  ASSERT_TRUE(list.ok()) << list.status() << "\n" << out;
+  EXPECT_EQ(list->task(), "worker:0");
+  ASSERT_GE(list->snapshots_size(), 1) << out;
+  EXPECT_NE(ThreadWith(list->snapshots(0), "trainscope::examples::RunLinearRegression"), nullptr)
+      << out;
   // A task that has exited: nothing to capture, said so.
   worker->Signal(SIGKILL);
   ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kDead, seconds(10)))

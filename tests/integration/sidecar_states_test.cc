@@ -3,9 +3,13 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <map>
+#include <string>
 #include <thread>
 
+#include "nlohmann/json.hpp"
 #include "sidecar_harness.h"
+#include "trainscope/sidecar/api.h"
 #include "trainscope/sidecar/names.h"
 
 namespace trainscope::testing {
@@ -250,6 +254,64 @@ TEST(SidecarStates, TrainscopectlStatusExitCodes) {
   EXPECT_LT(bad.Output().find("worker:0"), bad.Output().find("ps:0")) << bad.Output();
   Process unreachable(BinPath("trainscopectl"), {"status", "--sidecar", FreeAddress()});
   EXPECT_EQ(unreachable.Wait(seconds(10)), 2) << unreachable.Output();
+}
+
+// `trainscopectl status --json` prints the sidecar's task list as JSON and nothing else, with the
+// table's exit codes (0: every task up or done; 1: one needs attention).
+TEST(SidecarStates, TrainscopectlStatusJsonIsTheTaskList) {
+  Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
+  auto ps = StartTask(cluster, "ps", 0);
+  auto worker = StartTask(cluster, "worker", 0, LongTraining());
+  Sidecar sidecar(cluster, {});
+  ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kUp, seconds(20), "training"))
+      << sidecar.Describe();
+  ASSERT_TRUE(sidecar.WaitForState("ps:0", TaskState::kUp, seconds(20))) << sidecar.Describe();
+  // The exit code and the tasks by name, from a run of `trainscopectl status --json`.
+  struct Status {
+    int code = -1;
+    std::string output;
+    nlohmann::json list;
+    std::map<std::string, nlohmann::json> tasks;
+  };
+  auto status = [&] {
+    Process ctl(BinPath("trainscopectl"), {"status", "--json", "--sidecar", sidecar.http()});
+    Status s;
+    s.code = ctl.Wait(seconds(10)).value_or(-1);
+    s.output = ctl.Output();
+    s.list = nlohmann::json::parse(s.output, nullptr, /*allow_exceptions=*/false);
+    if (s.list.is_object() && s.list.contains("tasks") && s.list["tasks"].is_array()) {
+      for (const nlohmann::json& t : s.list["tasks"]) s.tasks[t.value("name", "")] = t;
+    }
+    return s;
+  };
+
+  Status up = status();
+  EXPECT_EQ(up.code, 0) << up.output;
+  ASSERT_TRUE(up.list.is_object()) << "not a JSON object:\n" << up.output;
+  EXPECT_EQ(up.list.value("cluster", ""), "default") << up.output;
+  EXPECT_EQ(up.list.value("api_version", 0), sidecar::kApiVersion) << up.output;
+  ASSERT_EQ(up.tasks.size(), 2u) << up.output;
+  ASSERT_TRUE(up.tasks.count("worker:0") && up.tasks.count("ps:0")) << up.output;
+  const nlohmann::json& w = up.tasks["worker:0"];
+  EXPECT_EQ(w.value("state", ""), "up") << w.dump();
+  EXPECT_EQ(w.value("role", ""), "worker") << w.dump();
+  EXPECT_EQ(w.value("task", -1), 0) << w.dump();
+  EXPECT_EQ(w.value("address", ""), cluster["worker"][0]) << w.dump();
+  EXPECT_EQ(w.value("pid", 0), worker->pid()) << w.dump();
+  EXPECT_EQ(w.value("phase", ""), "training") << w.dump();
+  EXPECT_EQ(up.tasks["ps:0"].value("state", ""), "up") << up.tasks["ps:0"].dump();
+  EXPECT_EQ(up.tasks["ps:0"].value("pid", 0), ps->pid()) << up.tasks["ps:0"].dump();
+
+  worker->Signal(SIGKILL);
+  ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kDead, seconds(10)))
+      << sidecar.Describe();
+  Status dead = status();
+  EXPECT_EQ(dead.code, 1) << dead.output;
+  ASSERT_TRUE(dead.tasks.count("worker:0")) << dead.output;
+  EXPECT_EQ(dead.tasks["worker:0"].value("state", ""), "dead") << dead.output;
+  EXPECT_NE(dead.tasks["worker:0"].value("reason", "").find(std::to_string(worker->pid())),
+            std::string::npos)
+      << dead.output;
 }
 
 }  // namespace
