@@ -1,6 +1,8 @@
 // A task's telemetry seen from outside: its /metrics carries the gRFC A66 call histograms for
 // Pull and Push, deadline-exceeded counts once a ps is slowed past the deadline, process and
-// training metrics, and passes `promtool check metrics`.
+// training metrics (GPU ones exactly when NVML reports a GPU here), and passes `promtool check
+// metrics`.
+#include <dlfcn.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -35,6 +37,18 @@ double Sample(const std::string& metrics, const std::string& prefix) {
     pos += prefix.size();
   }
   return -1;
+}
+
+// The GPUs NVML reports here, asked as the runtime asks (libnvidia-ml.so.1 loaded at run time,
+// telemetry/src/system_metrics.cc): 0 without the library, a driver or a device.
+unsigned int NvmlDeviceCount() {
+  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return 0;
+  auto init = reinterpret_cast<int (*)()>(dlsym(lib, "nvmlInit_v2"));
+  auto count = reinterpret_cast<int (*)(unsigned int*)>(dlsym(lib, "nvmlDeviceGetCount_v2"));
+  unsigned int n = 0;
+  if (init == nullptr || count == nullptr || init() != 0 || count(&n) != 0) n = 0;
+  return n;
 }
 
 // The sum of every sample whose line starts with `prefix`.
@@ -136,7 +150,12 @@ TEST(TelemetryIntegration, TaskMetricsCoverCallsDeadlinesProcessAndTraining) {
   EXPECT_GT(Sample(w, "process_cpu_seconds_total"), 0);
   EXPECT_GT(Sample(w, "process_open_fds"), 0);
   EXPECT_GT(Sample(w, "trainscope_node_memory_total_bytes"), 0);
-  EXPECT_EQ(w.find("trainscope_gpu_"), std::string::npos) << "no GPU here, so no GPU series";
+  // GPU series exactly when NVML reports a GPU on this host.
+  if (NvmlDeviceCount() > 0) {
+    EXPECT_GT(Sample(w, "trainscope_gpu_memory_total_bytes{"), 0) << "NVML reports a GPU here";
+  } else {
+    EXPECT_EQ(w.find("trainscope_gpu_"), std::string::npos) << "no GPU here, so no GPU series";
+  }
 
   // Slow the ps past the worker's 300 ms deadline: both sides count DEADLINE_EXCEEDED.
   InjectDelay(jobs.at("ps")[0], 400);
