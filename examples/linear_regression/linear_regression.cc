@@ -3,7 +3,6 @@
 
 #include <Eigen/Core>
 #include <chrono>
-#include <functional>
 #include <optional>
 #include <random>
 #include <thread>
@@ -86,30 +85,6 @@ absl::Status Step(ParameterClient* client, const LinearRegressionOptions& option
   return client->PushAll(std::move(gradients), options.learning_rate);
 }
 
-// A transient failure (DEADLINE_EXCEEDED, UNAVAILABLE: a ps stopped, restarting or out of reach)
-// fails one attempt, not the run, unless more than `max_failures` come in a row: true when `st`
-// is one to try again after (counted in `failures`, and logged).
-bool Tolerated(const absl::Status& st, int max_failures, int* failures, const std::string& what) {
-  const bool transient = st.code() == absl::StatusCode::kDeadlineExceeded ||
-                         st.code() == absl::StatusCode::kUnavailable;
-  if (!transient || ++*failures > max_failures) return false;
-  spdlog::warn("{} failed ({} in a row, giving up after {}): {}: {}", what, *failures, max_failures,
-               absl::StatusCodeToString(st.code()), std::string(st.message()));
-  return true;
-}
-
-// `attempt` until it succeeds, fails for good, or the task stops, with transient failures
-// tolerated as a step's are: creating the variables and the first pull meet a ps that is stopped
-// or restarting as often as any step does.
-absl::Status Patiently(const Task& task, int max_failures, const std::string& what,
-                       const std::function<absl::Status()>& attempt) {
-  int failures = 0;
-  for (;;) {
-    absl::Status st = attempt();
-    if (st.ok() || task.stopping() || !Tolerated(st, max_failures, &failures, what)) return st;
-  }
-}
-
 // One worker's training: the model's variables on the ps tasks, its own data stream, and the
 // weights it last pulled.
 class Trainer {
@@ -129,14 +104,13 @@ class Trainer {
   absl::Status Run() {
     // The loss of the model as created (all zeros), whatever other workers did since.
     const float initial_loss = Loss(x_eval_, y_eval_, Vector::Zero(options_.features), 0.0f);
-    TS_RETURN_IF_ERROR(
-        Patiently(task_, options_.max_step_failures, "the first pull", [this] { return Pull(); }));
+    TS_RETURN_IF_ERROR(Pull());
     spdlog::info("initial loss {:.6f}, loss now {:.6f}", initial_loss, EvalLoss());
     const auto start = std::chrono::steady_clock::now();
     int64_t steps_done = 0;
     TS_RETURN_IF_ERROR(Steps(&steps_done));
-    TS_RETURN_IF_ERROR(
-        Patiently(task_, options_.max_step_failures, "the last pull", [this] { return Pull(); }));
+    // Stopping: one attempt (the runtime does not wait on a ps for a task that leaves).
+    if (absl::Status st = Pull(); !st.ok()) return task_.stopping() ? absl::OkStatus() : st;
     const float final_loss = EvalLoss();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -164,10 +138,9 @@ class Trainer {
   }
 
   // Steps until options_.steps (from a checkpoint's step when the ps tasks restored one) or a
-  // stop; a transient failure (DEADLINE_EXCEEDED, UNAVAILABLE) fails a step, not the run,
-  // unless max_step_failures of them come in a row.
+  // stop. The runtime waits out a ps that is stopped, restarting or cut off; an error that
+  // reaches here ends the run (unless the task was told to stop while it waited).
   absl::Status Steps(int64_t* steps_done) {
-    int failures = 0;
     bool pulled = true;
     int64_t first_step = 1;
     if (std::optional<int64_t> resumed = client_->TakeResume()) {
@@ -192,13 +165,11 @@ class Trainer {
       float loss = 0;
       if (st.ok()) st = Step(client_, options_, data_, x_, y_, w_, b_, num_vars_, &loss);
       if (!st.ok()) {
-        if (!Tolerated(st, options_.max_step_failures, &failures, absl::StrCat("step ", step))) {
-          return st;
-        }
-        --step;
-        continue;
+        if (!task_.stopping()) return st;
+        spdlog::warn("stopping at step {} of {} while waiting: {}", *steps_done, options_.steps,
+                     std::string(st.message()));
+        break;
       }
-      failures = 0;
       Finished(step, step_start, loss);
       *steps_done = step;
     }
@@ -234,8 +205,7 @@ absl::Status Train(Task& task, const LinearRegressionOptions& options) {
   TS_ASSIGN_OR_RETURN(ParameterClient * client, task.CreateSession());
   const std::vector<VariableDef> variables =
       ModelVariables(options.features, task.cluster().NumTasks("ps"));
-  TS_RETURN_IF_ERROR(Patiently(task, options.max_step_failures, "creating the variables",
-                               [&] { return client->CreateVariables(variables); }));
+  TS_RETURN_IF_ERROR(client->CreateVariables(variables));
   spdlog::info("training: {} features in {} variables over {} ps tasks, {} steps", options.features,
                client->variables().size(), task.cluster().NumTasks("ps"), options.steps);
   return Trainer(task, options, client).Run();

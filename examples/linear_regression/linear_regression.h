@@ -23,13 +23,12 @@ struct LinearRegressionOptions {
   uint64_t seed = 42;  // Same on every task: it draws the true weights.
   int log_every = 50;
   int step_delay_ms = 0;  // Sleep per step, to keep a demo cluster training for longer.
-  // Consecutive steps (or attempts at creating the variables, the first or the last pull) that
-  // may fail with DEADLINE_EXCEEDED or UNAVAILABLE before the run fails.
-  int max_step_failures = 10;
 };
 
 // Trains on a worker's or chief's started task (see training_main.h): creates the session and
-// the model's variables, then runs the steps. OK on success; otherwise the one-line cause.
+// the model's variables, then runs the steps. A ps stopped, restarting or cut off is waited out
+// by the runtime (--ps_patience_s); a checkpoint a restarted ps restored is gone on from. OK on
+// success (or a stop); otherwise the one-line cause.
 absl::Status RunLinearRegression(Task& task, const LinearRegressionOptions& options);
 
 }  // namespace trainscope::examples

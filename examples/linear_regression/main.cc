@@ -17,11 +17,6 @@ int main(int argc, char** argv) {
   app.add_option("--log_every", o.log_every, "Log the loss every N steps")->capture_default_str();
   app.add_option("--step_delay_ms", o.step_delay_ms, "Sleep per step (demos)")
       ->capture_default_str();
-  app.add_option("--max_step_failures", o.max_step_failures,
-                 "Consecutive steps (or attempts at creating the variables, the first or the "
-                 "last pull) that may fail with DEADLINE_EXCEEDED or UNAVAILABLE before the run "
-                 "fails")
-      ->capture_default_str();
   trainscope::RuntimeOptions runtime;
   return trainscope::RunTrainingMain(app, argc, argv, runtime, [&](trainscope::Task& task) {
     return trainscope::examples::RunLinearRegression(task, o);

@@ -4,6 +4,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,12 +47,14 @@ class Session {
     int index = -1;  // Its telemetry peer index (RpcMetrics::PeerIndex).
   };
   Session(std::vector<Peer> ps, telemetry::Telemetry* telemetry, TaskStatus* status,
-          v1::TaskIdentity identity, FaultInjector* faults = nullptr)
+          v1::TaskIdentity identity, FaultInjector* faults = nullptr,
+          std::function<bool()> stopping = nullptr)
       : ps_(std::move(ps)),
         telemetry_(telemetry),
         status_(status),
         identity_(std::move(identity)),
-        faults_(faults) {}
+        faults_(faults),
+        stopping_(std::move(stopping)) {}
   const Peer& ps(int index) const { return ps_[index]; }
   int num_ps() const { return static_cast<int>(ps_.size()); }
   // May be null.
@@ -62,6 +65,8 @@ class Session {
   const v1::TaskIdentity& identity() const { return identity_; }
   // The wedges InjectFault arms; may be null.
   FaultInjector* faults() const { return faults_; }
+  // The task was told to stop (a signal): waiting on a ps ends.
+  bool stopping() const { return stopping_ && stopping_(); }
 
  private:
   std::vector<Peer> ps_;
@@ -69,6 +74,7 @@ class Session {
   TaskStatus* status_;
   v1::TaskIdentity identity_;
   FaultInjector* faults_;
+  std::function<bool()> stopping_;
 };
 
 // One handshake with `peer` as `identity`, waiting at most `deadline_ms`; records the peer's

@@ -15,6 +15,7 @@
 #include "fault_injector.h"
 #include "internal.h"
 #include "net_util.h"
+#include "patience.h"
 #include "spdlog/spdlog.h"
 #include "task_status.h"
 #include "trainscope/common/clock.h"
@@ -26,6 +27,20 @@
 #include "trainscope/v1/runtime.grpc.pb.h"
 
 namespace trainscope {
+namespace {
+
+// Between rounds of retried calls: 50 ms, doubling, at most 250 ms (plus or minus 20%), so that
+// a ps that is back, or a path healed, carries the next attempt within a quarter of a second.
+constexpr BackoffOptions kRetryBackoff{.initial_s = 0.05, .max_s = 0.25, .multiplier = 2,
+                                       .jitter = 0.2};
+
+// Failures that waiting can mend: the ps is stopped, restarting, cut off, or was slower than the
+// deadline. Every other error (a shape, a version, a refused call) ends the call at once.
+bool IsTransient(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+}  // namespace
 
 std::map<std::string, int> PlaceVariables(const std::vector<VariableDef>& variables, int num_ps) {
   // Largest first onto the least-loaded ps (ties: lowest index, then name for determinism).
@@ -55,11 +70,12 @@ struct ParameterClient::PsStub {
 };
 
 ParameterClient::ParameterClient(Session* session, const TaskRef& self, int rpc_deadline_ms,
-                                 int max_attempts)
+                                 double ps_patience_s)
     : session_(session),
       self_(self),
       rpc_deadline_ms_(rpc_deadline_ms),
-      max_attempts_(std::max(1, max_attempts)) {
+      patience_(std::make_unique<Patience>(self.ShortName(), ps_patience_s)),
+      backoff_(kRetryBackoff) {
   for (int i = 0; i < session_->num_ps(); ++i) {
     auto ps = std::make_unique<PsStub>();
     ps->peer = &session_->ps(i);
@@ -114,20 +130,38 @@ InflightCalls::Call InflightEntry(const char* method, const TaskRef& ps, double 
   return c;
 }
 
+// How long a failed call was retried, for its error.
+struct Tried {
+  int attempts = 1;
+  double waited_s = 0;  // Of the outage it ended in; 0: none.
+  double patience_s = 0;
+  int deadline_ms = 0;
+};
+
+// "after 12 attempts in 10 min 0 s (--ps_patience_s 600)", or "" for a call tried once.
+std::string TriedWords(const Tried& t) {
+  if (t.attempts <= 1) return "";
+  return absl::StrCat(" after ", t.attempts, " attempts in ", HumanDuration(t.waited_s),
+                      t.waited_s >= t.patience_s
+                          ? absl::StrCat(" (--ps_patience_s ", t.patience_s, ")")
+                          : std::string(" (the task is stopping)"));
+}
+
 // A failed call in words that blame the right thing: the ps, or the network to it.
 absl::Status CallError(const char* method, const TaskRef& self, const TaskRef& ps,
-                       const std::string& address, const grpc::Status& st, int attempts,
-                       int deadline_ms) {
+                       const std::string& address, const grpc::Status& st, const Tried& tried) {
   const std::string trace_id = telemetry::LastClientTraceId();
   const std::string where =
       absl::StrCat(method, " from ", self.ShortName(), " to ", ps.ShortName(), " at ", address);
   const std::string trace = trace_id.empty() ? "" : absl::StrCat(" [trace ", trace_id, "]");
   const RpcErrorSummary e =
-      ClassifyRpcError(static_cast<int>(st.error_code()), st.error_message(), deadline_ms);
+      ClassifyRpcError(static_cast<int>(st.error_code()), st.error_message(), tried.deadline_ms);
   if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        where, " exceeded its deadline of ", deadline_ms, " ms (--rpc_deadline_ms): ",
-        ps.ShortName(), " answered too slowly (overloaded?) or the network to it is slow", trace));
+    return absl::DeadlineExceededError(
+        absl::StrCat(where, " exceeded its deadline of ", tried.deadline_ms,
+                     " ms (--rpc_deadline_ms)", TriedWords(tried), ": ", ps.ShortName(),
+                     " answered too slowly (overloaded? stopped?) or the network to it is slow",
+                     trace));
   }
   if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
     const std::string why =
@@ -136,8 +170,8 @@ absl::Status CallError(const char* method, const TaskRef& self, const TaskRef& p
         : e.kind == RpcFailure::kRefused
             ? absl::StrCat(e.words, " (is ", ps.ShortName(), " still running?)")
             : absl::StrCat(e.words, " (is ", ps.ShortName(), " still running and reachable?)");
-    return absl::UnavailableError(
-        absl::StrCat(where, " failed after ", attempts, " attempts: ", why, trace));
+    return absl::UnavailableError(absl::StrCat(where, " failed", TriedWords(tried), ": ", why,
+                                               trace));
   }
   int64_t sent = 0, limit = 0;
   if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
@@ -158,8 +192,9 @@ absl::Status CallError(const char* method, const TaskRef& self, const TaskRef& p
 void ParameterClient::ReportWaiting(const char* method, std::vector<TaskRef> failing) {
   TaskStatus* status = session_->status();
   if (status == nullptr) return;
-  // While calls to some ps fail, the heartbeat says the task waits on them (its sidecar calls it
-  // blocked after a while, naming the peers and the error), until a call succeeds again.
+  // While calls to some ps fail or go unanswered, the heartbeat says the task waits on them (its
+  // sidecar calls it blocked after a while, naming the peers and the error), until a round of
+  // calls gets through again.
   if (failing.empty()) {
     if (waiting_) status->StopWaiting();
     waiting_ = false;
@@ -171,23 +206,91 @@ void ParameterClient::ReportWaiting(const char* method, std::vector<TaskRef> fai
   }
 }
 
-std::vector<size_t> ParameterClient::TakeRound(std::vector<Call>& calls,
-                                               const std::vector<size_t>& pending,
-                                               const std::vector<double>& ended, double round_start,
+// One round of RunAll: the calls it runs and when each of their attempts ended.
+struct ParameterClient::Round {
+  std::vector<size_t> pending;  // Indices into the calls.
+  std::vector<double> ended;    // By call index: MonotonicSeconds() of its attempt's end; 0: not.
+  double start = 0;
+  double first_started = 0;  // Of RunAll, for the calls in flight.
+  InflightCalls* registry = nullptr;
+  std::vector<uint64_t> inflight;  // Ids in `registry` by call index; 0: not listed.
+};
+
+void ParameterClient::RunRound(std::vector<Call>& calls, Round& round) {
+  telemetry::Telemetry* telemetry = session_->telemetry();
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t finished = 0;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<telemetry::ClientCall>> attempts;
+  round.start = MonotonicSeconds();
+  std::fill(round.ended.begin(), round.ended.end(), 0);
+  for (size_t i : round.pending) {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::milliseconds(rpc_deadline_ms_));
+    auto attempt = std::make_unique<telemetry::ClientCall>(
+        telemetry, calls[i].method_index, calls[i].ps->peer->index, rpc_deadline_ms_);
+    calls[i].attempts++;
+    calls[i].start(ctx.get(), attempt.get(), [&, i](grpc::Status s) {
+      std::lock_guard lock(mu);
+      calls[i].status = std::move(s);
+      round.ended[i] = MonotonicSeconds();
+      RecordAttempt(calls[i], round.ended[i] - round.start);
+      ++finished;
+      cv.notify_all();
+    });
+    if (round.registry != nullptr && round.inflight[i] == 0) {
+      round.inflight[i] = round.registry->Add(
+          InflightEntry(calls[i].method, calls[i].ps->peer->task, round.first_started, *attempt));
+    }
+    contexts.push_back(std::move(ctx));
+    attempts.push_back(std::move(attempt));
+  }
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return finished == round.pending.size(); });
+}
+
+std::vector<size_t> ParameterClient::TakeRound(std::vector<Call>& calls, const Round& round,
                                                std::vector<TaskRef>* failing) const {
   std::vector<size_t> retry;
   failing->clear();
-  for (size_t i : pending) {
+  for (size_t i : round.pending) {
     Call& c = calls[i];
-    const double took = ended[i] - round_start;
+    const double took = round.ended[i] - round.start;
     c.seconds += took;
     c.ps->peer->health->AddWait(took);
-    if (c.status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      failing->push_back(c.ps->peer->task);
-      if (c.attempts < max_attempts_) retry.push_back(i);
+    if (IsTransient(c.status.error_code())) {
+      const TaskRef& peer = c.ps->peer->task;
+      if (std::find(failing->begin(), failing->end(), peer) == failing->end()) {
+        failing->push_back(peer);
+      }
+      retry.push_back(i);
     }
   }
   return retry;
+}
+
+void ParameterClient::TrackOutage(double now, const std::vector<Call>& calls,
+                                  const std::vector<size_t>& retry) {
+  std::optional<std::string> line;
+  if (retry.empty()) {
+    line = patience_->Succeeded(now);
+    if (line) spdlog::info("{}", *line);
+    return;
+  }
+  std::vector<Patience::Failure> failures;  // One per ps.
+  std::vector<const PsStub*> seen;
+  for (size_t i : retry) {
+    const Call& c = calls[i];
+    if (std::find(seen.begin(), seen.end(), c.ps) != seen.end()) continue;
+    seen.push_back(c.ps);
+    const RpcErrorSummary e = ClassifyRpcError(static_cast<int>(c.status.error_code()),
+                                               c.status.error_message(), rpc_deadline_ms_);
+    failures.push_back({c.ps->peer->task.ShortName(), c.ps->peer->address, e.words});
+  }
+  line = patience_->Failed(now, calls[retry[0]].method, failures);
+  if (line) spdlog::warn("{}", *line);
 }
 
 void ParameterClient::RecordAttempt(const Call& c, double seconds) const {
@@ -204,6 +307,7 @@ void ParameterClient::RecordAttempt(const Call& c, double seconds) const {
 absl::Status ParameterClient::EndCalls(std::vector<Call>& calls) const {
   telemetry::Telemetry* telemetry = session_->telemetry();
   absl::Status first;
+  const double waited = patience_->Waited(MonotonicSeconds());
   for (Call& c : calls) {
     if (telemetry != nullptr && telemetry->enabled()) {
       telemetry::RpcMetrics& m = telemetry->rpc();
@@ -212,74 +316,47 @@ absl::Status ParameterClient::EndCalls(std::vector<Call>& calls) const {
     }
     if (!c.status.ok() && first.ok()) {
       first = CallError(c.method, self_, c.ps->peer->task, c.ps->peer->address, c.status,
-                        c.attempts, rpc_deadline_ms_);
+                        {c.attempts, waited, patience_->patience_s(), rpc_deadline_ms_});
     }
   }
   return first;
 }
 
 absl::Status ParameterClient::RunAll(std::vector<Call>& calls) {
-  telemetry::Telemetry* telemetry = session_->telemetry();
   TaskStatus* status = session_->status();
   // Each call is listed in flight from its first attempt until it ends, retries included.
-  InflightCalls* registry = status != nullptr ? &status->inflight() : nullptr;
-  std::vector<uint64_t> inflight(calls.size(), 0);  // Ids in `registry`; 0: not listed.
-  const double started = MonotonicSeconds();
-  std::vector<size_t> pending(calls.size());
-  std::iota(pending.begin(), pending.end(), 0);
+  Round round;
+  round.registry = status != nullptr ? &status->inflight() : nullptr;
+  round.inflight.assign(calls.size(), 0);
+  round.ended.assign(calls.size(), 0);
+  round.first_started = MonotonicSeconds();
+  round.pending.resize(calls.size());
+  std::iota(round.pending.begin(), round.pending.end(), 0);
   std::vector<TaskRef> failing;
-  while (!pending.empty()) {
-    // One round: every pending call at once.
-    std::mutex mu;
-    std::condition_variable cv;
-    size_t finished = 0;
-    std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-    std::vector<std::unique_ptr<telemetry::ClientCall>> attempts;
-    const double round_start = MonotonicSeconds();
-    std::vector<double> ended(calls.size(), 0);
-    for (size_t i : pending) {
-      auto ctx = std::make_unique<grpc::ClientContext>();
-      ctx->set_deadline(std::chrono::system_clock::now() +
-                        std::chrono::milliseconds(rpc_deadline_ms_));
-      auto attempt = std::make_unique<telemetry::ClientCall>(
-          telemetry, calls[i].method_index, calls[i].ps->peer->index, rpc_deadline_ms_);
-      calls[i].attempts++;
-      calls[i].start(ctx.get(), attempt.get(), [&, i](grpc::Status s) {
-        std::lock_guard lock(mu);
-        calls[i].status = std::move(s);
-        ended[i] = MonotonicSeconds();
-        RecordAttempt(calls[i], ended[i] - round_start);
-        ++finished;
-        cv.notify_all();
-      });
-      if (registry != nullptr && inflight[i] == 0) {
-        inflight[i] = registry->Add(
-            InflightEntry(calls[i].method, calls[i].ps->peer->task, started, *attempt));
-      }
-      contexts.push_back(std::move(ctx));
-      attempts.push_back(std::move(attempt));
-    }
-    {
-      std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return finished == pending.size(); });
-    }
-
-    std::vector<size_t> retry = TakeRound(calls, pending, ended, round_start, &failing);
-    ReportWaiting(calls[pending[0]].method, failing);
+  while (!round.pending.empty()) {
+    RunRound(calls, round);
+    std::vector<size_t> retry = TakeRound(calls, round, &failing);
+    ReportWaiting(calls[round.pending[0]].method, failing);
+    const double now = MonotonicSeconds();
+    TrackOutage(now, calls, retry);
     // A ps out of reach: the step that gets through (this one, or a later one) recovers.
     if (!failing.empty() && status != nullptr) status->MarkStepRecovering();
-    for (size_t i : pending) {
+    if (patience_->Exhausted(now) || session_->stopping()) retry.clear();
+    for (size_t i : round.pending) {
       const bool again = std::find(retry.begin(), retry.end(), i) != retry.end();
-      if (!again && registry != nullptr && inflight[i] != 0) registry->Remove(inflight[i]);
+      if (!again && round.registry != nullptr && round.inflight[i] != 0) {
+        round.registry->Remove(round.inflight[i]);
+      }
     }
-    pending = std::move(retry);
-    if (!pending.empty()) {
-      const int attempt = calls[pending[0]].attempts;
-      // At most a quarter of a second: a healed path carries the next attempt at once.
-      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50 << attempt, 250)));
-    }
+    round.pending = std::move(retry);
+    if (round.pending.empty()) break;
+    // At most about a quarter of a second: a healed path carries the next attempt at once.
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_.NextDelayMs()));
   }
-  if (failing.empty()) ReportWaiting("", {});
+  if (failing.empty()) {
+    ReportWaiting("", {});
+    backoff_.Reset();
+  }
   return EndCalls(calls);
 }
 

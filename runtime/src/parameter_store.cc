@@ -151,19 +151,18 @@ RecentRequests::Sender* RecentRequests::Find(const std::string& sender) {
 
 bool RecentRequests::Insert(const std::string& sender, uint64_t incarnation, uint64_t sequence) {
   Sender* s = Find(sender);
-  const double now = MonotonicSeconds();
   std::lock_guard lock(s->mu);
   if (s->incarnation != incarnation) {
     s->incarnation = incarnation;
     s->seen.clear();
     s->order.clear();
   }
-  while (!s->order.empty() && now - s->order.front().first > window_seconds_) {
-    s->seen.erase(s->order.front().second);
+  if (!s->seen.insert(sequence).second) return false;
+  s->order.push_back(sequence);
+  while (s->order.size() > per_sender_) {
+    s->seen.erase(s->order.front());
     s->order.pop_front();
   }
-  if (!s->seen.insert(sequence).second) return false;
-  s->order.emplace_back(now, sequence);
   return true;
 }
 

@@ -72,12 +72,14 @@ class ParameterStore {
 };
 
 // The ids of the Push requests a ps applied recently, per sender, so that a retried Push (its
-// first attempt applied, the answer lost) is answered without being applied twice. Ids are kept
-// for `window_seconds`, longer than a client retries one. Thread-safe; senders do not contend.
+// first attempt applied, the answer lost) is answered without being applied twice. The newest
+// `per_sender` ids of each sender are kept: a worker retries only the pushes of its current step,
+// which are its newest, so a count bounds memory and holds however long an outage lasts (a time
+// window would have to outlast the worker's --ps_patience_s). Thread-safe; senders do not contend.
 class RecentRequests {
  public:
-  explicit RecentRequests(double window_seconds) : window_seconds_(window_seconds) {}
-  // Records the id and returns true when it is new; false when it was seen within the window.
+  explicit RecentRequests(size_t per_sender) : per_sender_(per_sender) {}
+  // Records the id and returns true when it is new; false when it is among the kept ones.
   // A sender at a new incarnation starts afresh.
   bool Insert(const std::string& sender, uint64_t incarnation, uint64_t sequence);
   // Forgets an id whose request was not applied after all (it failed), so a retry applies it.
@@ -88,11 +90,11 @@ class RecentRequests {
     std::mutex mu;
     uint64_t incarnation ABSL_GUARDED_BY(mu) = 0;
     std::unordered_set<uint64_t> seen ABSL_GUARDED_BY(mu);
-    std::deque<std::pair<double, uint64_t>> order ABSL_GUARDED_BY(mu);  // (when, sequence)
+    std::deque<uint64_t> order ABSL_GUARDED_BY(mu);  // Oldest first.
   };
   Sender* Find(const std::string& sender);
 
-  const double window_seconds_;
+  const size_t per_sender_;
   std::shared_mutex mu_;
   std::map<std::string, std::unique_ptr<Sender>> senders_ ABSL_GUARDED_BY(mu_);
 };

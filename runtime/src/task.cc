@@ -17,6 +17,7 @@
 #include "net_util.h"
 #include "spdlog/spdlog.h"
 #include "task_impl.h"
+#include "trainscope/common/backoff.h"
 #include "trainscope/common/clock.h"
 #include "trainscope/common/grpc_channel.h"
 #include "trainscope/common/grpc_tls.h"
@@ -356,31 +357,49 @@ absl::Status Task::Impl::FinishTraining() {
   request.set_incarnation(incarnation_);
   absl::Status result;
   for (int i = 0; i < session_->num_ps(); ++i) {
-    const Session::Peer& peer = session_->ps(i);
-    v1::TaskService::Stub stub(peer.channel);
-    grpc::Status st;
-    for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
-      grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() +
-                           std::chrono::milliseconds(options_.rpc_deadline_ms));
-      telemetry::ClientCall call(telemetry_.get(), telemetry::methods::kDone, peer.index,
-                                 options_.rpc_deadline_ms);
-      call.AddTraceparent(&context);
-      v1::DoneResponse response;
-      st = stub.Done(&context, request, &response);
-      call.End(st, request.GetCachedSize(), MessageBytes(response));
-      if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
-      SleepFor(100 << attempt);
-    }
-    if (!st.ok()) {
-      result = absl::UnavailableError(absl::StrCat(
-          "could not tell ", peer.task.ShortName(), " at ", peer.address, " that ",
-          self_.ShortName(), " is done: ",
-          SummarizeRpcError(st.error_code(), st.error_message(), options_.rpc_deadline_ms)));
-      spdlog::warn("{}", std::string(result.message()));
+    if (absl::Status st = TellDone(session_->ps(i), request); !st.ok()) {
+      result = st;
+      spdlog::warn("{}", std::string(st.message()));
     }
   }
   return result;
+}
+
+absl::Status Task::Impl::TellDone(const Session::Peer& peer, const v1::DoneRequest& request) {
+  v1::TaskService::Stub stub(peer.channel);
+  Backoff backoff({.initial_s = 0.1, .max_s = 1, .multiplier = 2, .jitter = 0.2});
+  const double start = MonotonicSeconds();
+  grpc::Status st;
+  bool transient = false;
+  for (;;) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::milliseconds(options_.rpc_deadline_ms));
+    telemetry::ClientCall call(telemetry_.get(), telemetry::methods::kDone, peer.index,
+                               options_.rpc_deadline_ms);
+    call.AddTraceparent(&context);
+    v1::DoneResponse response;
+    st = stub.Done(&context, request, &response);
+    call.End(st, request.GetCachedSize(), MessageBytes(response));
+    // A ps stopped, restarting or cut off is waited out as during training; a refusal is final.
+    transient = st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (!transient || stopping_.load() ||
+        MonotonicSeconds() - start >= options_.ps_patience_s) {
+      break;
+    }
+    SleepFor(backoff.NextDelayMs());
+  }
+  if (st.ok()) return absl::OkStatus();
+  const std::string tried =
+      transient ? absl::StrCat(" (tried for ", HumanDuration(MonotonicSeconds() - start), ")")
+                : "";
+  return absl::Status(
+      transient ? absl::StatusCode::kUnavailable : static_cast<absl::StatusCode>(st.error_code()),
+      absl::StrCat("could not tell ", peer.task.ShortName(), " at ", peer.address, " that ",
+                   self_.ShortName(), " is done", tried, ": ",
+                   SummarizeRpcError(st.error_code(), st.error_message(),
+                                     options_.rpc_deadline_ms)));
 }
 
 void Task::Impl::Shutdown() {

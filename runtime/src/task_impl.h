@@ -92,6 +92,9 @@ class Task::Impl {
   absl::Status ServeUntilDone();
   absl::StatusOr<ParameterClient*> CreateSession();
   absl::Status FinishTraining();
+  // Tells `peer` this task is done, waiting out a ps that is stopped, restarting or cut off for
+  // up to ps_patience_s; the failure in words.
+  absl::Status TellDone(const Session::Peer& peer, const v1::DoneRequest& request);
   void Stop();
   void Shutdown();
 
@@ -163,7 +166,7 @@ class Task::Impl {
   bool restored_ = false;
   int64_t restored_step_ = 0;
   std::string restored_from_;
-  RecentRequests recent_pushes_{120};
+  RecentRequests recent_pushes_{4096};
   // The checkpointing task (chief, or worker:0 without one) with --checkpoint_dir.
   std::unique_ptr<CheckpointSaver> saver_;
 

@@ -30,7 +30,10 @@ void AddSessionFlags(CLI::App& app, RuntimeOptions& r) {
       ->capture_default_str();
   app.add_option("--rpc_deadline_ms", r.rpc_deadline_ms, "Deadline of every ps call")
       ->capture_default_str();
-  app.add_option("--max_attempts", r.max_attempts, "Attempts of a ps call that is UNAVAILABLE")
+  app.add_option("--ps_patience_s", r.ps_patience_s,
+                 "Wait out a ps that is stopped, restarting or cut off this long, retrying, before "
+                 "giving up (one outage, across calls)")
+      ->check(CLI::Range(0.0, 7.0 * 24 * 3600))
       ->capture_default_str();
   app.add_option("--ps_memory_limit_bytes", r.ps_memory_limit_bytes,
                  "A ps refuses variables past this many bytes (0 = no budget)")

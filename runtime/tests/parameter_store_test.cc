@@ -85,5 +85,20 @@ TEST(ParameterStoreTest, RejectsBadSpecs) {
   EXPECT_EQ(store.num_variables(), 0);
 }
 
+TEST(RecentRequestsTest, AnsweredPushesAreKeptByCountHoweverOldAndPerIncarnation) {
+  RecentRequests recent(3);
+  EXPECT_TRUE(recent.Insert("worker:0", 7, 1));
+  EXPECT_FALSE(recent.Insert("worker:0", 7, 1));  // A retry: answered, not applied.
+  EXPECT_TRUE(recent.Insert("worker:1", 9, 1));   // Another sender's ids are its own.
+  EXPECT_TRUE(recent.Insert("worker:0", 7, 2));
+  EXPECT_TRUE(recent.Insert("worker:0", 7, 3));
+  EXPECT_FALSE(recent.Insert("worker:0", 7, 2));
+  EXPECT_TRUE(recent.Insert("worker:0", 7, 4));  // Past the bound: the oldest id goes.
+  EXPECT_TRUE(recent.Insert("worker:0", 7, 1));
+  recent.Erase("worker:0", 4);  // Not applied after all: its retry applies.
+  EXPECT_TRUE(recent.Insert("worker:0", 7, 4));
+  EXPECT_TRUE(recent.Insert("worker:0", 8, 3));  // Restarted: a new incarnation starts afresh.
+}
+
 }  // namespace
 }  // namespace trainscope

@@ -106,7 +106,7 @@ def run_restarts(binary, features, restarts):
               "--checkpoint_dir", os.path.join(work, "ckpt")]
     ps = c.start("ps", common, "ps0.log")
     w = c.start("worker", common + ["--checkpoint_every_s", "1", "--steps", "100000000",
-                                    "--log_every", "1", "--max_step_failures", "1000"],
+                                    "--log_every", "1"],
                 "worker.log")
     out = []
     for i in range(1, restarts + 1):

@@ -17,10 +17,13 @@ struct RuntimeOptions {
   int session_timeout_s = 0;
   // How often CreateSession logs who it still waits for.
   int session_log_interval_s = 10;
-  // Deadline of every Pull/Push/CreateVariable call.
+  // Deadline of every Pull/Push/CreateVariable call (one attempt of it).
   int rpc_deadline_ms = 5000;
-  // Attempts of a parameter call that fails with UNAVAILABLE, with backoff between them.
-  int max_attempts = 5;
+  // How long a worker waits out ps tasks that fail for a transient reason (stopped, restarting,
+  // cut off, slower than the deadline), retrying with backoff, before it gives up: one outage,
+  // across calls, from the first failure until a call gets through (docs/runtime.md, "Riding
+  // through"). Errors that retrying cannot mend (a shape, a version) end the task at once.
+  double ps_patience_s = 600;
   // A ps refuses variables past this many bytes; 0 = no budget.
   int64_t ps_memory_limit_bytes = 0;
   // Largest message a ps accepts (a variable's initial value or a gradient); with a memory

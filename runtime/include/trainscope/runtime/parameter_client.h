@@ -1,9 +1,11 @@
 #pragma once
 // The worker side of the parameter service: places variables across the ps tasks (balanced by
-// size), creates them, and pulls and pushes with a deadline on every call and retries on
-// UNAVAILABLE only. The calls of one batch (a pull of every ps, the pushes of a step) run at
-// once, so a step waits for the slowest ps, not for the sum of them. Errors name the method,
-// the ps task, its address and the cause (the ps, or the network to it).
+// size), creates them, and pulls and pushes with a deadline on every attempt. A call that fails
+// for a transient reason (a ps stopped, restarting or cut off, an attempt past its deadline) is
+// retried with backoff for as long as --ps_patience_s allows, one outage across calls; other
+// errors end the call at once. The calls of one batch (a pull of every ps, the pushes of a step)
+// run at once, so a step waits for the slowest ps, not for the sum of them. Errors name the
+// method, the ps task, its address and the cause (the ps, or the network to it).
 
 #include <cstdint>
 #include <functional>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainscope/common/backoff.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/runtime/task.h"
 #include "trainscope/runtime/tensor.h"
@@ -22,6 +25,7 @@ namespace trainscope {
 
 class TaskStatus;
 class Session;
+class Patience;
 
 // A variable a model declares.
 struct VariableDef {
@@ -62,7 +66,9 @@ class ParameterClient {
  private:
   // The runtime's own side: the task makes the client and saves checkpoints through it.
   friend class Task::Impl;
-  ParameterClient(Session* session, const TaskRef& self, int rpc_deadline_ms, int max_attempts);
+  // `ps_patience_s`: how long an outage of ps tasks is waited out (RuntimeOptions).
+  ParameterClient(Session* session, const TaskRef& self, int rpc_deadline_ms,
+                  double ps_patience_s);
   // Called with each PullAll's values before it returns (the runtime saves checkpoints so).
   void SetAfterPull(std::function<void(const std::vector<std::string>&)> f) {
     after_pull_ = std::move(f);
@@ -72,17 +78,22 @@ class ParameterClient {
 
   struct PsStub;
   struct Call;
-  // Runs `calls` at once; those that end UNAVAILABLE are retried together, with backoff, up to
-  // max_attempts. The first error that remains, or OK.
+  struct Round;
+  // Runs `calls` at once; those that fail for a transient reason are retried together, with
+  // backoff, until they get through, the patience runs out or the task stops. The first error
+  // that remains, or OK.
   absl::Status RunAll(std::vector<Call>& calls);
+  // Starts one attempt of every call in `round` and waits for them all.
+  void RunRound(std::vector<Call>& calls, Round& round);
   // Records one attempt's outcome in its peer's health as soon as it ends (not when the round
   // does: a slow ps must not hide from the heartbeat that another is out of reach).
   void RecordAttempt(const Call& call, double seconds) const;
-  // Records a round's outcome in each call and its peer's wait. The calls to retry
-  // (UNAVAILABLE, with attempts left); in `failing`, the ps tasks that were UNAVAILABLE.
-  std::vector<size_t> TakeRound(std::vector<Call>& calls, const std::vector<size_t>& pending,
-                                const std::vector<double>& ended, double round_start,
+  // Records a round's outcome in each call and its peer's wait. The calls to retry (failed for a
+  // transient reason); in `failing`, the ps tasks of those failures.
+  std::vector<size_t> TakeRound(std::vector<Call>& calls, const Round& round,
                                 std::vector<TaskRef>* failing) const;
+  // The outage, begun, going on or ended by a round at `now` with these transient failures.
+  void TrackOutage(double now, const std::vector<Call>& calls, const std::vector<size_t>& retry);
   // Every call's metrics; the first failure in words, or OK.
   absl::Status EndCalls(std::vector<Call>& calls) const;
   // Says in the heartbeat whom the task waits on while calls fail; nobody once they succeed.
@@ -99,7 +110,8 @@ class ParameterClient {
   Session* session_;
   TaskRef self_;
   int rpc_deadline_ms_;
-  int max_attempts_;
+  std::unique_ptr<Patience> patience_;  // The outage now waited out, if any.
+  Backoff backoff_;                     // Between rounds of retries; reset when one gets through.
   std::vector<VariableDef> variables_;  // Specs only; initial values are dropped once created.
   std::vector<int> placement_;
   std::vector<std::unique_ptr<PsStub>> ps_;  // By ps index.
