@@ -163,6 +163,8 @@ TEST_F(SidecarStacks, DeadlockedWorkerNamesBothThreadsAndTheirLocks) {
 TEST_F(SidecarStacks, BlockedParameterServiceIsBlamedByItsWorker) {
   Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
   auto ps = StartTask(cluster, "ps", 0, {"--enable_fault_injection"});
+  // A long deadline is the point: one call held by the blocked service, both of its halves
+  // joined (with the default 5 s deadline the call is retried and the worker is blocked on ps:0).
   auto worker = StartTask(cluster, "worker", 0, LongTraining({"--rpc_deadline_ms", "120000"}));
   Sidecar sidecar(cluster, {"--stall_after_s", "1.5"});
   ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kUp, seconds(20), "training"))
@@ -210,10 +212,9 @@ TEST_F(SidecarStacks, BlockedParameterServiceIsBlamedByItsWorker) {
 TEST_F(SidecarStacks, StoppedPsStaysStoppedIsShownAndTrainsOnAfterSigcont) {
   Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
   auto ps = StartTask(cluster, "ps", 0);
-  // Its calls to the stopped ps fail once the keepalive gives up: it must outlast the stop.
-  auto worker =
-      StartTask(cluster, "worker", 0,
-                LongTraining({"--rpc_deadline_ms", "120000", "--max_step_failures", "1000000"}));
+  // The flags users get: its calls to the stopped ps fail once the keepalive gives up, and the
+  // runtime waits the stop out (--ps_patience_s).
+  auto worker = StartTask(cluster, "worker", 0, LongTraining());
   Sidecar sidecar(cluster, {"--stall_after_s", "1.5"});
   ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kUp, seconds(20), "training"))
       << sidecar.Describe();

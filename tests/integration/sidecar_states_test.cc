@@ -89,7 +89,7 @@ TEST(SidecarStates, HungWhileStoppedThenUpAgain) {
 TEST(SidecarStates, BlockedOnPsThatNeverStarted) {
   Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
   auto worker = StartTask(cluster, "worker", 0, LongTraining());
-  Sidecar sidecar(cluster, {"--blocked_after_ms", "500"});
+  Sidecar sidecar(cluster, {});
   auto blocked = sidecar.WaitForState("worker:0", TaskState::kBlocked, seconds(20));
   ASSERT_TRUE(blocked) << sidecar.Describe();
   ASSERT_EQ(blocked->WaitingOn(), std::vector<std::string>{"ps:0"});
@@ -113,7 +113,7 @@ TEST(SidecarStates, BlockedOnPsListeningOnAnotherPort) {
   Cluster truth = {{"ps", {right}}, {"worker", {worker_address}}};
   auto ps = StartTask(worker_view, "ps", 0, {"--listen_address", right});
   auto worker = StartTask(worker_view, "worker", 0, LongTraining());
-  Sidecar sidecar(truth, {"--blocked_after_ms", "500"});
+  Sidecar sidecar(truth, {});
   ASSERT_TRUE(sidecar.WaitForState("ps:0", TaskState::kUp, seconds(20))) << sidecar.Describe();
   auto blocked = sidecar.WaitForState("worker:0", TaskState::kBlocked, seconds(20));
   ASSERT_TRUE(blocked) << sidecar.Describe();
@@ -126,6 +126,9 @@ TEST(SidecarStates, BlockedOnPsListeningOnAnotherPort) {
 TEST(SidecarStates, StalledWhenStepsStopMoving) {
   Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
   auto ps = StartTask(cluster, "ps", 0, {"--enable_fault_injection"});
+  // A long deadline is the point: a call that runs on without failing leaves the worker stalled.
+  // With the default 5 s deadline the call fails, is retried, and the worker is blocked on ps:0
+  // instead (ride_through_test.cc); a short stall threshold keeps the test short.
   auto worker = StartTask(cluster, "worker", 0, LongTraining({"--rpc_deadline_ms", "60000"}));
   Sidecar sidecar(cluster, {"--stall_after_s", "1.5"});
   ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kUp, seconds(20))) << sidecar.Describe();
