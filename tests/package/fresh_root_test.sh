@@ -13,15 +13,12 @@
 # Usage: fresh_root_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
-mirror=${TRAINSCOPE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-cache=${TRAINSCOPE_ROOT_CACHE:-/var/cache/trainscope-test}
+. "$src/packaging/debian-root.sh"  # debian_root_tarball, debian_root_sources
 skip() { echo "fresh_root: skipped: $*"; exit 77; }
 
 [ "$(id -u)" = 0 ] || skip "needs root (debootstrap, chroot)"
 command -v debootstrap > /dev/null || skip "no debootstrap (scripts/install-deps installs it)"
-host=$(sed -E 's|^[a-z]+://([^/:]+).*|\1|' <<<"$mirror")
-timeout 10 bash -c "exec 3<>/dev/tcp/$host/80" 2> /dev/null ||
-  skip "the Debian archive ($mirror) cannot be reached"
+debian_archive_reachable || skip "the Debian archive ($debian_mirror) cannot be reached"
 debs=("$build"/trainscope-sidecar_*.deb "$build"/libtrainscope-dev_*.deb)
 for d in "${debs[@]}"; do
   [ -f "$d" ] || { echo "fresh_root: FAILED: $d missing: cmake --build build --target package"; exit 1; }
@@ -30,26 +27,12 @@ done
 work=$(mktemp -d "${TMPDIR:-/tmp}/trainscope-root.XXXXXX")
 trap 'rm -rf --one-file-system "$work"' EXIT
 root=$work/root
-tarball=$cache/bookworm-minbase-$(dpkg-query -W -f '${Version}' debootstrap).tar
 t0=$SECONDS
-if [ ! -f "$tarball" ]; then
-  echo "fresh_root: making a minimal Debian 12 root (debootstrap, cached in $tarball)"
-  mkdir -p "$cache"
-  debootstrap --variant=minbase bookworm "$work/new" "$mirror" > "$work/debootstrap.log" 2>&1 ||
-    { tail -n 20 "$work/debootstrap.log"; echo "fresh_root: FAILED: debootstrap"; exit 1; }
-  tar -C "$work/new" -cf "$tarball.part" . && mv "$tarball.part" "$tarball"
-  rm -rf --one-file-system "$work/new"
-fi
+tarball=$(debian_root_tarball "$work") || { echo "fresh_root: FAILED: debootstrap"; exit 1; }
 mkdir "$root"
 tar -C "$root" -xf "$tarball"
 echo "fresh_root: fresh root ready in $((SECONDS - t0)) s"
-
-# What a fresh Debian 12 machine has: the release, its updates and security archives.
-cat > "$root/etc/apt/sources.list" <<SOURCES
-deb $mirror bookworm main
-deb $mirror bookworm-updates main
-deb ${mirror%/debian}/debian-security bookworm-security main
-SOURCES
+debian_root_sources "$root"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 mkdir -p "$root/tmp/debs" "$root/tmp/src"
 cp "${debs[@]}" "$root/tmp/debs/"
