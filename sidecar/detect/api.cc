@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -22,6 +23,56 @@ int64_t Count(double v) {
 }
 
 bool IsFailingOrSlow(const PeerInfo& p) { return !p.connected || p.step_share >= 0.5; }
+
+// The cgroup facts each way. A fact from outside must be finite and non-negative, a ratio at
+// most 1; anything else is absent.
+template <typename T>
+void SetIf(const std::optional<T>& v, void (pb::CgroupFacts::*set)(double), pb::CgroupFacts* out) {
+  if (v) (out->*set)(Finite(static_cast<double>(*v)));
+}
+
+void CgroupToProto(const TaskCgroup& c, pb::CgroupFacts* out) {
+  out->set_version(c.version);
+  SetIf(c.memory_limit_bytes, &pb::CgroupFacts::set_memory_limit_bytes, out);
+  SetIf(c.memory_usage_bytes, &pb::CgroupFacts::set_memory_usage_bytes, out);
+  SetIf(c.memory_working_set_bytes, &pb::CgroupFacts::set_memory_working_set_bytes, out);
+  SetIf(c.oom_kills, &pb::CgroupFacts::set_oom_kills, out);
+  SetIf(c.cpu_quota_cores, &pb::CgroupFacts::set_cpu_quota_cores, out);
+  SetIf(c.cpu_periods, &pb::CgroupFacts::set_cpu_periods, out);
+  SetIf(c.cpu_throttled_periods, &pb::CgroupFacts::set_cpu_throttled_periods, out);
+  SetIf(c.cpu_throttled_seconds, &pb::CgroupFacts::set_cpu_throttled_seconds, out);
+  SetIf(c.cpu_throttled_ratio, &pb::CgroupFacts::set_cpu_throttled_ratio, out);
+  SetIf(c.memory_pressure_ratio, &pb::CgroupFacts::set_memory_pressure_ratio, out);
+  out->set_oom_killed(c.oom_killed);
+}
+
+std::optional<int64_t> CountIf(bool has, double v) {
+  if (!has || !std::isfinite(v) || v < 0) return std::nullopt;
+  return Count(v);
+}
+
+std::optional<double> RealIf(bool has, double v, double max) {
+  if (!has || !std::isfinite(v) || v < 0 || v > max) return std::nullopt;
+  return v;
+}
+
+TaskCgroup CgroupFromProto(const pb::CgroupFacts& p) {
+  TaskCgroup c;
+  c.version = std::clamp(p.version(), 0, 2);
+  c.memory_limit_bytes = CountIf(p.has_memory_limit_bytes(), p.memory_limit_bytes());
+  c.memory_usage_bytes = CountIf(p.has_memory_usage_bytes(), p.memory_usage_bytes());
+  c.memory_working_set_bytes =
+      CountIf(p.has_memory_working_set_bytes(), p.memory_working_set_bytes());
+  c.oom_kills = CountIf(p.has_oom_kills(), p.oom_kills());
+  c.cpu_quota_cores = RealIf(p.has_cpu_quota_cores(), p.cpu_quota_cores(), 1e6);
+  c.cpu_periods = CountIf(p.has_cpu_periods(), p.cpu_periods());
+  c.cpu_throttled_periods = CountIf(p.has_cpu_throttled_periods(), p.cpu_throttled_periods());
+  c.cpu_throttled_seconds = RealIf(p.has_cpu_throttled_seconds(), p.cpu_throttled_seconds(), 9e15);
+  c.cpu_throttled_ratio = RealIf(p.has_cpu_throttled_ratio(), p.cpu_throttled_ratio(), 1);
+  c.memory_pressure_ratio = RealIf(p.has_memory_pressure_ratio(), p.memory_pressure_ratio(), 1);
+  c.oom_killed = p.oom_killed();
+  return c;
+}
 
 }  // namespace
 
@@ -114,6 +165,7 @@ void ToProto(const TaskView& v, bool full_peers, pb::TaskView* out) {
   out->set_serve_seconds(Finite(v.serve_seconds));
   out->set_serve_queue_seconds(Finite(v.serve_queue_seconds));
   out->set_serve_work_seconds(Finite(v.serve_work_seconds));
+  if (v.cgroup.version > 0) CgroupToProto(v.cgroup, out->mutable_cgroup());
 }
 
 absl::StatusOr<TaskView> FromProto(const pb::TaskView& p) {
@@ -194,6 +246,7 @@ absl::StatusOr<TaskView> FromProto(const pb::TaskView& p) {
   v.serve_seconds = std::max(0.0, Finite(p.serve_seconds()));
   v.serve_queue_seconds = std::max(0.0, Finite(p.serve_queue_seconds()));
   v.serve_work_seconds = std::max(0.0, Finite(p.serve_work_seconds()));
+  if (p.has_cgroup()) v.cgroup = CgroupFromProto(p.cgroup());
   return v;
 }
 

@@ -1,7 +1,9 @@
 // The detect part's metric families; see detect_metrics.h.
 #include "detect/detect_metrics.h"
 
+#include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "prometheus/metric_family.h"
@@ -114,6 +116,57 @@ void AddTaskFamilies(const LocalSnapshot& local, const std::map<TaskRef, TaskSta
   for (auto* f : {&up, &state, &transitions, &blocked, &age, &restarts, &phi, &latency,
                   &last_latency, &steps, &step_time, &cpu, &rss, &threads, &fds}) {
     out.push_back(std::move(*f));
+  }
+}
+
+void AddCgroupFamilies(const LocalSnapshot& local, std::vector<MetricFamily>* out) {
+  struct Fact {
+    const char* name;
+    const char* help;
+    MetricType type;
+    // The fact of a view, absent when not known (or, for a limit, when there is none).
+    std::function<std::optional<double>(const TaskCgroup&)> get;
+  };
+  const auto positive = [](auto v) -> std::optional<double> {
+    if (!v || *v <= 0) return std::nullopt;
+    return static_cast<double>(*v);
+  };
+  const auto known = [](auto v) -> std::optional<double> {
+    if (!v) return std::nullopt;
+    return static_cast<double>(*v);
+  };
+  const Fact facts[] = {
+      {names::kTaskMemoryLimitBytes, "The memory limit of the task's cgroup (when it has one).",
+       MetricType::Gauge, [&](const TaskCgroup& c) { return positive(c.memory_limit_bytes); }},
+      {names::kTaskMemoryUsageBytes, "Memory used by the task's cgroup, page cache included.",
+       MetricType::Gauge, [&](const TaskCgroup& c) { return known(c.memory_usage_bytes); }},
+      {names::kTaskMemoryWorkingSetBytes,
+       "Memory used by the task's cgroup without inactive page cache (what nears the limit).",
+       MetricType::Gauge, [&](const TaskCgroup& c) { return known(c.memory_working_set_bytes); }},
+      {names::kTaskOomKills, "Processes the kernel's OOM killer killed in the task's cgroup.",
+       MetricType::Counter, [&](const TaskCgroup& c) { return known(c.oom_kills); }},
+      {names::kTaskMemoryPressure,
+       "Share of the last 10 s some of the cgroup's tasks stalled on memory (PSI some avg10).",
+       MetricType::Gauge, [&](const TaskCgroup& c) { return known(c.memory_pressure_ratio); }},
+      {names::kTaskCpuQuotaCores, "The CPU quota of the task's cgroup in cores (when it has one).",
+       MetricType::Gauge, [&](const TaskCgroup& c) { return positive(c.cpu_quota_cores); }},
+      {names::kTaskCpuPeriods, "CFS scheduling periods of the task's cgroup.", MetricType::Counter,
+       [&](const TaskCgroup& c) { return known(c.cpu_periods); }},
+      {names::kTaskCpuThrottledPeriods,
+       "CFS periods in which the task's cgroup used up its quota and was throttled.",
+       MetricType::Counter, [&](const TaskCgroup& c) { return known(c.cpu_throttled_periods); }},
+      {names::kTaskCpuThrottledSeconds, "Time the task's cgroup spent throttled by its quota.",
+       MetricType::Counter, [&](const TaskCgroup& c) { return known(c.cpu_throttled_seconds); }},
+  };
+  for (const Fact& fact : facts) {
+    MetricFamily family = MakeFamily(fact.name, fact.help, fact.type);
+    for (const TaskView& v : local.views) {
+      const std::optional<double> value = v.cgroup.version > 0 ? fact.get(v.cgroup) : std::nullopt;
+      if (!value) continue;
+      ClientMetric& m = AddMetric(family, TaskLabels(v));
+      (fact.type == MetricType::Counter ? m.counter.value : m.gauge.value) = *value;
+    }
+    out->push_back(std::move(family));
   }
 }
 

@@ -25,6 +25,9 @@ std::vector<prometheus::ClientMetric::Label> TaskLabels(const TaskView& v);
 // peers); a task missing from it has its tracker's state.
 void AddTaskFamilies(const LocalSnapshot& local, const std::map<TaskRef, TaskState>& decided,
                      std::vector<prometheus::MetricFamily>* out);
+// What each local task's cgroup says (TaskView::cgroup): a family per fact, a series per task
+// whose fact is known.
+void AddCgroupFamilies(const LocalSnapshot& local, std::vector<prometheus::MetricFamily>* out);
 // Tasks watched, and the times the watcher's own loop was paused.
 void AddWatcherFamilies(const LocalSnapshot& local, int64_t pauses,
                         std::vector<prometheus::MetricFamily>* out);

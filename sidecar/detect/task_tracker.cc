@@ -529,6 +529,7 @@ const TaskView& TaskTracker::Evaluate(double now_s, double now_unix, const ProcR
 std::string StragglerReason(const TaskView& view, const std::vector<TaskView>& all,
                             const TrackerOptions& options) {
   if (view.last_step_seconds <= 0 || !view.expects_progress) return "";
+  AddCgroupEvidence(now_s, &d);
   std::vector<double> others;
   for (const TaskView& v : all) {
     if (v.task == view.task || v.task.role != view.task.role || !v.expects_progress ||
@@ -548,3 +549,32 @@ std::string StragglerReason(const TaskView& view, const std::vector<TaskView>& a
 }
 
 }  // namespace trainscope::sidecar
+void TaskTracker::SetCgroupReader(CgroupReader reader) {
+  cgroup_reader_ = std::move(reader);
+  cgroup_ = CgroupWatch(options_.cgroup);
+}
+
+void TaskTracker::AddCgroupEvidence(double now_s, Decision* d) {
+  // Only the process that /proc evidence applies to is read, never a pid taken on trust.
+  if (!cgroup_reader_ || !answered_ || !CanCheckProcess()) return;
+  const bool gone = d->state == TaskState::kDead || d->state == TaskState::kDone;
+  cgroup_.Observe(now_s, last_hb_.pid, gone, cgroup_reader_);
+  view_.cgroup = cgroup_.view();
+  if (d->state == TaskState::kDead) {
+    if (auto oom = cgroup_.OomKilledWords()) d->reason = absl::StrCat(*oom, ": ", d->reason);
+    return;
+  }
+  if (gone) return;
+  // Throttled by its quota: the cause of an up task's pace (slow), evidence for any other state.
+  if (auto throttled = cgroup_.ThrottledWords()) {
+    if (d->state == TaskState::kUp) {
+      *d = {TaskState::kSlow, absl::StrCat(*throttled, "; ", d->reason)};
+    } else {
+      absl::StrAppend(&d->reason, "; ", *throttled);
+    }
+  }
+  if (d->state == TaskState::kUp || d->state == TaskState::kSlow) {
+    if (auto warning = cgroup_.MemoryWarning()) absl::StrAppend(&d->reason, " (", *warning, ")");
+  }
+}
+

@@ -125,6 +125,7 @@ std::string RenderMetrics(const LocalSnapshot& local, const SidecarStats& stats,
   for (const TaskView& v : cluster.tasks) decided[v.task] = v.state;
   // Each part's own families, then what only the cluster view and the notifier tell.
   AddTaskFamilies(local, decided, &out);
+  AddCgroupFamilies(local, &out);
   AddWatcherFamilies(local, stats.pauses, &out);
   AddSnapshotFamilies(stats.keeper, &out);
   AddExchangeFamilies(stats.exchange, stats.members, &out);

@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/common/proc.h"
+#include "trainscope/sidecar/cgroup_watch.h"
 #include "trainscope/sidecar/detector.h"
 #include "trainscope/sidecar/task_view.h"
 
@@ -35,6 +36,7 @@ struct TrackerOptions {
   double serve_window_s = 1;       // Over this recent window.
   double relearn_s = 1;            // After a sidecar pause, no dead/hung/unreachable this long.
   double min_stddev_s = 0.05;      // Detector floor (see PhiAccrualOptions).
+  CgroupWatchOptions cgroup;       // Throttling and memory-limit thresholds.
 };
 
 // A valid heartbeat answer, converted from HeartbeatResponse at the gRPC edge.
@@ -146,6 +148,11 @@ class TaskTracker {
   // Events worth logging since the last call (restarts, state changes).
   std::vector<std::string> TakeEvents();
 
+  // Reads the cgroup of the task's process with `reader` from now on, in Evaluate (at most every
+  // TrackerOptions::cgroup.sample_every_s, and once at its death): its facts go to the view, and
+  // an OOM kill, sustained throttling and a memory limit nearly reached to the reason. Without
+  // one (the default) the tracker reads no cgroup.
+  void SetCgroupReader(CgroupReader reader);
  private:
   struct Decision {
     TaskState state;
@@ -180,6 +187,9 @@ class TaskTracker {
   HeartbeatInfo last_hb_;
   double last_answer_s_ = 0;                // Monotonic time of the last valid answer.
   double silence_origin_s_ = 0;             // Silence is counted from max(last answer, this).
+  // Reads its cgroup when due and says what it adds to `d`: dead by an OOM kill, slow by CPU
+  // throttling (evidence appended to other states), near its memory limit (a warning).
+  void AddCgroupEvidence(double now_s, Decision* d);
   std::optional<PollResult> last_failure_;  // Newer than the last answer, if any.
   std::string last_error_;                  // Last failure ever, for the missing reason.
   FailureKind last_failure_kind_ = FailureKind::kUnavailable;
@@ -189,6 +199,8 @@ class TaskTracker {
   int on_time_answers_ = 0;  // Consecutive valid answers, each on time.
 
   // Latency: recent values and a slowly adapting usual value.
+  CgroupReader cgroup_reader_;
+  CgroupWatch cgroup_;
   std::vector<double> recent_latency_;
   double usual_latency_ = -1;
   int latency_samples_ = 0;

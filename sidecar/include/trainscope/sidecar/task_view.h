@@ -5,6 +5,7 @@
 // sidecars carry. Value types.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -100,6 +101,29 @@ struct BlockedPeer {
 // begins, in every state: the tracker writes it, the exchange keeps it in the words it gossips.
 inline constexpr char kOutsideReasonPrefix[] = "watched from outside (no trainscope heartbeat): ";
 
+// What the cgroup of a local task's process says (common/cgroup.h, detect's CgroupWatch), as its
+// node's sidecar last read it; kept after the process is gone. A fact is absent when it was not
+// known (no cgroup, a file missing, cgroup v1 has no peak); a limit or quota of 0 is none.
+struct TaskCgroup {
+  int version = 0;  // 1 or 2; 0: nothing read (not local, or no memory or cpu cgroup).
+  std::optional<int64_t> memory_limit_bytes;
+  std::optional<int64_t> memory_usage_bytes;
+  std::optional<int64_t> memory_working_set_bytes;  // Usage without inactive page cache.
+  std::optional<int64_t> oom_kills;                 // The kernel's OOM kills in the cgroup.
+  std::optional<double> cpu_quota_cores;
+  std::optional<int64_t> cpu_periods;
+  std::optional<int64_t> cpu_throttled_periods;
+  std::optional<double> cpu_throttled_seconds;
+  // The share of the CFS periods of the last throttle window (10 s) it was throttled in, once
+  // that window has been sampled.
+  std::optional<double> cpu_throttled_ratio;
+  // PSI `some avg10` of memory.pressure, 0-1: the share of the last 10 s in which some of its
+  // tasks stalled waiting for memory.
+  std::optional<double> memory_pressure_ratio;
+  // Its process is gone and the cgroup's OOM kill counter rose since it was last seen alive.
+  bool oom_killed = false;
+};
+
 struct TaskView {
   std::string cluster;
   TaskRef task;
@@ -147,6 +171,8 @@ struct TaskView {
   // Detector facts.
   double heartbeat_age_seconds = -1;  // -1 when never answered.
   double latency_seconds = 0;         // Last round trip.
+  // Its cgroup's limits and what they did (local tasks; remote ones as their node said).
+  TaskCgroup cgroup;
   double phi = 0;
   double observed_at = 0;  // Unix seconds of this view.
 

@@ -156,6 +156,21 @@ inline constexpr char kTaskCpuSeconds[] = "trainscope_task_cpu_seconds_total";
 inline constexpr char kTaskResidentBytes[] = "trainscope_task_resident_memory_bytes";
 inline constexpr char kTaskThreads[] = "trainscope_task_threads";
 inline constexpr char kTaskOpenFds[] = "trainscope_task_open_fds";
+// What the cgroup of a local task's process says (docs/sidecar.md, "Cgroup facts"), v1 or v2;
+// a series exists only while its fact is known. Memory: the limit (only when there is one), the
+// usage, the working set (usage without inactive page cache), the kernel's OOM kills in the
+// cgroup (v1 memory.oom_control, v2 memory.events oom_kill), PSI `some avg10` of memory.pressure
+// as a ratio. CPU: the quota in cores (only when there is one), CFS periods and the periods and
+// seconds it was throttled (cpu.stat).
+inline constexpr char kTaskMemoryLimitBytes[] = "trainscope_task_memory_limit_bytes";
+inline constexpr char kTaskMemoryUsageBytes[] = "trainscope_task_memory_usage_bytes";
+inline constexpr char kTaskMemoryWorkingSetBytes[] = "trainscope_task_memory_working_set_bytes";
+inline constexpr char kTaskOomKills[] = "trainscope_task_oom_kills_total";
+inline constexpr char kTaskMemoryPressure[] = "trainscope_task_memory_pressure_ratio";
+inline constexpr char kTaskCpuQuotaCores[] = "trainscope_task_cpu_quota_cores";
+inline constexpr char kTaskCpuPeriods[] = "trainscope_task_cpu_periods_total";
+inline constexpr char kTaskCpuThrottledPeriods[] = "trainscope_task_cpu_throttled_periods_total";
+inline constexpr char kTaskCpuThrottledSeconds[] = "trainscope_task_cpu_throttled_seconds_total";
 
 // The sidecar itself.
 inline constexpr char kSidecarWatchedTasks[] = "trainscope_sidecar_watched_tasks";
