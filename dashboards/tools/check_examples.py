@@ -10,6 +10,13 @@ The generated Operator objects (gen_deploy.py): PodMonitor and PrometheusRule fi
 CRDs' (operator_schema.py); PodMonitors select pods that have their port and the labels their
 relabelings read; the PrometheusRule's groups equal alerts.yml; the dashboard ConfigMaps equal
 dashboards/grafana/dashboards/*.json. dashboards/prometheus/scale-out/*.yml pass promtool.
+The pods that run trainscope (kustomization.yaml and the security of the sidecar): the sidecar
+sees its task's processes (hostPID in a DaemonSet, else shareProcessNamespace), no container is
+privileged, the sidecar drops ALL capabilities and adds only SYS_PTRACE, DAC_READ_SEARCH and KILL
+on a read-only root, the task runs as non-root with none; every trainscope container names the
+image kustomization.yaml's one `images:` entry maps; $(VAR) references are defined (Kubernetes
+would pass them on as text); cluster name and TF_CONFIG come from the downward API and the
+cluster-spec ConfigMap.
 examples/systemd/*.service: `systemd-analyze verify` in a scratch root (no warning allowed).
 dashboards/grafana/provisioning/**: parses, apiVersion 1, the provider points at the dashboards.
 
@@ -44,6 +51,7 @@ KNOWN = {
                                  "Alertmanager", "Probe"},
     "monitoring.coreos.com/v1alpha1": {"ScrapeConfig", "AlertmanagerConfig"},
 }
+KUSTOMIZATION = "kustomization.yaml"
 WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"}
 # Objects the examples reference that the user creates by hand (the comments say how).
 CREATED_BY_HAND = set()
@@ -51,7 +59,8 @@ CREATED_BY_HAND = set()
 
 def check_kubernetes(src, promtool, errors):
     docs = []
-    files = sorted(glob.glob(os.path.join(src, "examples/kubernetes/*.yaml")))
+    files = sorted(p for p in glob.glob(os.path.join(src, "examples/kubernetes/*.yaml"))
+                   if os.path.basename(p) != KUSTOMIZATION)  # not an API object: see below
     if not files:
         errors.append("no examples/kubernetes/*.yaml")
     for path in files:
@@ -287,6 +296,132 @@ def check_operator(src, docs, pod_templates, promtool, errors):
             errors.append(f"scale-out/{name} fails promtool check config {' '.join(extra)}: "
                           f"{r.stdout}{r.stderr}")
 
+SIDECAR = "trainscope-sidecar"  # the sidecar's container name in the examples
+SIDECAR_CAPS = {"SYS_PTRACE", "DAC_READ_SEARCH", "KILL"}  # docs/sidecar.md, "Kubernetes"
+VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def check_kustomization(src, errors):
+    """kustomization.yaml: its resources exist; one `images:` entry, the name every trainscope
+    container uses, mapped to a registry's image tagged with the project's version. Returns
+    that name (None when missing)."""
+    rel = f"examples/kubernetes/{KUSTOMIZATION}"
+    path = os.path.join(src, rel)
+    if not os.path.exists(path):
+        errors.append(f"{rel}: missing (the one place the image is set)")
+        return None
+    k = yaml.safe_load(open(path))
+    if (k.get("apiVersion"), k.get("kind")) != ("kustomize.config.k8s.io/v1beta1",
+                                                 "Kustomization"):
+        errors.append(f"{rel}: not a kustomize.config.k8s.io/v1beta1 Kustomization")
+    for r in k.get("resources") or []:
+        if not os.path.exists(os.path.join(src, "examples/kubernetes", r)):
+            errors.append(f"{rel}: resource {r} does not exist")
+    images = k.get("images") or []
+    if len(images) != 1 or not images[0].get("name") or not images[0].get("newName"):
+        errors.append(f"{rel}: needs exactly one images: entry with name and newName: {images}")
+        return None
+    m = re.search(r"project\(trainscope VERSION ([0-9.]+)",
+                  open(os.path.join(src, "CMakeLists.txt")).read())
+    if m and str(images[0].get("newTag")) != m.group(1):
+        errors.append(f"{rel}: newTag {images[0].get('newTag')!r} is not the project's version "
+                      f"{m.group(1)} (the tag packaging/oci/build-image.sh gives the image)")
+    return images[0]["name"]
+
+
+def check_pod_security(src, docs, pod_templates, errors):
+    """The pods that run trainscope: what the sidecar may do, and only that (issue 36)."""
+    image = check_kustomization(src, errors)
+    config_maps = {(d.get("metadata") or {}).get("name"): d.get("data") or {}
+                   for _, d in docs if d.get("kind") == "ConfigMap"}
+    sidecars = 0
+    for where, d, labels, pod in pod_templates:
+        containers = (pod.get("containers") or []) + (pod.get("initContainers") or [])
+        ours = [c for c in containers if c.get("name") == SIDECAR or
+                "trainscope" in str(c.get("image"))]
+        for c in containers:
+            cwhere = f"{where} container {c.get('name')}"
+            sc = c.get("securityContext") or {}
+            if sc.get("privileged"):
+                errors.append(f"{cwhere}: privileged (no container of the examples may be)")
+            check_var_refs(cwhere, c, errors)
+            for e in c.get("env") or []:
+                ref = (e.get("valueFrom") or {}).get("configMapKeyRef")
+                if ref and ref.get("key") not in config_maps.get(ref.get("name"), {}):
+                    errors.append(f"{cwhere}: env {e.get('name')} reads ConfigMap "
+                                  f"{ref.get('name')} key {ref.get('key')}, not defined")
+        if not ours:
+            continue
+        for c in ours:
+            cwhere = f"{where} container {c.get('name')}"
+            if image and c.get("image") != image:
+                errors.append(f"{cwhere}: image {c.get('image')!r}, not {image!r} (the name "
+                              f"{KUSTOMIZATION} maps to the user's image)")
+            sc = c.get("securityContext") or {}
+            caps = sc.get("capabilities") or {}
+            if caps.get("drop") != ["ALL"]:
+                errors.append(f"{cwhere}: capabilities.drop {caps.get('drop')}, not [ALL]")
+            if sc.get("allowPrivilegeEscalation") is not False:
+                errors.append(f"{cwhere}: allowPrivilegeEscalation must be false")
+            if sc.get("readOnlyRootFilesystem") is not True:
+                errors.append(f"{cwhere}: readOnlyRootFilesystem must be true")
+            if c.get("name") == SIDECAR:
+                sidecars += 1
+                if set(caps.get("add") or []) != SIDECAR_CAPS or \
+                        len(caps.get("add") or []) != len(SIDECAR_CAPS):
+                    errors.append(f"{cwhere}: capabilities.add {caps.get('add')}, not exactly "
+                                  f"{sorted(SIDECAR_CAPS)}")
+                sees = pod.get("hostPID") if d.get("kind") == "DaemonSet" else \
+                    pod.get("shareProcessNamespace")
+                if sees is not True:
+                    errors.append(f"{where}: the sidecar cannot see the task's processes: "
+                                  + ("hostPID" if d.get("kind") == "DaemonSet"
+                                     else "shareProcessNamespace") + " must be true")
+                env = {e.get("name"): e for e in c.get("env") or []}
+                check_downward_api(cwhere, env, errors)
+            else:
+                if caps.get("add"):
+                    errors.append(f"{cwhere}: a task needs no capability: add {caps['add']}")
+                if sc.get("runAsNonRoot") is not True:
+                    errors.append(f"{cwhere}: a task runs as non-root (runAsNonRoot: true)")
+                env = {e.get("name"): e for e in c.get("env") or []}
+                check_downward_api(cwhere, env, errors)
+    if not sidecars:
+        errors.append(f"examples/kubernetes: no container named {SIDECAR}")
+
+
+def check_downward_api(cwhere, env, errors):
+    """The cluster name from the pod's label, TF_CONFIG from the ConfigMap and the pod's role
+    and index (downward API): no task identity is written into a container by hand."""
+    field = ((env.get("TRAINSCOPE_CLUSTER") or {}).get("valueFrom") or {}).get("fieldRef") or {}
+    if field.get("fieldPath") != "metadata.labels['trainscope.io/cluster']":
+        errors.append(f"{cwhere}: TRAINSCOPE_CLUSTER must come from the pod's label "
+                      "trainscope.io/cluster (downward API)")
+    tf = (env.get("TF_CONFIG") or {}).get("value") or ""
+    for var in ("TRAINSCOPE_CLUSTER_SPEC", "TRAINSCOPE_ROLE", "TRAINSCOPE_TASK_INDEX"):
+        if f"$({var})" not in tf:
+            errors.append(f"{cwhere}: TF_CONFIG is not built from $({var})")
+    for var in ("TRAINSCOPE_ROLE", "TRAINSCOPE_TASK_INDEX"):
+        if not ((env.get(var) or {}).get("valueFrom") or {}).get("fieldRef"):
+            errors.append(f"{cwhere}: {var} must come from the downward API (fieldRef)")
+
+
+def check_var_refs(cwhere, c, errors):
+    """Every $(VAR) in command, args and env values names a variable defined before it (an
+    undefined one reaches the program as the text "$(VAR)")."""
+    defined = set()
+    for e in c.get("env") or []:
+        for var in VAR_REF.findall(str(e.get("value", ""))):
+            if var not in defined:
+                errors.append(f"{cwhere}: env {e.get('name')} uses $({var}) before it is defined")
+        defined.add(e.get("name"))
+    for part in ("command", "args"):
+        for arg in c.get(part) or []:
+            for var in VAR_REF.findall(str(arg)):
+                if var not in defined:
+                    errors.append(f"{cwhere}: {part} {arg!r} uses $({var}), not in its env")
+
+
 def check_systemd(src, errors):
     units = sorted(glob.glob(os.path.join(src, "examples/systemd/*.service")))
     if not units:
@@ -350,6 +485,7 @@ def main():
     errors = []
     docs, pod_templates = check_kubernetes(src, promtool, errors)
     check_operator(src, docs, pod_templates, promtool, errors)
+    check_pod_security(src, docs, pod_templates, errors)
     check_systemd(src, errors)
     check_provisioning(src, errors)
     for e in errors:
