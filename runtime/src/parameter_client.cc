@@ -192,7 +192,7 @@ absl::Status CallError(const char* method, const TaskRef& self, const TaskRef& p
 void ParameterClient::ReportWaiting(const char* method, std::vector<TaskRef> failing) {
   TaskStatus* status = session_->status();
   if (status == nullptr) return;
-  // While calls to some ps fail or go unanswered, the heartbeat says the task waits on them (its
+  // While calls to some ps fail, the heartbeat says the task waits on them (its
   // sidecar calls it blocked after a while, naming the peers and the error), until a round of
   // calls gets through again.
   if (failing.empty()) {
