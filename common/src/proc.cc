@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -50,9 +51,10 @@ std::optional<ProcStat> ReadProcStat(int64_t pid) {
   ssize_t got = read(fd, buf, sizeof(buf) - 1);
   close(fd);
   if (got <= 0) return std::nullopt;
-  size_t n = static_cast<size_t>(got);
-  buf[n] = 0;
-  std::string_view s(buf, n);
+  return ParseProcStat(std::string_view(buf, static_cast<size_t>(got)));
+}
+
+std::optional<ProcStat> ParseProcStat(std::string_view s) {
   // The command name is in parentheses and may hold spaces and parentheses: the last ')' ends it.
   size_t paren = s.rfind(')');
   if (paren == std::string_view::npos || paren + 2 >= s.size()) return std::nullopt;
@@ -60,7 +62,11 @@ std::optional<ProcStat> ReadProcStat(int64_t pid) {
   out.state = s[paren + 2];
   // Fields after the state, numbered as proc(5) does: utime 14, stime 15, num_threads 20,
   // starttime 22, vsize 23, rss 24. Field 3 is the state.
-  const char* p = buf + paren + 3;
+  char buf[1024];
+  const size_t n = std::min(s.size() - (paren + 3), sizeof(buf) - 1);
+  std::memcpy(buf, s.data() + paren + 3, n);
+  buf[n] = 0;
+  const char* p = buf;
   const char* end = buf + n;
   unsigned long long field[25] = {};
   int i = 4;
@@ -77,6 +83,7 @@ std::optional<ProcStat> ReadProcStat(int64_t pid) {
   static const int64_t kPage = sysconf(_SC_PAGESIZE);
   out.cpu_seconds = static_cast<double>(field[14] + field[15]) / kTicks;
   out.threads = static_cast<int>(field[20]);
+  out.start_ticks = field[22];
   out.start_time_unix = BootTimeUnix() + static_cast<double>(field[22]) / kTicks;
   out.virtual_bytes = static_cast<int64_t>(field[23]);
   out.resident_bytes = static_cast<int64_t>(field[24]) * kPage;

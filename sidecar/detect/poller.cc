@@ -20,6 +20,7 @@
 #include "grpcpp/grpcpp.h"
 #include "trainscope/common/phase.h"
 #include "trainscope/common/proc.h"
+#include "trainscope/common/process_identity.h"
 #include "trainscope/common/rpc_error.h"
 #include "trainscope/v1/runtime.grpc.pb.h"
 
@@ -190,6 +191,52 @@ struct PortOwnerCache {
   }
 };
 
+// A local task's process, verified by its listening socket and its namespaced pid (FindTaskProcess)
+// when it first answers or its incarnation changes, and held while it keeps its start time. A
+// failed check is tried again at most once a second.
+struct IdentityCache {
+  std::optional<ProcessIdentity> id;
+  uint64_t incarnation = 0;
+  int64_t reported = 0;
+  std::string error;
+  double next_try_s = 0;
+
+  // Puts the verified process into `hb` (pid, ns_pid, start time), or pid 0 and why not.
+  void Apply(HeartbeatInfo& hb, const std::string& target_address, double now_s) {
+    const bool same_task = incarnation == hb.incarnation && reported == hb.pid;
+    if (!same_task || (id && !StillSameProcess(*id))) {
+      id.reset();
+      next_try_s = 0;
+    }
+    if (!id && now_s >= next_try_s) Verify(hb, target_address, now_s);
+    incarnation = hb.incarnation;
+    reported = hb.pid;
+    hb.ns_pid = hb.pid;
+    if (id) {
+      hb.pid = id->pid;
+      hb.pid_verified = true;
+      hb.pid_start_ticks = id->start_ticks;
+    } else {
+      hb.pid = 0;
+      hb.identity_error = error;
+    }
+  }
+
+  void Verify(const HeartbeatInfo& hb, const std::string& target_address, double now_s) {
+    auto listen = ParseHostPort(hb.listen_address);
+    auto target = ParseHostPort(target_address);
+    const int port = listen.ok() ? listen->port : target.ok() ? target->port : 0;
+    absl::StatusOr<ProcessIdentity> found = FindTaskProcess(hb.pid, port);
+    if (found.ok()) {
+      id = *found;
+      error.clear();
+      return;
+    }
+    error = std::string(found.status().message());
+    next_try_s = now_s + 1;
+  }
+};
+
 // An answer from a task that speaks gRPC but not trainscope's Heartbeat: its round trip, and
 // for a local one the /proc facts of the process holding its port.
 PollResult OutsideAnswer(const std::string& address, bool local, PortOwnerCache& owner,
@@ -206,6 +253,9 @@ PollResult OutsideAnswer(const std::string& address, bool local, PortOwnerCache&
   std::optional<ProcStat> st = owner.Read(address, received_s);
   if (!st) return r;
   hb.pid = owner.pid;
+  hb.ns_pid = owner.pid;
+  hb.pid_verified = true;  // It holds the port: found by its socket.
+  hb.pid_start_ticks = st->start_ticks;
   hb.command = owner.command;
   hb.proc_state = st->state;
   // The same process keeps its incarnation; a restart (new pid or start time) changes it.
@@ -258,6 +308,7 @@ struct HeartbeatPoller::Impl {
     std::unique_ptr<pb::TaskService::Stub> stub;
     Call* in_flight = nullptr;
     PortOwnerCache owner;
+    IdentityCache identity;
     bool spoke_grpc = false;  // Some answer from a gRPC server came from this address.
   };
 
@@ -277,7 +328,11 @@ struct HeartbeatPoller::Impl {
     if (outside) {
       return OutsideAnswer(slot.target.address, slot.target.local, slot.owner, call->sent_s, now_s);
     }
-    if (s.ok()) return DecodeAnswer(call->response, call->sent_s, now_s);
+    if (s.ok()) {
+      PollResult r = DecodeAnswer(call->response, call->sent_s, now_s);
+      if (r.ok && slot.target.local) slot.identity.Apply(r.heartbeat, slot.target.address, now_s);
+      return r;
+    }
     PollResult r = ToFailure(call, now_s);
     if (r.failure != FailureKind::kRefused && slot.target.local && !slot.spoke_grpc) {
       NameSilentListener(slot, now_s, r);

@@ -12,6 +12,7 @@
 #include "detect/stuck_explain.h"
 #include "spdlog/spdlog.h"
 #include "trainscope/common/clock.h"
+#include "trainscope/common/proc.h"
 
 namespace trainscope::sidecar {
 namespace {
@@ -139,9 +140,34 @@ void StackKeeper::ServeDemands() {
   }
 }
 
+namespace {
+
+// OK when `view`'s process is still the one its pid was verified as (the same start time): a
+// task that died and whose pid now names another process is never captured as the task. (A view
+// with no start time is not checked: tests' made-up views.)
+absl::Status SameProcess(const TaskView& view) {
+  if (view.pid_start_ticks == 0) return absl::OkStatus();
+  std::optional<ProcStat> st = ReadProcStat(view.pid);
+  if (!st) return absl::FailedPreconditionError(absl::StrCat("pid ", view.pid, " has exited"));
+  if (view.pid_start_ticks != 0 && st->start_ticks != view.pid_start_ticks) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "pid ", view.pid, " now names a process started after the task's: not captured"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status StackKeeper::Take(const TaskView& view, const std::string& trigger) {
   const std::string name = view.task.ShortName();
-  auto s = capture_(view.pid);
+  // The start time is checked before and after: a capture that raced the task's death and a
+  // reuse of its pid is dropped.
+  const absl::Status before = SameProcess(view);
+  absl::StatusOr<forensics::ProcessSnapshot> s =
+      before.ok() ? capture_(view.pid) : absl::StatusOr<forensics::ProcessSnapshot>(before);
+  if (s.ok()) {
+    if (absl::Status after = SameProcess(view); !after.ok()) s = after;
+  }
   if (!s.ok()) {
     std::lock_guard lock(mu_);
     ++stats_.failures;

@@ -69,11 +69,9 @@ const std::vector<double>& LatencyBounds() {
 }
 
 TaskTracker::TaskTracker(std::string cluster, TaskRef task, std::string address, bool local,
-                         std::string our_hostname, TrackerOptions options, double now_s,
-                         double now_unix)
+                         TrackerOptions options, double now_s, double now_unix)
     : options_(options),
       local_(local),
-      our_hostname_(std::move(our_hostname)),
       watch_start_s_(now_s),
       watch_start_unix_(now_unix),
       detector_(PhiAccrualOptions{
@@ -182,6 +180,7 @@ void TaskTracker::ApplyHeartbeat(const HeartbeatInfo& hb, double t) {
 
   view_.phase = hb.phase;
   view_.pid = hb.pid;
+  view_.pid_start_ticks = hb.pid_start_ticks;
   view_.hostname = hb.hostname;
   view_.incarnation = hb.incarnation;
   view_.listen_address = hb.listen_address;
@@ -268,8 +267,15 @@ void TaskTracker::OnSidecarPause(double now_s) {
 }
 
 bool TaskTracker::CanCheckProcess() const {
-  return local_ && last_hb_.pid > 0 &&
-         (last_hb_.hostname.empty() || our_hostname_.empty() || last_hb_.hostname == our_hostname_);
+  // By identity, not by host name: a pod's host name differs from its node's, and a process the
+  // poller did not verify (by its listening socket) is never read as the task.
+  return local_ && last_hb_.pid > 0 && last_hb_.pid_verified;
+}
+
+std::optional<ProcStat> TaskTracker::ReadOwnProcess(const ProcReader& proc, bool* reused) const {
+  std::optional<ProcStat> p = proc(last_hb_.pid);
+  *reused = p && last_hb_.pid_start_ticks != 0 && p->start_ticks != last_hb_.pid_start_ticks;
+  return *reused ? std::nullopt : p;
 }
 
 bool TaskTracker::MaySkipPoll(double now_s, const ProcReader& proc) {
@@ -279,7 +285,8 @@ bool TaskTracker::MaySkipPoll(double now_s, const ProcReader& proc) {
   if (last_failure_ || now_s < relearn_until_s_ || on_time_answers_ < kSettleAnswers) return false;
   if (last_hb_.waiting || last_hb_.phase == "done" || last_hb_.phase == "leaving") return false;
   if (detector_.Phi(now_s, skipped_s_) >= 1) return false;  // Already a little late.
-  std::optional<ProcStat> p = proc(last_hb_.pid);
+  bool reused = false;
+  std::optional<ProcStat> p = ReadOwnProcess(proc, &reused);
   return p && p->state != 'Z' && p->state != 'X' && p->state != 'T' && p->state != 't';
 }
 
@@ -362,6 +369,20 @@ TaskTracker::Decision TaskTracker::DecideAnswering(double now_s, double now_unix
   return {TaskState::kUp, reason};
 }
 
+std::string TaskTracker::ProcessWords() const {
+  const HeartbeatInfo& hb = last_hb_;
+  if (hb.ns_pid <= 0 || hb.ns_pid == hb.pid) return absl::StrCat("process ", hb.pid);
+  return absl::StrCat("process ", hb.pid, " (pid ", hb.ns_pid, " in its own PID namespace)");
+}
+
+std::string TaskTracker::CannotCheckWords() const {
+  if (local_ && !last_hb_.identity_error.empty()) {
+    return absl::StrCat("; cannot check its process here: ", last_hb_.identity_error);
+  }
+  return absl::StrCat("; cannot check the process", WhereItRan(" (pid "),
+                      last_hb_.pid > 0 ? ")" : "", " from this host");
+}
+
 std::string TaskTracker::WhereItRan(absl::string_view lead) const {
   // An outside task seen from another host has no pid: only its address is known.
   if (last_hb_.pid <= 0) return "";
@@ -388,7 +409,8 @@ std::string TaskTracker::OutsideUpReason() const {
 
 bool TaskTracker::StoppedBySignal(const ProcReader& proc) const {
   if (!proc || !CanCheckProcess()) return false;
-  std::optional<ProcStat> p = proc(last_hb_.pid);
+  bool reused = false;
+  std::optional<ProcStat> p = ReadOwnProcess(proc, &reused);
   return p && p->state == 'T';
 }
 
@@ -401,20 +423,25 @@ TaskTracker::Decision TaskTracker::DecideSilent(double now_s, double silence, do
   std::string err_note = err.empty() ? "" : absl::StrCat(" (last error: ", err, ")");
   int64_t pid = last_hb_.pid;
   bool can_check = proc && CanCheckProcess();
+  const std::string process = ProcessWords();
   if (can_check) {
-    std::optional<ProcStat> p = proc(pid);
+    bool reused = false;
+    std::optional<ProcStat> p = ReadOwnProcess(proc, &reused);
     if (!p) {
       return {TaskState::kDead,
-              absl::StrCat("process ", pid, " is gone (no /proc/", pid, "); no answer at ",
-                           view_.address, " for ", HumanDuration(silence), err_note)};
+              absl::StrCat(process, " is gone (",
+                           reused ? "its pid now names a later process"
+                                  : absl::StrCat("no /proc/", pid),
+                           "); no answer at ", view_.address, " for ", HumanDuration(silence),
+                           err_note)};
     }
     if (p->state == 'Z' || p->state == 'X') {
       return {TaskState::kDead,
-              absl::StrCat("process ", pid, " exited (zombie, not yet reaped)", err_note)};
+              absl::StrCat(process, " exited (zombie, not yet reaped)", err_note)};
     }
     if (refused) {
       return {TaskState::kDead,
-              absl::StrCat("connection refused at ", view_.address, " although process ", pid,
+              absl::StrCat("connection refused at ", view_.address, " although ", process,
                            " still exists (its server is down, or the pid was reused)")};
     }
     // Stopped by a signal (SIGSTOP, SIGTSTP): it cannot answer until continued, so one missed
@@ -423,7 +450,7 @@ TaskTracker::Decision TaskTracker::DecideSilent(double now_s, double silence, do
     const bool stopped = p->state == 'T' && silence > 2 * options_.interval_s;
     if (stopped || (p->state == 't' && late)) {
       return {TaskState::kHung,
-              absl::StrCat("process ", pid, " is stopped (state ", std::string(1, p->state),
+              absl::StrCat(process, " is stopped (state ", std::string(1, p->state),
                            ": SIGSTOP or a debugger); no answer for ", HumanDuration(silence))};
     }
     if (late && !late_cpu_) {
@@ -434,11 +461,11 @@ TaskTracker::Decision TaskTracker::DecideSilent(double now_s, double silence, do
       bool cpu_moving = late_cpu_ && p->cpu_seconds > *late_cpu_ + 0.02;
       if (cpu_moving && silence < 4 * options_.hung_after_s) {
         return {TaskState::kSlow,
-                absl::StrCat("no answer for ", HumanDuration(silence), ", but process ", pid,
+                absl::StrCat("no answer for ", HumanDuration(silence), ", but ", process,
                              " is using CPU (overloaded or starved)", err_note)};
       }
       return {TaskState::kHung,
-              absl::StrCat("process ", pid, " exists (state ", std::string(1, p->state),
+              absl::StrCat(process, " exists (state ", std::string(1, p->state),
                            ") but has not answered for ", HumanDuration(silence),
                            absl::StrFormat(" (suspicion %.0f)", phi), err_note)};
     }
@@ -451,8 +478,7 @@ TaskTracker::Decision TaskTracker::DecideSilent(double now_s, double silence, do
     if (long_silence) {
       return {TaskState::kUnreachable,
               absl::StrCat("no answer at ", view_.address, " for ", HumanDuration(silence),
-                           err_note, "; cannot check the process", WhereItRan(" (pid "),
-                           pid > 0 ? ")" : "", " from this host")};
+                           err_note, CannotCheckWords())};
     }
   }
   if (late) {
@@ -503,6 +529,7 @@ const TaskView& TaskTracker::Evaluate(double now_s, double now_unix, const ProcR
         "said leaving; ",
         d.reason, ")");
   }
+  AddCgroupEvidence(now_s, &d);
   if (now_s < relearn_until_s_ && IsFatal(d.state) && !IsFatal(view_.state)) {
     d = {view_.state, absl::StrCat("re-learning after the sidecar itself paused; ", view_.reason)};
   }
@@ -526,29 +553,6 @@ const TaskView& TaskTracker::Evaluate(double now_s, double now_unix, const ProcR
   return view_;
 }
 
-std::string StragglerReason(const TaskView& view, const std::vector<TaskView>& all,
-                            const TrackerOptions& options) {
-  if (view.last_step_seconds <= 0 || !view.expects_progress) return "";
-  AddCgroupEvidence(now_s, &d);
-  std::vector<double> others;
-  for (const TaskView& v : all) {
-    if (v.task == view.task || v.task.role != view.task.role || !v.expects_progress ||
-        v.last_step_seconds <= 0 || v.state == TaskState::kDead || v.state == TaskState::kMissing) {
-      continue;
-    }
-    others.push_back(v.last_step_seconds);
-  }
-  if (others.size() < 2) return "";
-  double m = Median(others);
-  if (view.last_step_seconds >
-      std::max(m * options.slow_step_factor, m + options.slow_step_min_s)) {
-    return absl::StrCat("straggler: last step took ", HumanDuration(view.last_step_seconds),
-                        ", its peers' median is ", HumanDuration(m));
-  }
-  return "";
-}
-
-}  // namespace trainscope::sidecar
 void TaskTracker::SetCgroupReader(CgroupReader reader) {
   cgroup_reader_ = std::move(reader);
   cgroup_ = CgroupWatch(options_.cgroup);
@@ -578,3 +582,25 @@ void TaskTracker::AddCgroupEvidence(double now_s, Decision* d) {
   }
 }
 
+std::string StragglerReason(const TaskView& view, const std::vector<TaskView>& all,
+                            const TrackerOptions& options) {
+  if (view.last_step_seconds <= 0 || !view.expects_progress) return "";
+  std::vector<double> others;
+  for (const TaskView& v : all) {
+    if (v.task == view.task || v.task.role != view.task.role || !v.expects_progress ||
+        v.last_step_seconds <= 0 || v.state == TaskState::kDead || v.state == TaskState::kMissing) {
+      continue;
+    }
+    others.push_back(v.last_step_seconds);
+  }
+  if (others.size() < 2) return "";
+  double m = Median(others);
+  if (view.last_step_seconds >
+      std::max(m * options.slow_step_factor, m + options.slow_step_min_s)) {
+    return absl::StrCat("straggler: last step took ", HumanDuration(view.last_step_seconds),
+                        ", its peers' median is ", HumanDuration(m));
+  }
+  return "";
+}
+
+}  // namespace trainscope::sidecar

@@ -15,8 +15,8 @@ TaskWatcher::TaskWatcher(WatcherOptions options, std::function<void()> on_change
   const double now = MonotonicSeconds();
   auto snapshot = std::make_shared<LocalSnapshot>();
   for (const WatchedTask& t : options_.tasks) {
-    trackers_.emplace_back(options_.cluster, t.task, t.address, t.local, options_.hostname,
-                           options_.tracker, now, options_.start_unix);
+    trackers_.emplace_back(options_.cluster, t.task, t.address, t.local, options_.tracker, now,
+                           options_.start_unix);
     if (t.local) trackers_.back().SetCgroupReader(RealCgroupReader());
     snapshot->views.push_back(trackers_.back().view());
     snapshot->counters.push_back(trackers_.back().counters());

@@ -45,6 +45,7 @@ struct FakeOptions {
   std::string metrics_address;
   double last_step_seconds = 0.1;
   double stall_after_s = -1;  // Steps stop moving after this many seconds (-1: never).
+  int64_t claim_pid = 0;      // The pid to report (0: its own), as a lying task would.
 };
 
 std::atomic<bool> g_stop{false};
@@ -80,7 +81,7 @@ class FakeTaskService final : public pb::TaskService::Service {
     id->set_runtime_version("fake-0");
     id->set_incarnation(incarnation_);
     id->set_listen_address(o_.listen_address.empty() ? address_ : o_.listen_address);
-    id->set_pid(getpid());
+    id->set_pid(o_.claim_pid > 0 ? o_.claim_pid : getpid());
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
     id->set_hostname(o_.oversized_bytes > 0 ? std::string(o_.oversized_bytes, 'x') : host);
@@ -164,6 +165,7 @@ int main(int argc, char** argv) {
   app.add_option("--phase", o.phase, "starting|creating_session|training|serving|done");
   app.add_option("--steps_per_s", o.steps_per_s);
   app.add_option("--stall_after_s", o.stall_after_s);
+  app.add_option("--claim_pid", o.claim_pid, "Report this pid instead of its own");
   app.add_option("--last_step_seconds", o.last_step_seconds);
   app.add_option("--waiting_on", o.waiting_on, "role:index@host:port (repeat)");
   app.add_option("--waiting_error", o.waiting_error);

@@ -10,7 +10,7 @@ constexpr double kUnix0 = 1.7e9;
 
 class TrackerTest : public ::testing::Test {
  protected:
-  TrackerTest() : tracker_("c", {"ps", 0}, "127.0.0.1:2222", true, "host", Options(), 0, kUnix0) {}
+  TrackerTest() : tracker_("c", {"ps", 0}, "127.0.0.1:2222", true, Options(), 0, kUnix0) {}
 
   static TrackerOptions Options() {
     TrackerOptions o;
@@ -24,7 +24,8 @@ class TrackerTest : public ::testing::Test {
     hb.cluster_name = "c";
     hb.task = {"ps", 0};
     hb.incarnation = incarnation_;
-    hb.pid = 4242;
+    hb.pid = 4242;  // As the poller verified it.
+    hb.pid_verified = true;
     hb.hostname = "host";
     hb.phase = phase_;
     hb.steps = steps_;
@@ -41,6 +42,7 @@ class TrackerTest : public ::testing::Test {
     hb.outside = true;
     hb.incarnation = incarnation_;
     hb.pid = 4242;
+    hb.pid_verified = true;
     hb.command = "python3";
     hb.proc_state = 'S';
     hb.threads = 3;
@@ -217,7 +219,7 @@ TEST_F(TrackerTest, CpuProgressKeepsALateTaskSlowNotHung) {
 }
 
 TEST_F(TrackerTest, RemoteSilentTaskIsUnreachableAndRefusedIsDead) {
-  TaskTracker remote("c", {"ps", 0}, "10.0.0.9:2222", false, "host", Options(), 0, kUnix0);
+  TaskTracker remote("c", {"ps", 0}, "10.0.0.9:2222", false, Options(), 0, kUnix0);
   PollResult r;
   r.ok = true;
   r.heartbeat = Hb();
@@ -238,7 +240,7 @@ TEST_F(TrackerTest, RemoteSilentTaskIsUnreachableAndRefusedIsDead) {
 // An outside task on another host: only its round trip is known (no pid), so silence is
 // unreachable and a refusal dead, each said to be watched from outside.
 TEST_F(TrackerTest, RemoteOutsideTaskFromRoundTripOnly) {
-  TaskTracker remote("c", {"ps", 0}, "10.0.0.9:2222", false, "host", Options(), 0, kUnix0);
+  TaskTracker remote("c", {"ps", 0}, "10.0.0.9:2222", false, Options(), 0, kUnix0);
   PollResult r;
   r.ok = true;
   r.heartbeat.outside = true;

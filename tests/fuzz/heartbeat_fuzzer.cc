@@ -35,7 +35,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  TaskTracker tracker("demo", TaskRef{"worker", 0}, "127.0.0.1:2223", /*local=*/true, "fuzzhost",
+  TaskTracker tracker("demo", TaskRef{"worker", 0}, "127.0.0.1:2223", /*local=*/true,
                       trainscope::sidecar::TrackerOptions{}, kStartS, kStartUnix);
   char proc_state = 'S';
   auto proc = [&](int64_t pid) -> std::optional<ProcStat> {
@@ -58,6 +58,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (tracker.MaySkipPoll(now, proc)) tracker.OnPollSkipped();
     PollResult result =
         trainscope::sidecar::DecodeHeartbeatAnswer(record.payload, now, now + latency);
+    // As the poller's identity check passes for a local task: the /proc paths are fuzzed too.
+    if (result.ok) result.heartbeat.pid_verified = true;
     tracker.OnResult(result);
     views.push_back(tracker.Evaluate(now + latency, kStartUnix + now - kStartS, proc));
     (void)tracker.TakeEvents();

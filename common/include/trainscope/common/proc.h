@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace trainscope {
 
@@ -16,11 +17,16 @@ struct ProcStat {
   int64_t virtual_bytes = 0;
   int64_t resident_bytes = 0;
   double start_time_unix = 0;
+  // Field 22 as the kernel gives it (clock ticks after boot): with the pid, names one process
+  // for the life of the machine (a reused pid has a later start).
+  uint64_t start_ticks = 0;
 };
 
 // Reads /proc/<pid>/stat (pid 0: this process) with one read and no allocation beyond the
 // result; nullopt when there is no such process or the file cannot be parsed.
 std::optional<ProcStat> ReadProcStat(int64_t pid = 0);
+// Parses the text of a /proc/<pid>/stat file; nullopt when it is not one.
+std::optional<ProcStat> ParseProcStat(std::string_view stat);
 
 // This process's resource usage, as Prometheus' standard process_* metrics and the heartbeat
 // report it.

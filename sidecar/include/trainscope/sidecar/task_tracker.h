@@ -83,6 +83,14 @@ struct HeartbeatInfo {
   bool outside = false;
   std::string command;    // The owner's /proc/<pid>/comm.
   char proc_state = '?';  // Its /proc state letter when it answered.
+  // A local task's process as the poller verified it (process_identity.h): then `pid` is the
+  // process as this node's /proc names it, `ns_pid` what the task reported (its own PID
+  // namespace's), `pid_start_ticks` its start time. A local task that could not be verified has
+  // pid 0 and `identity_error` says why: the reported pid is never read as the task.
+  bool pid_verified = false;
+  int64_t ns_pid = 0;
+  uint64_t pid_start_ticks = 0;
+  std::string identity_error;
 };
 
 enum class FailureKind {
@@ -121,10 +129,10 @@ const std::vector<double>& LatencyBounds();
 // TaskView it returns.
 class TaskTracker {
  public:
-  // `local`: the task's host is this machine, so /proc evidence applies (still checked against
-  // the hostname the task reports). `our_hostname` is this machine's name.
+  // `local`: the task's host is this machine, so /proc evidence applies to the process the
+  // poller verified as the task's (HeartbeatInfo::pid_verified), whatever host name it reports.
   TaskTracker(std::string cluster, TaskRef task, std::string address, bool local,
-              std::string our_hostname, TrackerOptions options, double now_s, double now_unix);
+              TrackerOptions options, double now_s, double now_unix);
 
   // Feeds one poll result (results may arrive out of order; older ones are ignored for liveness).
   void OnResult(const PollResult& result);
@@ -140,6 +148,11 @@ class TaskTracker {
   void OnPollSkipped();
   // Decides the state at `now_s` (monotonic) / `now_unix` (wall clock).
   const TaskView& Evaluate(double now_s, double now_unix, const ProcReader& proc);
+  // Reads the cgroup of the task's process with `reader` from now on, in Evaluate (at most every
+  // TrackerOptions::cgroup.sample_every_s, and once at its death): its facts go to the view, and
+  // an OOM kill, sustained throttling and a memory limit nearly reached to the reason. Without
+  // one (the default) the tracker reads no cgroup.
+  void SetCgroupReader(CgroupReader reader);
 
   const TaskView& view() const { return view_; }
   const TaskCounters& counters() const { return counters_; }
@@ -148,11 +161,6 @@ class TaskTracker {
   // Events worth logging since the last call (restarts, state changes).
   std::vector<std::string> TakeEvents();
 
-  // Reads the cgroup of the task's process with `reader` from now on, in Evaluate (at most every
-  // TrackerOptions::cgroup.sample_every_s, and once at its death): its facts go to the view, and
-  // an OOM kill, sustained throttling and a memory limit nearly reached to the reason. Without
-  // one (the default) the tracker reads no cgroup.
-  void SetCgroupReader(CgroupReader reader);
  private:
   struct Decision {
     TaskState state;
@@ -170,26 +178,34 @@ class TaskTracker {
   double UsualLatency() const;
   // /proc evidence applies: local, pid known, and the task's hostname is ours.
   bool CanCheckProcess() const;
+  // The task's process now (CanCheckProcess() first), or nullopt when it is gone; `*reused`: its
+  // pid names a process started later (the task's died).
+  std::optional<ProcStat> ReadOwnProcess(const ProcReader& proc, bool* reused) const;
+  // "process 9486", or "process 9486 (pid 1 in its own PID namespace)".
+  std::string ProcessWords() const;
+  // Why this sidecar does not read the task's process, for a reason ("; cannot check ...").
+  std::string CannotCheckWords() const;
   // Its process is stopped by a signal (state T in /proc): it cannot answer until continued.
   bool StoppedBySignal(const ProcReader& proc) const;
+  // Reads its cgroup when due and says what it adds to `d`: dead by an OOM kill, slow by CPU
+  // throttling (evidence appended to other states), near its memory limit (a warning).
+  void AddCgroupEvidence(double now_s, Decision* d);
 
   TrackerOptions options_;
   bool local_;
-  std::string our_hostname_;
   double watch_start_s_;
   double watch_start_unix_;
   PhiAccrualDetector detector_;
   TaskView view_;
   TaskCounters counters_;
   std::vector<std::string> events_;
+  CgroupReader cgroup_reader_;
+  CgroupWatch cgroup_;
 
   bool answered_ = false;
   HeartbeatInfo last_hb_;
   double last_answer_s_ = 0;                // Monotonic time of the last valid answer.
   double silence_origin_s_ = 0;             // Silence is counted from max(last answer, this).
-  // Reads its cgroup when due and says what it adds to `d`: dead by an OOM kill, slow by CPU
-  // throttling (evidence appended to other states), near its memory limit (a warning).
-  void AddCgroupEvidence(double now_s, Decision* d);
   std::optional<PollResult> last_failure_;  // Newer than the last answer, if any.
   std::string last_error_;                  // Last failure ever, for the missing reason.
   FailureKind last_failure_kind_ = FailureKind::kUnavailable;
@@ -199,8 +215,6 @@ class TaskTracker {
   int on_time_answers_ = 0;  // Consecutive valid answers, each on time.
 
   // Latency: recent values and a slowly adapting usual value.
-  CgroupReader cgroup_reader_;
-  CgroupWatch cgroup_;
   std::vector<double> recent_latency_;
   double usual_latency_ = -1;
   int latency_samples_ = 0;

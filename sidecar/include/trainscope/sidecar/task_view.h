@@ -140,7 +140,11 @@ struct TaskView {
 
   // Facts from the last valid heartbeat (zero/empty when none).
   std::string phase;
+  // A local task's: its process as this node's /proc names it, verified by its listening socket
+  // (0 when it could not be: never the pid the task reports), with its start time (a reused pid
+  // has another). A remote task's: as its node's sidecar says.
   int64_t pid = 0;
+  uint64_t pid_start_ticks = 0;  // Local tasks only (not sent to other nodes).
   std::string hostname;
   uint64_t incarnation = 0;
   int64_t restarts = 0;
@@ -167,12 +171,12 @@ struct TaskView {
   // A stuck task of this node: where it is stuck (also at the end of `reason`), from its
   // snapshot and calls in flight; its words (not its numbers) changing is news for the exchange.
   std::string stuck_where;
+  // Its cgroup's limits and what they did (local tasks; remote ones as their node said).
+  TaskCgroup cgroup;
 
   // Detector facts.
   double heartbeat_age_seconds = -1;  // -1 when never answered.
   double latency_seconds = 0;         // Last round trip.
-  // Its cgroup's limits and what they did (local tasks; remote ones as their node said).
-  TaskCgroup cgroup;
   double phi = 0;
   double observed_at = 0;  // Unix seconds of this view.
 

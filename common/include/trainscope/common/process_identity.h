@@ -1,0 +1,56 @@
+#pragma once
+// Which process is a task's, from what the kernel says and never from the PID the task reports:
+// the process that holds the task's listening socket (its inode among the process's fds, the
+// socket found in the process's own network namespace, /proc/PID/net/tcp*) and whose PID in its
+// own PID namespace (the last of NSpid in /proc/PID/status) is the one the task reported. So a
+// task in a pod (its own PID and network namespaces) is found from a hostPID sidecar, and a
+// task that claims another process's PID is refused. The /proc tree is a parameter: tests give
+// a fake one.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace trainscope {
+
+// A task's process, verified. Values; the start time tells a reused PID apart.
+struct ProcessIdentity {
+  int64_t pid = 0;           // In the PID namespace of the /proc read (the sidecar's).
+  int64_t ns_pid = 0;        // In the task's own PID namespace: what it reported.
+  uint64_t start_ticks = 0;  // /proc/PID/stat field 22 when it was verified.
+  uint64_t socket_inode = 0;
+  std::string command;  // /proc/PID/comm.
+
+  // "pid 9486" or "pid 9486 (pid 1 in its own PID namespace)".
+  std::string Describe() const;
+};
+
+// Finds the process of a task that reported `reported_pid` and listens on TCP `port`. Errors,
+// each in words a user can act on:
+//   NotFound: no process here has that PID in its own PID namespace (the sidecar does not see
+//     the task's PID namespace: run it with hostPID, or shareProcessNamespace);
+//   FailedPrecondition: processes with that PID exist but none holds the port (never read as the
+//     task: "claims pid N, but ...");
+//   PermissionDenied: a candidate's fds or sockets cannot be read (what to grant).
+// The candidate's start time is read before and after its sockets and fds: one that changed
+// (the PID was reused meanwhile) is not taken. Reads every process's status when the reported
+// PID is not the task's here: call it when a task (re)appears, not on every poll.
+absl::StatusOr<ProcessIdentity> FindTaskProcess(int64_t reported_pid, int port,
+                                                const std::string& proc_root = "/proc");
+
+// Whether `id` still names the same process: its /proc/PID/stat exists, is not a zombie, and
+// has the start time it was verified with.
+bool StillSameProcess(const ProcessIdentity& id, const std::string& proc_root = "/proc");
+
+// The PIDs of process `pid` in each PID namespace from the one of `proc_root` down to its own
+// (NSpid in /proc/PID/status); empty when unknown.
+std::vector<int64_t> ReadNsPids(int64_t pid, const std::string& proc_root = "/proc");
+
+// The inodes of the sockets listening on TCP `port` in the network namespace of process `pid`
+// (its /proc/PID/net/tcp and tcp6).
+std::vector<uint64_t> ListeningInodes(int64_t pid, int port,
+                                      const std::string& proc_root = "/proc");
+
+}  // namespace trainscope
