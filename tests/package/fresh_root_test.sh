@@ -6,7 +6,8 @@
 # would start it (its ExecStart and /etc/default/trainscope-sidecar, as an unprivileged user
 # with the unit's capabilities only, as DynamicUser= and AmbientCapabilities= give it).
 #
-# The root is made once and cached outside the clone ($TRAINSCOPE_ROOT_CACHE, default
+# The root is made once (packaging/debian-root.sh, shared with the OCI image) and cached outside
+# the clone ($TRAINSCOPE_ROOT_CACHE, default
 # /var/cache/trainscope-test), so a later run starts from a copy of it. Needs root and the
 # Debian archive; without either it is skipped (exit 77) with one line saying why. Mounts live
 # in a mount namespace of its own (unshare -m): nothing stays mounted when it ends.
