@@ -125,6 +125,9 @@ void StackKeeper::ServeDemands() {
     const TaskView* v = Find(local, d->task);
     if (v == nullptr) {
       st = absl::NotFoundError(absl::StrCat(d->task, " is not watched by this sidecar"));
+    } else if (v->pid <= 0 && !v->identity_error.empty()) {
+      st = absl::FailedPreconditionError(
+          absl::StrCat("not capturing ", d->task, ": ", v->identity_error));
     } else if (v->pid <= 0) {
       st = absl::FailedPreconditionError(
           absl::StrCat(d->task, " has not answered a heartbeat yet: nothing to capture"));
@@ -307,6 +310,10 @@ absl::StatusOr<pb::StackList> StackKeeper::Stacks(const std::string& task, bool 
   const TaskView* v = Find(local, task);
   if (v == nullptr) return absl::NotFoundError(absl::StrCat(task, " is not watched here"));
   if (fresh) {
+    if (v->pid <= 0 && !v->identity_error.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("not capturing ", task, ": ", v->identity_error));
+    }
     if (v->pid <= 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           task, " has not answered a heartbeat yet: its process is not known, nothing to capture"));

@@ -181,6 +181,7 @@ void TaskTracker::ApplyHeartbeat(const HeartbeatInfo& hb, double t) {
   view_.phase = hb.phase;
   view_.pid = hb.pid;
   view_.pid_start_ticks = hb.pid_start_ticks;
+  view_.identity_error = hb.identity_error;
   view_.hostname = hb.hostname;
   view_.incarnation = hb.incarnation;
   view_.listen_address = hb.listen_address;
@@ -361,6 +362,9 @@ TaskTracker::Decision TaskTracker::DecideAnswering(double now_s, double now_unix
                                     " (latency ", HumanDuration(view_.latency_seconds), ")");
   if (hb.steps > 0) absl::StrAppend(&reason, ", step ", hb.steps);
   if (view_.restarts > 0) absl::StrAppend(&reason, "; restarted ", view_.restarts, "x");
+  if (local_ && !hb.identity_error.empty()) {
+    absl::StrAppend(&reason, "; its process is not read here: ", hb.identity_error);
+  }
   // Says why a restarted ps is up with variables at all, and how far back its shard went.
   if (hb.restored_step >= 0) {
     absl::StrAppend(&reason, view_.restarts > 0 ? ", " : "; ",

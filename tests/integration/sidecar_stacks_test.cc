@@ -258,6 +258,33 @@ TEST_F(SidecarStacks, StoppedPsStaysStoppedIsShownAndTrainsOnAfterSigcont) {
   EXPECT_GT(sidecar.Task("worker:0")->steps, steps) << sidecar.Describe();
 }
 
+// A task that reports another process's pid (a lying or buggy task, or a pod's pid taken at face
+// value): that process is never read or captured as the task, and the reason says why.
+TEST_F(SidecarStacks, ATaskClaimingAnotherProcesssPidIsNeverReadAsIt) {
+  Process sleeper("/bin/sleep", {"600"});
+  const std::string address = FreeAddress();
+  Cluster cluster = {{"ps", {address}}};
+  auto task = StartFakeTask(address, "ps", 0, {"--claim_pid", std::to_string(sleeper.pid())});
+  Sidecar sidecar(cluster, {});
+  const std::string claim = "the task claims pid " + std::to_string(sleeper.pid()) + ", but pid " +
+                            std::to_string(sleeper.pid()) + " (sleep) does not hold its " +
+                            "listening port";
+  auto up = sidecar.WaitForState("ps:0", TaskState::kUp, seconds(20), claim);
+  ASSERT_TRUE(up) << sidecar.Describe();
+  EXPECT_EQ(up->pid, 0) << up->reason;
+  auto [code, body] = Get(sidecar, "/api/v1/stacks?task=ps:0&fresh=1");
+  EXPECT_NE(code, 200) << body;
+  EXPECT_NE(body.find("not capturing ps:0: " + claim), std::string::npos) << body;
+  // Stopped for real, it is not called hung on the sleeper's evidence: its own process is unknown.
+  task->Signal(SIGSTOP);
+  auto silent = sidecar.WaitForState("ps:0", TaskState::kUnreachable, seconds(20));
+  task->Signal(SIGCONT);
+  ASSERT_TRUE(silent) << sidecar.Describe();
+  EXPECT_NE(silent->reason.find("cannot check its process here: " + claim), std::string::npos)
+      << silent->reason;
+  EXPECT_EQ(ProcState(sleeper.pid()), 'S');  // Never attached to.
+}
+
 TEST_F(SidecarStacks, BadRequestsGetClearErrors) {
   Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
   auto ps = StartTask(cluster, "ps", 0);

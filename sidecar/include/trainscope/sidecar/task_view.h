@@ -124,6 +124,14 @@ struct TaskCgroup {
   bool oom_killed = false;
 };
 
+// A task throttled in this share of the CFS periods of its last throttle window or more is held
+// to its pace by its own CPU quota (CgroupWatchOptions::throttle_slow_share).
+inline constexpr double kThrottledSlowShare = 0.5;
+// Such a task: its calls' time is its own wait for CPU, neither its peers' nor the network's.
+inline bool HeldByItsCpuQuota(const TaskCgroup& c) {
+  return c.cpu_throttled_ratio && *c.cpu_throttled_ratio >= kThrottledSlowShare;
+}
+
 struct TaskView {
   std::string cluster;
   TaskRef task;
@@ -145,6 +153,7 @@ struct TaskView {
   // has another). A remote task's: as its node's sidecar says.
   int64_t pid = 0;
   uint64_t pid_start_ticks = 0;  // Local tasks only (not sent to other nodes).
+  std::string identity_error;    // Local tasks: why `pid` is 0 though it answers.
   std::string hostname;
   uint64_t incarnation = 0;
   int64_t restarts = 0;
