@@ -412,12 +412,13 @@ void CompareServingPeers(Merge& m) {
 
 // Blame goes to the cause: each worker slowed by a ps names it and says whether the ps is slow
 // for everyone (overloaded) or only the way to it is (the network between the two); the ps
-// names the workers it slows.
+// names the workers it slows. A worker held back by its own CPU quota blames no one: its calls
+// wait for its own CPU.
 void BlameSlowPs(Merge& m) {
   CompareServingPeers(m);
   std::map<TaskRef, std::vector<std::string>> slows;  // ps -> workers it slows, in words
   for (auto& [tw, w] : m.tasks) {
-    if (w.state != TaskState::kSlow || w.serve_seconds > 0) continue;
+    if (w.state != TaskState::kSlow || w.serve_seconds > 0 || HeldByItsCpuQuota(w.cgroup)) continue;
     for (const PeerInfo& p : w.peers) {
       if (p.step_share < 0.5) continue;
       auto it = m.tasks.find(p.peer);

@@ -34,7 +34,7 @@ struct CgroupWatchOptions {
   // (The Kubernetes mixin's CPUThrottlingHigh warns from 25% of the periods the cgroup ran in,
   // over 5 min; a state that blames the task asks for more.)
   double throttle_window_s = 10;
-  double throttle_slow_share = 0.5;
+  double throttle_slow_share = kThrottledSlowShare;
   // The working set (usage without inactive page cache, which the kernel reclaims before it
   // kills) from this share of the limit is worth a warning.
   double memory_warn_share = 0.9;
