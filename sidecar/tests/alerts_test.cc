@@ -94,6 +94,26 @@ TEST(FirstHandAlerts, LabelsAreTheRulesOwn) {
   }
 }
 
+// A task OOM-killed by its cgroup's limit: the alert says so, in its description and reason.
+TEST(FirstHandAlerts, DeadTaskAlertCarriesOomKilled) {
+  ClusterView view;
+  TaskView ps = View("ps", 0, TaskState::kDead);
+  ps.reason =
+      "OOM-killed by its container's memory limit (64 MiB; usage was 64 MiB): process 7712 is "
+      "gone (no /proc/7712)";
+  ps.cgroup.version = 1;
+  ps.cgroup.oom_killed = true;
+  view.tasks = {ps};
+  view.local = {{"ps", 0}};
+  auto alerts = FirstHandAlerts(view, {"c", "http://me:9400/"});
+  ASSERT_EQ(alerts.size(), 1u);
+  EXPECT_EQ(alerts[0].labels.at("alertname"), "TrainscopeTaskDead");
+  EXPECT_EQ(alerts[0].annotations.at("reason").rfind("OOM-killed by its container's", 0), 0u);
+  EXPECT_NE(alerts[0].annotations.at("description").find(": OOM-killed by its container's"),
+            std::string::npos)
+      << alerts[0].annotations.at("description");
+}
+
 TEST(FirstHandAlerts, NothingWhenHealthyOrDone) {
   ClusterView view;
   view.tasks = {View("ps", 0, TaskState::kUp), View("worker", 0, TaskState::kDone),
