@@ -16,7 +16,8 @@ void AddWatchFlags(CLI::App& app, SidecarOptions& o) {
   app.add_option("--cluster_name", o.cluster_name,
                  "Name of the training run (default: $TRAINSCOPE_CLUSTER or \"default\")");
   app.add_option("--local_tasks", o.local_tasks,
-                 "Tasks to watch, e.g. ps:0,worker:1 (default: those whose host is this machine)");
+                 "Tasks on this node to watch, e.g. ps:0,worker:1 (default: those whose host is "
+                 "this machine); name a pod's tasks here when their addresses are the pods' own");
   app.add_option("--black_box_tasks", o.black_box_tasks,
                  "Tasks to watch from outside (gRPC transport and /proc, no trainscope "
                  "heartbeat), e.g. worker:*,ps:1 (tasks answering UNIMPLEMENTED are anyway)");

@@ -105,15 +105,17 @@ struct Plan {
   std::vector<std::string> bind;                    // Addresses HTTP and gRPC listen on.
 };
 
-// Where HTTP and gRPC listen: --http_address when given, else the addresses of this node's
-// tasks and loopback (DefaultBindAddresses), not every interface.
+// Where HTTP and gRPC listen: --http_address when given, else those addresses of this node's
+// tasks that are this machine's (not a pod's own) and loopback (DefaultBindAddresses), not every
+// interface.
 std::vector<std::string> BindAddresses(const SidecarOptions& o,
-                                       const std::vector<WatchedTask>& tasks) {
+                                       const std::vector<WatchedTask>& tasks,
+                                       const LocalHosts& machine) {
   if (!o.http_address.empty()) return {o.http_address};
   std::vector<std::string> hosts;
   for (const WatchedTask& t : tasks) {
     auto hp = ParseHostPort(t.address);
-    if (t.local && hp.ok()) hosts.push_back(hp->host);
+    if (t.local && hp.ok() && machine.IsLocal(hp->host)) hosts.push_back(hp->host);
   }
   return DefaultBindAddresses(hosts);
 }
@@ -232,9 +234,12 @@ absl::StatusOr<Plan> MakePlan(const SidecarOptions& o) {
     const std::string& address = *spec.FindAddress(t);
     auto hp = ParseHostPort(address);
     const bool outside = std::find(black_box->begin(), black_box->end(), t) != black_box->end();
-    plan.tasks.push_back({t, address, hp.ok() && hosts.IsLocal(hp->host), outside});
+    // A task named in --local_tasks runs on this node even when its address is not one of the
+    // node's (a pod's own IP): its process is found by identity, not by address.
+    const bool local = !o.local_tasks.empty() || (hp.ok() && hosts.IsLocal(hp->host));
+    plan.tasks.push_back({t, address, local, outside});
   }
-  plan.bind = BindAddresses(o, plan.tasks);
+  plan.bind = BindAddresses(o, plan.tasks, hosts);
   if (!o.advertise_address.empty()) {
     if (auto hp = ParseHostPort(o.advertise_address); !hp.ok()) {
       return absl::InvalidArgumentError(

@@ -1,0 +1,157 @@
+#!/usr/bin/python3
+"""Tasks run as pods, watched by a sidecar outside them (issue "Right inside containers").
+
+The whole test runs in an outer PID namespace of its own (unshare -pf --mount-proc), so that PID 1
+is this test and nothing can ever reach the machine's init. Two nodes on a bridge: n1 is the
+node, with worker:0 and the sidecar (its default flags, no peers); n2 is ps:0's pod: its own
+network namespace (a pod IP on the bridge), and ps:0 started in its own PID, mount and UTS
+namespaces (it is pid 1 there, its host name is the pod's), as a hostPID sidecar sees a pod:
+
+  1. ps:0 up, and the sidecar names its process by its node's pid (found by its listening
+     socket in the pod's network namespace and NSpid), not the pid 1 it reports;
+  2. ps:0 stopped (SIGSTOP): hung, "stopped", both pids named; its snapshot is its own (its
+     command, its ServeUntilDone), never the outer PID 1's; SIGCONT: up, worker:0 trains on;
+  3. ps:0 killed (kill -9): dead, its process gone.
+
+Usage: pods_test.py --bin build/bin [--keep_logs]. Exit 0 passed, 1 failed, 77 skipped (no root
+or no network namespaces; under CI=true a skip fails).
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.dont_write_bytecode = True
+
+from trainscope_testing import diagnosis as d
+from trainscope_testing import netns
+from trainscope_testing.cluster_spec import tf_config
+from trainscope_testing.logs import logger
+
+log = logger("pods")
+
+DEADLINE_S = 150
+OUTER = "TRAINSCOPE_PODS_TEST_OUTER"
+
+
+def children(pid):
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(x) for x in f.read().split()]
+
+
+def ns_pids(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("NSpid:"):
+                return [int(x) for x in line.split()[1:]]
+    return []
+
+
+class Pods:
+    def __init__(self, c, bin_dir, logs):
+        self.c, self.bin = c, bin_dir
+        self.spec = {"ps": [f"{c.address(2)}:2222"], "worker": [f"{c.address(1)}:2222"]}
+        self.spec_path = os.path.join(logs, "cluster_spec.json")
+        with open(self.spec_path, "w") as f:
+            json.dump({"cluster": self.spec}, f)
+        self.url = f"http://{c.address(1)}:9400"
+
+    def start(self):
+        lr = os.path.join(self.bin, "linear_regression")
+        # The pod: its own PID (ps:0 is pid 1 there), mount (its own /proc) and UTS namespaces.
+        self.pod = self.c.spawn(2, ["unshare", "--pid", "--fork", "--mount-proc", "--", lr,
+                                    "--cluster_name", "pods"],
+                                env={"TF_CONFIG": tf_config(self.spec, "ps", 0)}, name="ps:0")
+        self.worker = self.c.spawn(1, [lr, "--cluster_name", "pods", "--steps", "1000000000",
+                                       "--step_delay_ms", "10", "--log_every", "1000"],
+                                   env={"TF_CONFIG": tf_config(self.spec, "worker", 0)},
+                                   name="worker:0")
+        self.sidecar = self.c.spawn(1, [os.path.join(self.bin, "trainscope-sidecar"),
+                                        "--cluster_spec", self.spec_path, "--cluster_name", "pods",
+                                        "--local_tasks", "ps:0,worker:0",
+                                        "--peer_sidecars", "none"], name="sidecar")
+        self.ps_pid = d.wait("ps:0 runs in its pod", lambda: children(self.pod.pid)[0], 10)
+        self.ps_pid = children(self.pod.pid)[0]
+        assert ns_pids(self.ps_pid) == [self.ps_pid, 1], ns_pids(self.ps_pid)
+        log(f"ps:0 is pid {self.ps_pid} here and pid 1 in its pod; this test is pid {os.getpid()}")
+
+    def get(self, path):
+        status, body = self.c.http_get(1, self.url + path, 3.0)
+        assert status == 200, f"GET {path}: {status} {body[:300]!r}"
+        return json.loads(body)
+
+    def task(self, name):
+        return d.task(self.get("/api/v1/tasks"), name)
+
+    def state(self, name, state, has=""):
+        t = self.task(name)
+        return t["state"] == state and has in t.get("reason", "")
+
+
+def up(p):
+    s = d.wait("ps:0 and worker:0 up, worker:0 training", lambda: p.state("ps:0", "up")
+               and p.state("worker:0", "up", "training"), 60)
+    ps = p.task("ps:0")
+    assert int(ps.get("pid", 0)) == p.ps_pid, f"ps:0's pid in the API: {ps.get('pid')}"
+    log(f"ok: up after {s:.1f} s; ps:0 is pid {ps['pid']} in the API: {ps['reason'][:120]}")
+
+
+def stopped(p):
+    p.c.signal(p.ps_pid, signal.SIGSTOP)
+    try:
+        s = d.wait("ps:0 hung, stopped, both pids named", lambda: p.state(
+            "ps:0", "hung", f"process {p.ps_pid} (pid 1 in its own PID namespace) is stopped"), 15)
+        log(f"ok: hung after {s:.1f} s: {p.task('ps:0')['reason'][:200]}")
+        snaps = d.wait("ps:0's snapshot", lambda: p.get("/api/v1/stacks?task=ps:0")
+                       .get("snapshots"), 20)
+        snap = p.get("/api/v1/stacks?task=ps:0")["snapshots"][0]
+        assert int(snap["pid"]) == p.ps_pid, f"the snapshot's pid: {snap['pid']}"
+        assert snap["command"].startswith("linear_regr"), f"its command: {snap['command']}"
+        frames = [f.get("function", "") for t in snap.get("threads", [])
+                  for f in t.get("frames", [])]
+        assert any("ServeUntilDone" in f for f in frames), frames[:20]
+        log(f"ok: its own snapshot after {snaps:.1f} s: pid {snap['pid']}, {snap['command']}, "
+            f"{len(snap.get('threads', []))} threads, ServeUntilDone among them")
+    finally:
+        p.c.signal(p.ps_pid, signal.SIGCONT)
+    steps = p.task("worker:0").get("steps", 0)
+    d.wait("SIGCONT: ps:0 up, worker:0 trains on", lambda: p.state("ps:0", "up")
+           and int(p.task("worker:0").get("steps", 0)) > int(steps), 30)
+    log("ok: up again, worker:0 trains on")
+
+
+def killed(p):
+    p.c.signal(p.ps_pid, signal.SIGKILL)
+    s = d.wait("ps:0 dead, its process gone", lambda: p.state("ps:0", "dead", str(p.ps_pid)), 10)
+    log(f"ok: dead after {s:.2f} s: {p.task('ps:0')['reason'][:200]}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--keep_logs", action="store_true")
+    args = ap.parse_args()
+    if os.environ.get(OUTER) != "1":
+        netns.skip_unless_supported("the pods test")
+        env = dict(os.environ, **{OUTER: "1"})
+        return subprocess.call(["unshare", "--pid", "--fork", "--mount-proc", sys.executable,
+                                *sys.argv], env=env)
+    assert os.getpid() == 1, "not in a PID namespace of its own"
+
+    def body(logs):
+        with netns.Cluster(2, log_dir=logs) as c:
+            p = Pods(c, os.path.abspath(args.bin), logs)
+            p.start()
+            for scenario in (up, stopped, killed):
+                log(f"--- {scenario.__name__}")
+                scenario(p)
+    return netns.run_test("the pods test", "multinode-pods-", DEADLINE_S, body, args.keep_logs,
+                          log)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
