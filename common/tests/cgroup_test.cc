@@ -79,6 +79,7 @@ TEST(CgroupTest, ParsesProcCgroupV2AndBadLines) {
     int version;
     const char* memory_path;
   };
+  const std::string long_line(5000, 'x');
   const Case cases[] = {
       {"0::/kubepods.slice/pod1/cri-c1.scope\n", 2, "/kubepods.slice/pod1/cri-c1.scope"},
       {"0::/gone (deleted)\n", 2, "/gone"},
@@ -91,7 +92,7 @@ TEST(CgroupTest, ParsesProcCgroupV2AndBadLines) {
       {"4:memory:/a/../b\n0::/ok\n", 2, "/ok"},  // The bad v1 line is dropped.
       {"4:memory:/m\n0::/u\n", 1, "/m"},         // Hybrid: the v1 controller wins.
       {"4:memory:/tr", 1, "/tr"},                // Truncated, without the newline.
-      {std::string(5000, 'x').c_str(), 0, ""},
+      {long_line.c_str(), 0, ""},
   };
   for (const Case& c : cases) {
     CgroupPaths p = ParseProcCgroup(c.text);
