@@ -5,18 +5,26 @@
 #include <errno.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "grpcpp/alarm.h"
 #include "grpcpp/grpcpp.h"
 #include "trainscope/common/phase.h"
 #include "trainscope/common/proc.h"
@@ -293,6 +301,113 @@ PollResult DecodeHeartbeatAnswer(absl::string_view serialized, double sent_s, do
   return DecodeAnswer(response, sent_s, received_s);
 }
 
+namespace {
+
+// Deaths of verified local processes, known the moment they happen: a pidfd per process (it
+// never names another process, and turns readable when its process exits), watched by one thread
+// that wakes the poll loop's completion queue with an alarm. Without pidfd_open (kernels before
+// 5.3) nothing is watched and deaths are found by the 100 ms poll, as before.
+class DeathWatch {
+ public:
+  DeathWatch(size_t slots, grpc::CompletionQueue* cq, void* tag)
+      : cq_(cq), tag_(tag), pidfds_(slots, -1), wake_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+    if (wake_ >= 0) thread_ = std::thread([this] { Run(); });
+  }
+  ~DeathWatch() { Stop(); }
+
+  // Watches `pid` for slot `i` (replacing what it watched); false when it cannot (the process is
+  // gone, or no pidfd_open). The caller checks the process is still the one it verified after.
+  bool Watch(size_t i, int64_t pid) {
+    const int fd = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+    std::lock_guard lock(mu_);
+    if (pidfds_[i] >= 0) close(pidfds_[i]);
+    pidfds_[i] = fd;
+    Wake();
+    return fd >= 0;
+  }
+  void Forget(size_t i) {
+    std::lock_guard lock(mu_);
+    if (pidfds_[i] >= 0) close(pidfds_[i]);
+    pidfds_[i] = -1;
+    Wake();
+  }
+  // The slots whose process exited since the last call (after the alarm's tag came).
+  std::vector<size_t> TakeExited() {
+    std::lock_guard lock(mu_);
+    alarm_pending_ = false;
+    return std::exchange(exited_, {});
+  }
+  void Stop() {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+      stopping_ = true;
+      if (alarm_pending_) alarm_.Cancel();
+      Wake();
+    }
+    if (thread_.joinable()) thread_.join();
+    for (int fd : pidfds_) {
+      if (fd >= 0) close(fd);
+    }
+    if (wake_ >= 0) close(wake_);
+  }
+
+ private:
+  void Wake() {
+    if (wake_ >= 0) {
+      const uint64_t one = 1;
+      (void)!write(wake_, &one, sizeof(one));
+    }
+  }
+  void Run() {
+    while (true) {
+      std::vector<pollfd> fds{{wake_, POLLIN, 0}};
+      std::vector<size_t> slot_of;
+      {
+        std::lock_guard lock(mu_);
+        if (stopping_) return;
+        for (size_t i = 0; i < pidfds_.size(); ++i) {
+          if (pidfds_[i] < 0) continue;
+          fds.push_back({pidfds_[i], POLLIN, 0});
+          slot_of.push_back(i);
+        }
+      }
+      if (poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
+      uint64_t drained = 0;
+      (void)!read(wake_, &drained, sizeof(drained));
+      std::lock_guard lock(mu_);
+      for (size_t k = 1; k < fds.size(); ++k) {
+        const size_t i = slot_of[k - 1];
+        // Only a pidfd still watched for that slot (Watch or Forget may have replaced it).
+        if ((fds[k].revents & POLLIN) == 0 || pidfds_[i] != fds[k].fd) continue;
+        close(pidfds_[i]);
+        pidfds_[i] = -1;
+        exited_.push_back(i);
+      }
+      if (!exited_.empty() && !alarm_pending_ && !stopping_) {
+        alarm_pending_ = true;
+        alarm_.Set(cq_, gpr_now(GPR_CLOCK_MONOTONIC), tag_);
+      }
+    }
+  }
+
+  grpc::CompletionQueue* const cq_;
+  void* const tag_;
+  std::mutex mu_;
+  std::vector<int> pidfds_ ABSL_GUARDED_BY(mu_);  // By slot; -1: none.
+  std::vector<size_t> exited_ ABSL_GUARDED_BY(mu_);
+  bool alarm_pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Alarm alarm_;
+  const int wake_;
+  std::thread thread_;
+};
+
+// The completion queue tag of DeathWatch's alarm (never a Call).
+char kDeathTag;
+
+}  // namespace
+
 struct HeartbeatPoller::Impl {
   struct Call {
     size_t target = 0;
@@ -309,11 +424,13 @@ struct HeartbeatPoller::Impl {
     Call* in_flight = nullptr;
     PortOwnerCache owner;
     IdentityCache identity;
+    int64_t watched_pid = 0;  // Whose death `deaths` watches for this slot; 0: none.
     bool spoke_grpc = false;  // Some answer from a gRPC server came from this address.
   };
 
   std::vector<Slot> slots;
   grpc::CompletionQueue cq;
+  std::unique_ptr<DeathWatch> deaths;
   int deadline_ms = 2000;
   pb::HeartbeatRequest request;
   bool shut_down = false;
@@ -330,7 +447,10 @@ struct HeartbeatPoller::Impl {
     }
     if (s.ok()) {
       PollResult r = DecodeAnswer(call->response, call->sent_s, now_s);
-      if (r.ok && slot.target.local) slot.identity.Apply(r.heartbeat, slot.target.address, now_s);
+      if (r.ok && slot.target.local) {
+        slot.identity.Apply(r.heartbeat, slot.target.address, now_s);
+        WatchDeath(call->target, r.heartbeat);
+      }
       return r;
     }
     PollResult r = ToFailure(call, now_s);
@@ -339,6 +459,23 @@ struct HeartbeatPoller::Impl {
     }
     if (server_answered) NameOtherServer(slot, now_s, r);
     return r;
+  }
+
+  // Holds slot `i`'s verified process by a pidfd, so that its death is known at once.
+  void WatchDeath(size_t i, const HeartbeatInfo& hb) {
+    Slot& slot = slots[i];
+    const int64_t pid = hb.pid_verified ? hb.pid : 0;
+    if (pid == slot.watched_pid) return;
+    slot.watched_pid = pid;
+    if (pid == 0) {
+      deaths->Forget(i);
+      return;
+    }
+    // The pidfd names the process it was opened for: that must still be the verified one.
+    if (!deaths->Watch(i, pid) || !slot.identity.id || !StillSameProcess(*slot.identity.id)) {
+      deaths->Forget(i);
+      slot.watched_pid = 0;
+    }
   }
 
   // A gRPC server that answers the heartbeat with an error of its own (not UNIMPLEMENTED): not a
@@ -418,6 +555,7 @@ HeartbeatPoller::HeartbeatPoller(std::vector<Target> targets, int deadline_ms, s
     slot.stub = pb::TaskService::NewStub(slot.channel);
     impl_->slots.push_back(std::move(slot));
   }
+  impl_->deaths = std::make_unique<DeathWatch>(impl_->slots.size(), &impl_->cq, &kDeathTag);
 }
 
 HeartbeatPoller::~HeartbeatPoller() { Shutdown(); }
@@ -448,8 +586,20 @@ void HeartbeatPoller::Wait(double until_s,
     bool ok = false;
     auto rc = impl_->cq.AsyncNext(&tag, &ok, deadline);
     if (rc != grpc::CompletionQueue::GOT_EVENT) return;
-    auto* call = static_cast<Impl::Call*>(tag);
     double now = MonotonicSeconds();
+    if (tag == &kDeathTag) {
+      // A verified process exited: a failed poll now, which the tracker judges at once.
+      for (size_t i : impl_->deaths->TakeExited()) {
+        PollResult r;
+        r.sent_s = now;
+        r.received_s = now;
+        r.error = "its process exited";
+        done(i, r);
+      }
+      until_s = std::min(until_s, MonotonicSeconds());
+      continue;
+    }
+    auto* call = static_cast<Impl::Call*>(tag);
     impl_->slots[call->target].in_flight = nullptr;
     PollResult r = impl_->ToResult(call, now);
     size_t target = call->target;
@@ -466,10 +616,13 @@ void HeartbeatPoller::Shutdown() {
   for (auto& slot : impl_->slots) {
     if (slot.in_flight) slot.in_flight->ctx.TryCancel();
   }
+  impl_->deaths->Stop();
   impl_->cq.Shutdown();
   void* tag = nullptr;
   bool ok = false;
-  while (impl_->cq.Next(&tag, &ok)) delete static_cast<Impl::Call*>(tag);
+  while (impl_->cq.Next(&tag, &ok)) {
+    if (tag != &kDeathTag) delete static_cast<Impl::Call*>(tag);
+  }
 }
 
 }  // namespace trainscope::sidecar
