@@ -2,6 +2,7 @@
 // process_identity.h.
 #include "trainscope/common/process_identity.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <unistd.h>
@@ -13,12 +14,14 @@
 #include <fstream>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "trainscope/common/proc.h"
+#include "trainscope/common/resolve.h"
 
 namespace trainscope {
 namespace {
@@ -54,10 +57,20 @@ std::string ReadCommand(const std::string& root, int64_t pid) {
 // How a candidate fared: it holds the socket, or why not.
 enum class Holds { kYes, kNoSocket, kNoFd, kCannotRead };
 
-// Whether process `pid` holds a socket listening on `port` in its own network namespace; the
-// inode in `*inode` when it does.
-Holds HoldsListener(const std::string& root, int64_t pid, int port, uint64_t* inode) {
-  const std::vector<uint64_t> inodes = ListeningInodes(pid, port, root);
+// Whether process `pid` holds a socket listening on `address`:`port` in its own network
+// namespace (`address` empty: any); the inode in `*inode` when it does.
+Holds HoldsListener(const std::string& root, int64_t pid, const std::string& address, int port,
+                    uint64_t* inode) {
+  std::vector<uint64_t> inodes;
+  std::optional<std::vector<std::string>> own;  // The namespace's addresses, read when needed.
+  for (const ListeningSocket& s : ListeningSockets(pid, port, root)) {
+    bool matches = address.empty() || s.address == address;
+    if (!matches && s.address.empty()) {
+      if (!own) own = NamespaceAddresses(pid, root);
+      matches = std::find(own->begin(), own->end(), address) != own->end();
+    }
+    if (matches) inodes.push_back(s.inode);
+  }
   if (inodes.empty()) return Holds::kNoSocket;
   const std::string dir_path = ProcPath(root, pid, "fd");
   DIR* fds = opendir(dir_path.c_str());
@@ -100,14 +113,14 @@ std::vector<int64_t> NestedCandidates(const std::string& root, int64_t ns_pid) {
 
 // The candidate `pid` verified as holding `port`, its start time the same before and after.
 std::optional<ProcessIdentity> Verify(const std::string& root, int64_t pid, int64_t ns_pid,
-                                      int port, Holds* why) {
+                                      const std::string& address, int port, Holds* why) {
   std::optional<ProcStat> before = ReadStat(root, pid);
   if (!before || before->state == 'Z' || before->state == 'X') {
     *why = Holds::kNoFd;
     return std::nullopt;
   }
   uint64_t inode = 0;
-  *why = HoldsListener(root, pid, port, &inode);
+  *why = HoldsListener(root, pid, address, port, &inode);
   std::optional<ProcStat> after = ReadStat(root, pid);
   if (*why != Holds::kYes || !after || after->start_ticks != before->start_ticks) {
     return std::nullopt;
@@ -138,8 +151,34 @@ std::vector<int64_t> ReadNsPids(int64_t pid, const std::string& proc_root) {
   return out;
 }
 
-std::vector<uint64_t> ListeningInodes(int64_t pid, int port, const std::string& proc_root) {
-  std::vector<uint64_t> out;
+namespace {
+
+// The address of a /proc/net/tcp* "local_address" field's hex ("0100007F" or 32 digits), as
+// text; "" for every address (all zeros); nullopt when it is not one.
+std::optional<std::string> HexAddress(absl::string_view hex) {
+  if (hex.size() != 8 && hex.size() != 32) return std::nullopt;
+  unsigned char bytes[16] = {};
+  for (size_t word = 0; word < hex.size() / 8; ++word) {
+    uint32_t v = 0;
+    if (!absl::SimpleHexAtoi(hex.substr(word * 8, 8), &v)) return std::nullopt;
+    std::memcpy(bytes + word * 4, &v, 4);  // The kernel prints each word in host order.
+  }
+  const bool v4 = hex.size() == 8;
+  if (std::all_of(bytes, bytes + (v4 ? 4 : 16), [](unsigned char b) { return b == 0; })) {
+    return std::string();
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  if (inet_ntop(v4 ? AF_INET : AF_INET6, bytes, text, sizeof(text)) == nullptr) return std::nullopt;
+  absl::string_view out = text;
+  absl::ConsumePrefix(&out, "::ffff:");  // IPv4 mapped: compared as IPv4.
+  return std::string(out);
+}
+
+}  // namespace
+
+std::vector<ListeningSocket> ListeningSockets(int64_t pid, int port,
+                                              const std::string& proc_root) {
+  std::vector<ListeningSocket> out;
   for (const char* table : {"net/tcp", "net/tcp6"}) {
     std::ifstream in(ProcPath(proc_root, pid, table));
     std::string line;
@@ -156,23 +195,58 @@ std::vector<uint64_t> ListeningInodes(int64_t pid, int port, const std::string& 
       }
       const char* colon = std::strrchr(local, ':');
       if (state != 0x0A || colon == nullptr || inode == 0) continue;  // 0A: TCP_LISTEN.
-      if (std::strtol(colon + 1, nullptr, 16) == port) out.push_back(inode);
+      if (std::strtol(colon + 1, nullptr, 16) != port) continue;
+      std::optional<std::string> address =
+          HexAddress(absl::string_view(local, static_cast<size_t>(colon - local)));
+      if (address) out.push_back({inode, *address});
     }
   }
   return out;
 }
 
-absl::StatusOr<ProcessIdentity> FindTaskProcess(int64_t reported_pid, int port,
-                                                const std::string& proc_root) {
+std::vector<std::string> NamespaceAddresses(int64_t pid, const std::string& proc_root) {
+  std::vector<std::string> out;
+  // fib_trie: "|-- 10.0.0.3" then "/32 host LOCAL" under it for an address of the namespace.
+  std::ifstream trie(ProcPath(proc_root, pid, "net/fib_trie"));
+  std::string line, last;
+  for (int n = 0; n < 100000 && std::getline(trie, line); ++n) {
+    absl::string_view s = absl::StripLeadingAsciiWhitespace(line);
+    if (absl::ConsumePrefix(&s, "|-- ")) {
+      last = std::string(s);
+    } else if (absl::StrContains(s, "/32 host LOCAL") && !last.empty()) {
+      if (std::find(out.begin(), out.end(), last) == out.end()) out.push_back(last);
+    }
+  }
+  // if_inet6: the address's 32 hex digits first on each line, in network order.
+  std::ifstream inet6(ProcPath(proc_root, pid, "net/if_inet6"));
+  for (int n = 0; n < 10000 && std::getline(inet6, line); ++n) {
+    if (line.size() < 32) continue;
+    unsigned char bytes[16];
+    bool ok = true;
+    for (int i = 0; i < 16 && ok; ++i) {
+      uint32_t v = 0;
+      ok = absl::SimpleHexAtoi(absl::string_view(line).substr(i * 2, 2), &v);
+      bytes[i] = static_cast<unsigned char>(v);
+    }
+    char text[INET6_ADDRSTRLEN] = {};
+    if (ok && inet_ntop(AF_INET6, bytes, text, sizeof(text)) != nullptr) out.push_back(text);
+  }
+  return out;
+}
+
+absl::StatusOr<ProcessIdentity> FindTaskProcess(int64_t reported_pid, const std::string& host,
+                                                int port, const std::string& proc_root) {
   if (reported_pid <= 0 || port <= 0 || port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("no pid or port to check (pid ", reported_pid, ", port ", port, ")"));
   }
+  // A name that does not resolve matches any address (the port alone then says which).
+  const std::string address = host.empty() ? "" : NumericAddress(host);
   bool cannot_read = false;
   std::vector<std::string> tried;
   auto attempt = [&](int64_t pid) {
     Holds why = Holds::kNoFd;
-    std::optional<ProcessIdentity> id = Verify(proc_root, pid, reported_pid, port, &why);
+    std::optional<ProcessIdentity> id = Verify(proc_root, pid, reported_pid, address, port, &why);
     cannot_read |= why == Holds::kCannotRead;
     if (!id) tried.push_back(absl::StrCat(pid, " (", ReadCommand(proc_root, pid), ")"));
     return id;
@@ -199,7 +273,8 @@ absl::StatusOr<ProcessIdentity> FindTaskProcess(int64_t reported_pid, int port,
   }
   return absl::FailedPreconditionError(absl::StrCat(
       "the task claims pid ", reported_pid, ", but pid ", absl::StrJoin(tried, ", pid "),
-      " does not hold its listening port ", port, ": not the task's process, never read as it"));
+      " does not hold its listening port ", port, address.empty() ? "" : absl::StrCat(" on ", address),
+      ": not the task's process, never read as it"));
 }
 
 bool StillSameProcess(const ProcessIdentity& id, const std::string& proc_root) {

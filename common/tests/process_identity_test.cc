@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -45,11 +46,18 @@ class FakeProc {
     Write(dir / "net" / "tcp6", kHeader);
   }
   // A socket of `pid`'s network namespace in state `state` (0A: listening) on `port`.
-  void Socket(int64_t pid, int port, uint64_t inode, const char* state = "0A") {
+  // `address`: as the kernel prints it (10.0.0.4 is 0400000A on this little-endian machine).
+  void Socket(int64_t pid, int port, uint64_t inode, const char* state = "0A",
+              const char* address = "00000000") {
     std::ofstream(root_ / std::to_string(pid) / "net" / "tcp", std::ios::app)
-        << absl::StrFormat("   0: 00000000:%04X 00000000:0000 %s 00000000:00000000 00:00000000 "
+        << absl::StrFormat("   0: %s:%04X 00000000:0000 %s 00000000:00000000 00:00000000 "
                            "00000000     0        0 %d 1 0000000000000000 100 0 0 10 0\n",
-                           port, state, inode);
+                           address, port, state, inode);
+  }
+  // The local IPv4 address of `pid`'s network namespace, as its fib_trie lists it.
+  void Address(int64_t pid, const std::string& ip) {
+    Write(root_ / std::to_string(pid) / "net" / "fib_trie",
+          absl::StrCat("Main:\n  +-- 0.0.0.0/0 3 0 5\n     |-- ", ip, "\n        /32 host LOCAL\n"));
   }
   // An fd of `pid` naming socket `inode`.
   void Fd(int64_t pid, int fd, uint64_t inode) {
@@ -71,7 +79,7 @@ TEST(ProcessIdentity, ATaskInTheSidecarsNamespacesIsItsReportedPid) {
   proc.Process(4242, "4242", 900, "linear_regress");
   proc.Socket(4242, 2222, 777);
   proc.Fd(4242, 5, 777);
-  auto id = FindTaskProcess(4242, 2222, proc.root());
+  auto id = FindTaskProcess(4242, "", 2222, proc.root());
   ASSERT_TRUE(id.ok()) << id.status();
   EXPECT_EQ(id->pid, 4242);
   EXPECT_EQ(id->ns_pid, 4242);
@@ -92,7 +100,7 @@ TEST(ProcessIdentity, ATaskInAPodIsFoundThroughNSpidAndItsOwnNetworkNamespace) {
   proc.Socket(9486, 2222, 888);  // Its own namespace's table: the host's has no such socket.
   proc.Fd(9486, 7, 888);
   proc.Process(9490, "9490\t5", 5001, "sh");  // Another process of the pod.
-  auto id = FindTaskProcess(1, 2222, proc.root());
+  auto id = FindTaskProcess(1, "", 2222, proc.root());
   ASSERT_TRUE(id.ok()) << id.status();
   EXPECT_EQ(id->pid, 9486);
   EXPECT_EQ(id->ns_pid, 1);
@@ -105,7 +113,7 @@ TEST(ProcessIdentity, AClaimedPidThatDoesNotHoldThePortIsRefusedSayingWhy) {
   proc.Socket(200, 2222, 999);  // Someone in its namespace listens there, not bash.
   proc.Process(300, "300", 11, "other");
   proc.Fd(300, 4, 999);
-  auto id = FindTaskProcess(200, 2222, proc.root());
+  auto id = FindTaskProcess(200, "", 2222, proc.root());
   ASSERT_FALSE(id.ok());
   EXPECT_EQ(id.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(id.status().message(),
@@ -113,10 +121,37 @@ TEST(ProcessIdentity, AClaimedPidThatDoesNotHoldThePortIsRefusedSayingWhy) {
             "not the task's process, never read as it");
 }
 
+// Every pod of a node listens on 2222, each in its own network namespace, and each is pid 1 in
+// its own PID namespace: the task's is the one whose socket is on the task's address.
+TEST(ProcessIdentity, PodsOnOnePortAreToldApartByTheirAddress) {
+  FakeProc proc;
+  for (auto [pid, ip, inode] : {std::tuple{9486, "10.0.0.2", 801}, {9500, "10.0.0.3", 802}}) {
+    proc.Process(pid, absl::StrCat(pid, "\t1"), 100, "linear_regress");
+    proc.Socket(pid, 2222, inode);  // On every address of its namespace.
+    proc.Address(pid, ip);
+    proc.Fd(pid, 5, inode);
+  }
+  proc.Process(9600, "9600\t1", 100, "server");
+  proc.Socket(9600, 2222, 803, "0A", "0400000A");  // Bound to 10.0.0.4 alone.
+  proc.Address(9600, "10.0.0.9");
+  proc.Fd(9600, 5, 803);
+  EXPECT_EQ(FindTaskProcess(1, "10.0.0.2", 2222, proc.root())->pid, 9486);
+  EXPECT_EQ(FindTaskProcess(1, "10.0.0.3", 2222, proc.root())->pid, 9500);
+  EXPECT_EQ(FindTaskProcess(1, "10.0.0.4", 2222, proc.root())->pid, 9600);
+  auto none = FindTaskProcess(1, "10.0.0.5", 2222, proc.root());
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("does not hold its listening port 2222 on 10.0.0.5"),
+            std::string::npos)
+      << none.status();
+  EXPECT_EQ(NamespaceAddresses(9486, proc.root()), std::vector<std::string>{"10.0.0.2"});
+  ASSERT_EQ(ListeningSockets(9600, 2222, proc.root()).size(), 1u);
+  EXPECT_EQ(ListeningSockets(9600, 2222, proc.root())[0].address, "10.0.0.4");
+}
+
 TEST(ProcessIdentity, APidNotSeenHereSaysWhatToGrant) {
   FakeProc proc;
   proc.Process(1, "1", 1, "systemd");
-  auto id = FindTaskProcess(77, 2222, proc.root());
+  auto id = FindTaskProcess(77, "", 2222, proc.root());
   ASSERT_FALSE(id.ok());
   EXPECT_EQ(id.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(id.status().message().find("run it with hostPID"), std::string::npos)
@@ -130,8 +165,8 @@ TEST(ProcessIdentity, OnlyAListeningSocketOnThatPortCounts) {
   proc.Socket(50, 2223, 502);        // Listening, another port.
   proc.Fd(50, 3, 501);
   proc.Fd(50, 4, 502);
-  EXPECT_FALSE(FindTaskProcess(50, 2222, proc.root()).ok());
-  EXPECT_TRUE(FindTaskProcess(50, 2223, proc.root()).ok());
+  EXPECT_FALSE(FindTaskProcess(50, "", 2222, proc.root()).ok());
+  EXPECT_TRUE(FindTaskProcess(50, "", 2223, proc.root()).ok());
 }
 
 TEST(ProcessIdentity, AReusedPidOrAZombieIsNotTheSameProcess) {
@@ -139,7 +174,7 @@ TEST(ProcessIdentity, AReusedPidOrAZombieIsNotTheSameProcess) {
   proc.Process(60, "60", 100, "task");
   proc.Socket(60, 2222, 600);
   proc.Fd(60, 3, 600);
-  auto id = FindTaskProcess(60, 2222, proc.root());
+  auto id = FindTaskProcess(60, "", 2222, proc.root());
   ASSERT_TRUE(id.ok()) << id.status();
   proc.Process(60, "60", 100, "task", 'Z');
   EXPECT_FALSE(StillSameProcess(*id, proc.root()));
@@ -156,11 +191,12 @@ TEST(ProcessIdentity, GarbageInProcIsNoProcessNeverACrash) {
   proc.Write(fs::path(proc.root()) / "70" / "net" / "tcp", std::string(100000, 'x') + "\n:::\n");
   proc.Write(fs::path(proc.root()) / "70" / "stat", "garbage");
   EXPECT_TRUE(ReadNsPids(70, proc.root()).empty());
-  EXPECT_TRUE(ListeningInodes(70, 2222, proc.root()).empty());
-  EXPECT_FALSE(FindTaskProcess(70, 2222, proc.root()).ok());
-  EXPECT_FALSE(FindTaskProcess(0, 2222, proc.root()).ok());
-  EXPECT_FALSE(FindTaskProcess(70, 70000, proc.root()).ok());
-  EXPECT_FALSE(FindTaskProcess(70, 2222, "/no/such/proc").ok());
+  EXPECT_TRUE(ListeningSockets(70, 2222, proc.root()).empty());
+  EXPECT_TRUE(NamespaceAddresses(70, proc.root()).empty());
+  EXPECT_FALSE(FindTaskProcess(70, "", 2222, proc.root()).ok());
+  EXPECT_FALSE(FindTaskProcess(0, "", 2222, proc.root()).ok());
+  EXPECT_FALSE(FindTaskProcess(70, "", 70000, proc.root()).ok());
+  EXPECT_FALSE(FindTaskProcess(70, "", 2222, "/no/such/proc").ok());
 }
 
 TEST(ProcessIdentity, TheRealProcFindsThisProcessByItsListeningSocket) {
@@ -174,12 +210,12 @@ TEST(ProcessIdentity, TheRealProcFindsThisProcessByItsListeningSocket) {
   socklen_t len = sizeof(addr);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   const int port = ntohs(addr.sin_port);
-  auto id = FindTaskProcess(getpid(), port);
+  auto id = FindTaskProcess(getpid(), "127.0.0.1", port);
   ASSERT_TRUE(id.ok()) << id.status();
   EXPECT_EQ(id->pid, getpid());
   EXPECT_TRUE(StillSameProcess(*id));
   close(fd);
-  EXPECT_FALSE(FindTaskProcess(getpid(), port).ok());
+  EXPECT_FALSE(FindTaskProcess(getpid(), "127.0.0.1", port).ok());
 }
 
 }  // namespace

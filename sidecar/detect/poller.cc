@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/alarm.h"
 #include "grpcpp/grpcpp.h"
+#include "spdlog/spdlog.h"
 #include "trainscope/common/phase.h"
 #include "trainscope/common/proc.h"
 #include "trainscope/common/process_identity.h"
@@ -212,6 +213,11 @@ struct IdentityCache {
   // Puts the verified process into `hb` (pid, ns_pid, start time), or pid 0 and why not.
   void Apply(HeartbeatInfo& hb, const std::string& target_address, double now_s) {
     const bool same_task = incarnation == hb.incarnation && reported == hb.pid;
+    if (id && same_task && !StillSameProcess(*id)) {
+      spdlog::info("trainscope-sidecar: the task at {} answers, but its process {} is no longer "
+                   "the one verified: checking again",
+                   target_address, id->Describe());
+    }
     if (!same_task || (id && !StillSameProcess(*id))) {
       id.reset();
       next_try_s = 0;
@@ -234,11 +240,18 @@ struct IdentityCache {
     auto listen = ParseHostPort(hb.listen_address);
     auto target = ParseHostPort(target_address);
     const int port = listen.ok() ? listen->port : target.ok() ? target->port : 0;
-    absl::StatusOr<ProcessIdentity> found = FindTaskProcess(hb.pid, port);
+    // The spec's host: where the task is reached (it may listen on every address).
+    absl::StatusOr<ProcessIdentity> found =
+        FindTaskProcess(hb.pid, target.ok() ? target->host : "", port);
     if (found.ok()) {
       id = *found;
       error.clear();
       return;
+    }
+    if (error != found.status().message()) {
+      spdlog::info("trainscope-sidecar: the task at {} (pid {} in its namespace) is not read in "
+                   "/proc: {}",
+                   target_address, hb.pid, std::string(found.status().message()));
     }
     error = std::string(found.status().message());
     next_try_s = now_s + 1;

@@ -2,13 +2,15 @@
 """Tasks run as pods, watched by a sidecar outside them (issue "Right inside containers").
 
 The whole test runs in an outer PID namespace of its own (unshare -pf --mount-proc), so that PID 1
-is this test and nothing can ever reach the machine's init. Two nodes on a bridge: n1 is the
-node, with worker:0 and the sidecar (its default flags, no peers); n2 is ps:0's pod: its own
-network namespace (a pod IP on the bridge), and ps:0 started in its own PID, mount and UTS
-namespaces (it is pid 1 there, its host name is the pod's), as a hostPID sidecar sees a pod:
+is this test and nothing can ever reach the machine's init. Three network namespaces on a
+bridge: n1 is the node, with the sidecar (its default flags, no peers, --local_tasks naming the
+pods' tasks); n2 and n3 are the pods of ps:0 and worker:0: each its own network namespace (a pod
+IP on the bridge), each task started in its own PID, mount and UTS namespaces (both are pid 1
+there and both listen on port 2222, as pods do), as a hostPID sidecar sees pods:
 
-  1. ps:0 up, and the sidecar names its process by its node's pid (found by its listening
-     socket in the pod's network namespace and NSpid), not the pid 1 it reports;
+  1. both up, and the sidecar names each task's process by its node's pid (found by its
+     listening socket on the pod's address in the pod's network namespace, and NSpid), never
+     the pid 1 each reports, nor the other pod's;
   2. ps:0 stopped (SIGSTOP): hung, "stopped", both pids named; its snapshot is its own (its
      command, its ServeUntilDone), never the outer PID 1's; SIGCONT: up, worker:0 trains on;
   3. ps:0 killed (kill -9): dead, its process gone.
@@ -54,7 +56,7 @@ def ns_pids(pid):
 class Pods:
     def __init__(self, c, bin_dir, logs):
         self.c, self.bin = c, bin_dir
-        self.spec = {"ps": [f"{c.address(2)}:2222"], "worker": [f"{c.address(1)}:2222"]}
+        self.spec = {"ps": [f"{c.address(2)}:2222"], "worker": [f"{c.address(3)}:2222"]}
         self.spec_path = os.path.join(logs, "cluster_spec.json")
         with open(self.spec_path, "w") as f:
             json.dump({"cluster": self.spec}, f)
@@ -62,22 +64,26 @@ class Pods:
 
     def start(self):
         lr = os.path.join(self.bin, "linear_regression")
-        # The pod: its own PID (ps:0 is pid 1 there), mount (its own /proc) and UTS namespaces.
-        self.pod = self.c.spawn(2, ["unshare", "--pid", "--fork", "--mount-proc", "--", lr,
-                                    "--cluster_name", "pods"],
-                                env={"TF_CONFIG": tf_config(self.spec, "ps", 0)}, name="ps:0")
-        self.worker = self.c.spawn(1, [lr, "--cluster_name", "pods", "--steps", "1000000000",
-                                       "--step_delay_ms", "10", "--log_every", "1000"],
+        # A pod: its own PID (the task is pid 1 there), mount (its own /proc) and UTS namespaces.
+        pod = ["unshare", "--pid", "--fork", "--mount-proc", "--", lr, "--cluster_name", "pods"]
+        self.pod = self.c.spawn(2, pod, env={"TF_CONFIG": tf_config(self.spec, "ps", 0)},
+                                name="ps:0")
+        self.worker = self.c.spawn(3, [*pod, "--steps", "1000000000", "--step_delay_ms", "10",
+                                       "--log_every", "1000"],
                                    env={"TF_CONFIG": tf_config(self.spec, "worker", 0)},
                                    name="worker:0")
         self.sidecar = self.c.spawn(1, [os.path.join(self.bin, "trainscope-sidecar"),
                                         "--cluster_spec", self.spec_path, "--cluster_name", "pods",
                                         "--local_tasks", "ps:0,worker:0",
                                         "--peer_sidecars", "none"], name="sidecar")
-        self.ps_pid = d.wait("ps:0 runs in its pod", lambda: children(self.pod.pid)[0], 10)
+        d.wait("both run in their pods", lambda: children(self.pod.pid)
+               and children(self.worker.pid), 10)
         self.ps_pid = children(self.pod.pid)[0]
-        assert ns_pids(self.ps_pid) == [self.ps_pid, 1], ns_pids(self.ps_pid)
-        log(f"ps:0 is pid {self.ps_pid} here and pid 1 in its pod; this test is pid {os.getpid()}")
+        self.worker_pid = children(self.worker.pid)[0]
+        for pid in (self.ps_pid, self.worker_pid):
+            assert ns_pids(pid) == [pid, 1], ns_pids(pid)
+        log(f"ps:0 is pid {self.ps_pid} here, worker:0 pid {self.worker_pid}, both pid 1 in their "
+            f"pods; this test is pid {os.getpid()}")
 
     def get(self, path):
         status, body = self.c.http_get(1, self.url + path, 3.0)
@@ -95,9 +101,11 @@ class Pods:
 def up(p):
     s = d.wait("ps:0 and worker:0 up, worker:0 training", lambda: p.state("ps:0", "up")
                and p.state("worker:0", "up", "training"), 60)
-    ps = p.task("ps:0")
+    ps, worker = p.task("ps:0"), p.task("worker:0")
     assert int(ps.get("pid", 0)) == p.ps_pid, f"ps:0's pid in the API: {ps.get('pid')}"
-    log(f"ok: up after {s:.1f} s; ps:0 is pid {ps['pid']} in the API: {ps['reason'][:120]}")
+    assert int(worker.get("pid", 0)) == p.worker_pid, f"worker:0's pid: {worker.get('pid')}"
+    log(f"ok: up after {s:.1f} s; ps:0 is pid {ps['pid']}, worker:0 pid {worker['pid']} in the "
+        f"API: {ps['reason'][:120]}")
 
 
 def stopped(p):
@@ -125,8 +133,10 @@ def stopped(p):
 
 
 def killed(p):
+    before = p.task("ps:0")
+    log(f"before the kill: ps:0 pid {before.get('pid')}: {before['reason'][:200]}")
     p.c.signal(p.ps_pid, signal.SIGKILL)
-    s = d.wait("ps:0 dead, its process gone", lambda: p.state("ps:0", "dead", str(p.ps_pid)), 10)
+    s = d.wait("ps:0 dead", lambda: p.state("ps:0", "dead"), 10)
     log(f"ok: dead after {s:.2f} s: {p.task('ps:0')['reason'][:200]}")
 
 
@@ -143,7 +153,7 @@ def main():
     assert os.getpid() == 1, "not in a PID namespace of its own"
 
     def body(logs):
-        with netns.Cluster(2, log_dir=logs) as c:
+        with netns.Cluster(3, log_dir=logs) as c:
             p = Pods(c, os.path.abspath(args.bin), logs)
             p.start()
             for scenario in (up, stopped, killed):

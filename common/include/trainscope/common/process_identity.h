@@ -27,7 +27,10 @@ struct ProcessIdentity {
   std::string Describe() const;
 };
 
-// Finds the process of a task that reported `reported_pid` and listens on TCP `port`. Errors,
+// Finds the process of a task that reported `reported_pid` and listens on TCP `host`:`port`.
+// Pods on one node often all listen on the same port, each in its own network namespace: the
+// socket must be bound to `host`, or to every address of a namespace that has `host` (a name is
+// resolved first; an empty host matches any). Errors,
 // each in words a user can act on:
 //   NotFound: no process here has that PID in its own PID namespace (the sidecar does not see
 //     the task's PID namespace: run it with hostPID, or shareProcessNamespace);
@@ -37,8 +40,8 @@ struct ProcessIdentity {
 // The candidate's start time is read before and after its sockets and fds: one that changed
 // (the PID was reused meanwhile) is not taken. Reads every process's status when the reported
 // PID is not the task's here: call it when a task (re)appears, not on every poll.
-absl::StatusOr<ProcessIdentity> FindTaskProcess(int64_t reported_pid, int port,
-                                                const std::string& proc_root = "/proc");
+absl::StatusOr<ProcessIdentity> FindTaskProcess(int64_t reported_pid, const std::string& host,
+                                                int port, const std::string& proc_root = "/proc");
 
 // Whether `id` still names the same process: its /proc/PID/stat exists, is not a zombie, and
 // has the start time it was verified with.
@@ -48,9 +51,19 @@ bool StillSameProcess(const ProcessIdentity& id, const std::string& proc_root = 
 // (NSpid in /proc/PID/status); empty when unknown.
 std::vector<int64_t> ReadNsPids(int64_t pid, const std::string& proc_root = "/proc");
 
-// The inodes of the sockets listening on TCP `port` in the network namespace of process `pid`
-// (its /proc/PID/net/tcp and tcp6).
-std::vector<uint64_t> ListeningInodes(int64_t pid, int port,
-                                      const std::string& proc_root = "/proc");
+// A socket listening on TCP, as /proc/PID/net/tcp* lists it.
+struct ListeningSocket {
+  uint64_t inode = 0;
+  std::string address;  // "10.0.0.3", "::1"; "" for every address (0.0.0.0 or ::).
+};
+
+// The sockets listening on TCP `port` in the network namespace of process `pid` (its
+// /proc/PID/net/tcp and tcp6).
+std::vector<ListeningSocket> ListeningSockets(int64_t pid, int port,
+                                              const std::string& proc_root = "/proc");
+
+// The addresses of the network namespace of process `pid` (its /proc/PID/net/fib_trie's local
+// IPv4 addresses and /proc/PID/net/if_inet6), as text.
+std::vector<std::string> NamespaceAddresses(int64_t pid, const std::string& proc_root = "/proc");
 
 }  // namespace trainscope
