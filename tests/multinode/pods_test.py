@@ -13,9 +13,12 @@ there and both listen on port 2222, as pods do), as a hostPID sidecar sees pods:
      the pid 1 each reports, nor the other pod's;
   2. ps:0 stopped (SIGSTOP): hung, "stopped", both pids named; its snapshot is its own (its
      command, its ServeUntilDone), never the outer PID 1's; SIGCONT: up, worker:0 trains on;
-  3. ps:0 killed (kill -9): dead, its process gone.
+  3. detection, pod against bare process in the same run: worker:0 (a pod) and worker:1 (a bare
+     process beside the sidecar) each stopped (-> hung), continued (-> up) and killed (-> dead,
+     then started again), --rounds times; the times are printed (figures, not asserted);
+  4. ps:0 killed (kill -9): dead.
 
-Usage: pods_test.py --bin build/bin [--keep_logs]. Exit 0 passed, 1 failed, 77 skipped (no root
+Usage: pods_test.py --bin build/bin [--rounds N] [--keep_logs]. Exit 0 passed, 1 failed, 77 skipped (no root
 or no network namespaces; under CI=true a skip fails).
 """
 
@@ -36,7 +39,7 @@ from trainscope_testing.logs import logger
 
 log = logger("pods")
 
-DEADLINE_S = 150
+DEADLINE_S = 150  # With --rounds 1; add about 10 s a round.
 OUTER = "TRAINSCOPE_PODS_TEST_OUTER"
 
 
@@ -56,30 +59,40 @@ def ns_pids(pid):
 class Pods:
     def __init__(self, c, bin_dir, logs):
         self.c, self.bin = c, bin_dir
-        self.spec = {"ps": [f"{c.address(2)}:2222"], "worker": [f"{c.address(3)}:2222"]}
+        self.spec = {"ps": [f"{c.address(2)}:2222"],
+                     "worker": [f"{c.address(3)}:2222", f"{c.address(1)}:2222"]}
         self.spec_path = os.path.join(logs, "cluster_spec.json")
         with open(self.spec_path, "w") as f:
             json.dump({"cluster": self.spec}, f)
         self.url = f"http://{c.address(1)}:9400"
 
+    def start_task(self, task):
+        """Starts a task: ps:0 and worker:0 as pods (their own PID namespace, where each is pid
+        1, mount and UTS namespaces, on their own nodes' networks), worker:1 as a bare process
+        beside the sidecar. Its pid on this node."""
+        role, index = task.split(":")
+        argv = [os.path.join(self.bin, "linear_regression"), "--cluster_name", "pods"]
+        if role == "worker":
+            argv += ["--steps", "1000000000", "--step_delay_ms", "10", "--log_every", "100000"]
+        pod = task != "worker:1"
+        if pod:
+            argv = ["unshare", "--pid", "--fork", "--mount-proc", "--", *argv]
+        node = {"ps:0": 2, "worker:0": 3, "worker:1": 1}[task]
+        p = self.c.spawn(node, argv, env={"TF_CONFIG": tf_config(self.spec, role, index)},
+                         name=task)
+        if not pod:
+            return p.pid
+        d.wait(f"{task} runs in its pod", lambda: children(p.pid), 10)
+        return children(p.pid)[0]
+
     def start(self):
-        lr = os.path.join(self.bin, "linear_regression")
-        # A pod: its own PID (the task is pid 1 there), mount (its own /proc) and UTS namespaces.
-        pod = ["unshare", "--pid", "--fork", "--mount-proc", "--", lr, "--cluster_name", "pods"]
-        self.pod = self.c.spawn(2, pod, env={"TF_CONFIG": tf_config(self.spec, "ps", 0)},
-                                name="ps:0")
-        self.worker = self.c.spawn(3, [*pod, "--steps", "1000000000", "--step_delay_ms", "10",
-                                       "--log_every", "1000"],
-                                   env={"TF_CONFIG": tf_config(self.spec, "worker", 0)},
-                                   name="worker:0")
+        self.pids = {t: self.start_task(t) for t in ("ps:0", "worker:0", "worker:1")}
         self.sidecar = self.c.spawn(1, [os.path.join(self.bin, "trainscope-sidecar"),
                                         "--cluster_spec", self.spec_path, "--cluster_name", "pods",
-                                        "--local_tasks", "ps:0,worker:0",
+                                        "--local_tasks", "ps:0,worker:0,worker:1",
                                         "--peer_sidecars", "none"], name="sidecar")
-        d.wait("both run in their pods", lambda: children(self.pod.pid)
-               and children(self.worker.pid), 10)
-        self.ps_pid = children(self.pod.pid)[0]
-        self.worker_pid = children(self.worker.pid)[0]
+        self.ps_pid = self.pids["ps:0"]
+        self.worker_pid = self.pids["worker:0"]
         for pid in (self.ps_pid, self.worker_pid):
             assert ns_pids(pid) == [pid, 1], ns_pids(pid)
         log(f"ps:0 is pid {self.ps_pid} here, worker:0 pid {self.worker_pid}, both pid 1 in their "
@@ -132,6 +145,26 @@ def stopped(p):
     log("ok: up again, worker:0 trains on")
 
 
+def detection(p, rounds):
+    """A pod's worker and a bare one, stopped, continued and killed alike: the times to each
+    verdict, side by side."""
+    times = {}
+    for _ in range(rounds):
+        for task, kind in (("worker:0", "pod"), ("worker:1", "bare")):
+            for sig, state in ((signal.SIGSTOP, "hung"), (signal.SIGCONT, "up"),
+                               (signal.SIGKILL, "dead")):
+                d.wait(f"{task} up first", lambda: sig != signal.SIGSTOP
+                       or p.state(task, "up", "training"), 30)
+                p.c.signal(p.pids[task], sig)
+                s = d.wait(f"{task} {state}", lambda: p.state(task, state), 15, interval=0.005)
+                times.setdefault((kind, state), []).append(s)
+            p.pids[task] = p.start_task(task)
+    for (kind, state), v in sorted(times.items()):
+        v.sort()
+        log(f"figure: {kind:4} worker -> {state:4}  median {v[len(v) // 2] * 1000:5.0f} ms  "
+            f"worst {v[-1] * 1000:5.0f} ms  ({len(v)} rounds)")
+
+
 def killed(p):
     before = p.task("ps:0")
     log(f"before the kill: ps:0 pid {before.get('pid')}: {before['reason'][:200]}")
@@ -144,6 +177,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", required=True)
     ap.add_argument("--keep_logs", action="store_true")
+    ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
     if os.environ.get(OUTER) != "1":
         netns.skip_unless_supported("the pods test")
@@ -156,11 +190,13 @@ def main():
         with netns.Cluster(3, log_dir=logs) as c:
             p = Pods(c, os.path.abspath(args.bin), logs)
             p.start()
-            for scenario in (up, stopped, killed):
-                log(f"--- {scenario.__name__}")
+            for name, scenario in (("up", up), ("stopped", stopped),
+                                   ("detection", lambda q: detection(q, args.rounds)),
+                                   ("killed", killed)):
+                log(f"--- {name}")
                 scenario(p)
-    return netns.run_test("the pods test", "multinode-pods-", DEADLINE_S, body, args.keep_logs,
-                          log)
+    return netns.run_test("the pods test", "multinode-pods-", DEADLINE_S + 10 * args.rounds, body,
+                          args.keep_logs, log)
 
 
 if __name__ == "__main__":
