@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <optional>
 
 #include "absl/strings/match.h"
@@ -57,21 +58,25 @@ std::string ReadCommand(const std::string& root, int64_t pid) {
 // How a candidate fared: it holds the socket, or why not.
 enum class Holds { kYes, kNoSocket, kNoFd, kCannotRead };
 
-// Whether process `pid` holds a socket listening on `address`:`port` in its own network
-// namespace (`address` empty: any); the inode in `*inode` when it does.
-Holds HoldsListener(const std::string& root, int64_t pid, const std::string& address, int port,
-                    uint64_t* inode) {
-  std::vector<uint64_t> inodes;
-  std::optional<std::vector<std::string>> own;  // The namespace's addresses, read when needed.
+// The inodes of the sockets listening on `address`:`port` in `pid`'s network namespace.
+std::vector<uint64_t> MatchingInodes(const std::string& root, int64_t pid,
+                                     const std::string& address, int port) {
+  std::vector<uint64_t> out;
+  std::optional<std::vector<std::string>> own;
   for (const ListeningSocket& s : ListeningSockets(pid, port, root)) {
     bool matches = address.empty() || s.address == address;
     if (!matches && s.address.empty()) {
       if (!own) own = NamespaceAddresses(pid, root);
       matches = std::find(own->begin(), own->end(), address) != own->end();
     }
-    if (matches) inodes.push_back(s.inode);
+    if (matches) out.push_back(s.inode);
   }
-  if (inodes.empty()) return Holds::kNoSocket;
+  return out;
+}
+
+// Whether `pid` holds one of `inodes` among its fds (the one in `*inode`).
+Holds HoldsOneOf(const std::string& root, int64_t pid, const std::vector<uint64_t>& inodes,
+                 uint64_t* inode) {
   const std::string dir_path = ProcPath(root, pid, "fd");
   DIR* fds = opendir(dir_path.c_str());
   if (fds == nullptr) return errno == EACCES || errno == EPERM ? Holds::kCannotRead : Holds::kNoFd;
@@ -93,6 +98,15 @@ Holds HoldsListener(const std::string& root, int64_t pid, const std::string& add
   }
   closedir(fds);
   return holds;
+}
+
+// Whether process `pid` holds a socket listening on `address`:`port` in its own network
+// namespace (`address` empty: any); the inode in `*inode` when it does.
+Holds HoldsListener(const std::string& root, int64_t pid, const std::string& address, int port,
+                    uint64_t* inode) {
+  const std::vector<uint64_t> inodes = MatchingInodes(root, pid, address, port);
+  if (inodes.empty()) return Holds::kNoSocket;
+  return HoldsOneOf(root, pid, inodes, inode);
 }
 
 // The processes of this /proc in a nested PID namespace whose PID there is `ns_pid`.
@@ -275,6 +289,62 @@ absl::StatusOr<ProcessIdentity> FindTaskProcess(int64_t reported_pid, const std:
       "the task claims pid ", reported_pid, ", but pid ", absl::StrJoin(tried, ", pid "),
       " does not hold its listening port ", port, address.empty() ? "" : absl::StrCat(" on ", address),
       ": not the task's process, never read as it"));
+}
+
+namespace {
+
+// The network namespace of process `pid` ("net:[4026531992]"); its pid when unknown, so that it
+// is a namespace of its own.
+std::string NetNamespace(const std::string& root, int64_t pid) {
+  char link[64];
+  const std::string path = ProcPath(root, pid, "ns/net");
+  const ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
+  return n > 0 ? std::string(link, static_cast<size_t>(n)) : absl::StrCat("pid:", pid);
+}
+
+}  // namespace
+
+absl::StatusOr<ProcessIdentity> FindListeningProcess(const std::string& host, int port,
+                                                     const std::string& proc_root) {
+  const std::string address = host.empty() ? "" : NumericAddress(host);
+  std::map<std::string, std::vector<uint64_t>> inodes_of;  // By network namespace.
+  bool cannot_read = false;
+  DIR* proc = opendir(proc_root.c_str());
+  if (proc == nullptr) return absl::NotFoundError(absl::StrCat("cannot read ", proc_root));
+  std::vector<int64_t> pids;
+  while (dirent* entry = readdir(proc)) {
+    int64_t pid = 0;
+    if (absl::SimpleAtoi(entry->d_name, &pid) && pid > 0) pids.push_back(pid);
+  }
+  closedir(proc);
+  std::sort(pids.begin(), pids.end());
+  for (int64_t pid : pids) {
+    const std::string ns = NetNamespace(proc_root, pid);
+    auto it = inodes_of.find(ns);
+    if (it == inodes_of.end()) {
+      it = inodes_of.emplace(ns, MatchingInodes(proc_root, pid, address, port)).first;
+    }
+    if (it->second.empty()) continue;
+    std::optional<ProcStat> before = ReadStat(proc_root, pid);
+    uint64_t inode = 0;
+    const Holds holds = HoldsOneOf(proc_root, pid, it->second, &inode);
+    cannot_read |= holds == Holds::kCannotRead;
+    std::optional<ProcStat> after = ReadStat(proc_root, pid);
+    if (holds != Holds::kYes || !before || !after || before->start_ticks != after->start_ticks) {
+      continue;
+    }
+    const std::vector<int64_t> ns_pids = ReadNsPids(pid, proc_root);
+    return ProcessIdentity{pid, ns_pids.empty() ? pid : ns_pids.back(), before->start_ticks,
+                           inode, ReadCommand(proc_root, pid)};
+  }
+  if (cannot_read) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "cannot read the fds of the process listening on ", host, ":", port,
+        ": run the sidecar as root or with CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE"));
+  }
+  return absl::NotFoundError(
+      absl::StrCat("no process here listens on ", host.empty() ? "" : host + ":", port,
+                   " (in any network namespace this sidecar sees)"));
 }
 
 bool StillSameProcess(const ProcessIdentity& id, const std::string& proc_root) {

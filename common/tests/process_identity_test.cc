@@ -54,6 +54,11 @@ class FakeProc {
                            "00000000     0        0 %d 1 0000000000000000 100 0 0 10 0\n",
                            address, port, state, inode);
   }
+  // `pid`'s network namespace (its /proc/PID/ns/net link).
+  void NetNamespace(int64_t pid, int ns) {
+    fs::create_directories(root_ / std::to_string(pid) / "ns");
+    fs::create_symlink(absl::StrCat("net:[", ns, "]"), root_ / std::to_string(pid) / "ns" / "net");
+  }
   // The local IPv4 address of `pid`'s network namespace, as its fib_trie lists it.
   void Address(int64_t pid, const std::string& ip) {
     Write(root_ / std::to_string(pid) / "net" / "fib_trie",
@@ -146,6 +151,36 @@ TEST(ProcessIdentity, PodsOnOnePortAreToldApartByTheirAddress) {
   EXPECT_EQ(NamespaceAddresses(9486, proc.root()), std::vector<std::string>{"10.0.0.2"});
   ASSERT_EQ(ListeningSockets(9600, 2222, proc.root()).size(), 1u);
   EXPECT_EQ(ListeningSockets(9600, 2222, proc.root())[0].address, "10.0.0.4");
+}
+
+// A task watched from outside reports no pid: the holder of its socket is found in whichever
+// network namespace it is, a pod's included, and another pod's listener on the same port is not
+// taken for it.
+TEST(ProcessIdentity, AnOutsideTasksListenerIsFoundInItsPodsNetworkNamespace) {
+  FakeProc proc;
+  proc.Process(1, "1", 1, "systemd");
+  proc.NetNamespace(1, 100);
+  proc.Process(700, "700\t1", 50, "python3");  // A pod's gRPC server (no trainscope runtime).
+  proc.NetNamespace(700, 200);
+  proc.Socket(700, 2222, 901);
+  proc.Address(700, "10.0.0.7");
+  proc.Process(701, "701\t7", 51, "sh");  // Another process of the same pod: no such fd.
+  proc.NetNamespace(701, 200);
+  proc.Process(800, "800\t1", 60, "python3");  // Another pod on the same port.
+  proc.NetNamespace(800, 300);
+  proc.Socket(800, 2222, 902);
+  proc.Address(800, "10.0.0.8");
+  proc.Fd(800, 3, 902);
+  proc.Fd(700, 4, 901);
+  auto id = FindListeningProcess("10.0.0.7", 2222, proc.root());
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(id->pid, 700);
+  EXPECT_EQ(id->ns_pid, 1);
+  EXPECT_EQ(id->command, "python3");
+  EXPECT_EQ(FindListeningProcess("10.0.0.8", 2222, proc.root())->pid, 800);
+  auto none = FindListeningProcess("10.0.0.9", 2222, proc.root());
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(ProcessIdentity, APidNotSeenHereSaysWhatToGrant) {

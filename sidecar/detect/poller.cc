@@ -167,11 +167,13 @@ PollResult DecodeAnswer(const pb::HeartbeatResponse& response, double sent_s, do
   return r;
 }
 
-// The process holding a watched task's port, cached: the /proc/*/fd scan runs only when the
-// cached process is gone, a zombie (killed, not yet reaped) or its pid was reused, and after a
-// failed scan at most once a second.
+// The process holding a watched task's socket (its address and port, in whichever network
+// namespace: a pod's own), cached: the /proc scan runs only when the cached process is gone, a
+// zombie (killed, not yet reaped) or its pid was reused, and after a failed scan at most once a
+// second.
 struct PortOwnerCache {
   int64_t pid = 0;
+  int64_t ns_pid = 0;  // In its own PID namespace.
   double start_time_unix = 0;
   std::string command;
   double next_scan_s = 0;
@@ -186,14 +188,17 @@ struct PortOwnerCache {
       pid = 0;
     }
     if (now_s < next_scan_s) return std::nullopt;
+    // In whichever network namespace holds it: a pod's own, or this node's.
     auto hp = ParseHostPort(address);
-    std::optional<PortOwner> owner = hp.ok() ? FindPortOwner(hp->port) : std::nullopt;
-    std::optional<ProcStat> st = owner ? ReadProcStat(owner->pid) : std::nullopt;
-    if (!st) {
+    absl::StatusOr<ProcessIdentity> owner =
+        hp.ok() ? FindListeningProcess(hp->host, hp->port) : absl::NotFoundError("no address");
+    std::optional<ProcStat> st = owner.ok() ? ReadProcStat(owner->pid) : std::nullopt;
+    if (!st || st->start_ticks != owner->start_ticks) {
       next_scan_s = now_s + 1;
       return std::nullopt;
     }
     pid = owner->pid;
+    ns_pid = owner->ns_pid;
     start_time_unix = st->start_time_unix;
     command = owner->command;
     return st;
@@ -274,7 +279,7 @@ PollResult OutsideAnswer(const std::string& address, bool local, PortOwnerCache&
   std::optional<ProcStat> st = owner.Read(address, received_s);
   if (!st) return r;
   hb.pid = owner.pid;
-  hb.ns_pid = owner.pid;
+  hb.ns_pid = owner.ns_pid;
   hb.pid_verified = true;  // It holds the port: found by its socket.
   hb.pid_start_ticks = st->start_ticks;
   hb.command = owner.command;

@@ -16,7 +16,10 @@ there and both listen on port 2222, as pods do), as a hostPID sidecar sees pods:
   3. detection, pod against bare process in the same run: worker:0 (a pod) and worker:1 (a bare
      process beside the sidecar) each stopped (-> hung), continued (-> up) and killed (-> dead,
      then started again), --rounds times; the times are printed (figures, not asserted);
-  4. ps:0 killed (kill -9): dead.
+  4. chief:0, a gRPC server without trainscope's heartbeat (as TensorFlow is) in a pod of its own:
+     up from outside as its node's pid (found by the socket it holds in its pod's network
+     namespace), stopped -> hung, continued -> up;
+  5. ps:0 killed (kill -9): dead.
 
 Usage: pods_test.py --bin build/bin [--rounds N] [--keep_logs]. Exit 0 passed, 1 failed, 77 skipped (no root
 or no network namespaces; under CI=true a skip fails).
@@ -33,7 +36,7 @@ import time
 sys.dont_write_bytecode = True
 
 from trainscope_testing import diagnosis as d
-from trainscope_testing import netns
+from trainscope_testing import netns, outside_servers
 from trainscope_testing.cluster_spec import tf_config
 from trainscope_testing.logs import logger
 
@@ -60,7 +63,8 @@ class Pods:
     def __init__(self, c, bin_dir, logs):
         self.c, self.bin = c, bin_dir
         self.spec = {"ps": [f"{c.address(2)}:2222"],
-                     "worker": [f"{c.address(3)}:2222", f"{c.address(1)}:2222"]}
+                     "worker": [f"{c.address(3)}:2222", f"{c.address(1)}:2222"],
+                     "chief": [f"{c.address(4)}:2222"]}
         self.spec_path = os.path.join(logs, "cluster_spec.json")
         with open(self.spec_path, "w") as f:
             json.dump({"cluster": self.spec}, f)
@@ -85,11 +89,21 @@ class Pods:
         d.wait(f"{task} runs in its pod", lambda: children(p.pid), 10)
         return children(p.pid)[0]
 
+    def start_outside(self):
+        """chief:0: a gRPC server without trainscope's heartbeat (as TensorFlow is), in a pod of
+        its own on n4, pid 1 there like the others. Its pid on this node."""
+        argv = ["unshare", "--pid", "--fork", "--mount-proc", "--",
+                *outside_servers.argv("grpc", 2222, host=self.c.address(4))]
+        p = self.c.spawn(4, argv, name="chief:0")
+        d.wait("chief:0 runs in its pod", lambda: children(p.pid), 10)
+        return children(p.pid)[0]
+
     def start(self):
         self.pids = {t: self.start_task(t) for t in ("ps:0", "worker:0", "worker:1")}
+        self.pids["chief:0"] = self.start_outside()
         self.sidecar = self.c.spawn(1, [os.path.join(self.bin, "trainscope-sidecar"),
                                         "--cluster_spec", self.spec_path, "--cluster_name", "pods",
-                                        "--local_tasks", "ps:0,worker:0,worker:1",
+                                        "--local_tasks", "ps:0,worker:0,worker:1,chief:0",
                                         "--peer_sidecars", "none"], name="sidecar")
         self.ps_pid = self.pids["ps:0"]
         self.worker_pid = self.pids["worker:0"]
@@ -145,6 +159,23 @@ def stopped(p):
     log("ok: up again, worker:0 trains on")
 
 
+def outside(p):
+    """A task without trainscope's heartbeat, in a pod: found by the socket it holds in its pod's
+    network namespace, and judged from /proc like any."""
+    pid = p.pids["chief:0"]
+    s = d.wait("chief:0 up from outside", lambda: p.state("chief:0", "up", "watched from outside")
+               and int(p.task("chief:0").get("pid", 0)) == pid, 20)
+    log(f"ok: chief:0 up from outside after {s:.1f} s as pid {pid}: "
+        f"{p.task('chief:0')['reason'][:160]}")
+    p.c.signal(pid, signal.SIGSTOP)
+    try:
+        s = d.wait("chief:0 hung, stopped", lambda: p.state("chief:0", "hung", "stopped"), 15)
+        log(f"ok: hung after {s:.1f} s: {p.task('chief:0')['reason'][:160]}")
+    finally:
+        p.c.signal(pid, signal.SIGCONT)
+    d.wait("chief:0 up again", lambda: p.state("chief:0", "up"), 15)
+
+
 def detection(p, rounds):
     """A pod's worker and a bare one, stopped, continued and killed alike: the times to each
     verdict, side by side."""
@@ -187,10 +218,10 @@ def main():
     assert os.getpid() == 1, "not in a PID namespace of its own"
 
     def body(logs):
-        with netns.Cluster(3, log_dir=logs) as c:
+        with netns.Cluster(4, log_dir=logs) as c:
             p = Pods(c, os.path.abspath(args.bin), logs)
             p.start()
-            for name, scenario in (("up", up), ("stopped", stopped),
+            for name, scenario in (("up", up), ("stopped", stopped), ("outside", outside),
                                    ("detection", lambda q: detection(q, args.rounds)),
                                    ("killed", killed)):
                 log(f"--- {name}")

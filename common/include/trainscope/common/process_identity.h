@@ -43,6 +43,14 @@ struct ProcessIdentity {
 absl::StatusOr<ProcessIdentity> FindTaskProcess(int64_t reported_pid, const std::string& host,
                                                 int port, const std::string& proc_root = "/proc");
 
+// The process that holds the socket listening on TCP `host`:`port`, in whichever network
+// namespace it is (a pod's own, or this one), for a task watched from outside: it reports no
+// pid. Its `ns_pid` is its pid in its own PID namespace. Reads each network namespace's socket
+// table once, then the fds of the processes in a namespace that has the socket. NotFound when
+// no process here listens there; PermissionDenied when the holder's fds cannot be read.
+absl::StatusOr<ProcessIdentity> FindListeningProcess(const std::string& host, int port,
+                                                     const std::string& proc_root = "/proc");
+
 // Whether `id` still names the same process: its /proc/PID/stat exists, is not a zombie, and
 // has the start time it was verified with.
 bool StillSameProcess(const ProcessIdentity& id, const std::string& proc_root = "/proc");
