@@ -21,8 +21,6 @@ double Backoff::NextDelay() {
   return std::clamp(delay, 0.0, options_.max_s);
 }
 
-int64_t Backoff::NextDelayMs() {
-  return std::max<int64_t>(1, std::llround(NextDelay() * 1000));
-}
+int64_t Backoff::NextDelayMs() { return std::max<int64_t>(1, std::llround(NextDelay() * 1000)); }
 
 }  // namespace trainscope

@@ -190,8 +190,7 @@ std::optional<std::string> HexAddress(absl::string_view hex) {
 
 }  // namespace
 
-std::vector<ListeningSocket> ListeningSockets(int64_t pid, int port,
-                                              const std::string& proc_root) {
+std::vector<ListeningSocket> ListeningSockets(int64_t pid, int port, const std::string& proc_root) {
   std::vector<ListeningSocket> out;
   for (const char* table : {"net/tcp", "net/tcp6"}) {
     std::ifstream in(ProcPath(proc_root, pid, table));
@@ -281,14 +280,15 @@ absl::StatusOr<ProcessIdentity> FindTaskProcess(int64_t reported_pid, const std:
         "with hostPID, or the task's pod with shareProcessNamespace)"));
   }
   if (cannot_read) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "cannot read the sockets or fds of pid ", absl::StrJoin(tried, ", pid "),
-        ": run the sidecar as root or with CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot read the sockets or fds of pid ", absl::StrJoin(tried, ", pid "),
+                     ": run the sidecar as root or with CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE"));
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "the task claims pid ", reported_pid, ", but pid ", absl::StrJoin(tried, ", pid "),
-      " does not hold its listening port ", port, address.empty() ? "" : absl::StrCat(" on ", address),
-      ": not the task's process, never read as it"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("the task claims pid ", reported_pid, ", but pid ",
+                   absl::StrJoin(tried, ", pid "), " does not hold its listening port ", port,
+                   address.empty() ? "" : absl::StrCat(" on ", address),
+                   ": not the task's process, never read as it"));
 }
 
 namespace {
@@ -334,17 +334,17 @@ absl::StatusOr<ProcessIdentity> FindListeningProcess(const std::string& host, in
       continue;
     }
     const std::vector<int64_t> ns_pids = ReadNsPids(pid, proc_root);
-    return ProcessIdentity{pid, ns_pids.empty() ? pid : ns_pids.back(), before->start_ticks,
-                           inode, ReadCommand(proc_root, pid)};
+    return ProcessIdentity{pid, ns_pids.empty() ? pid : ns_pids.back(), before->start_ticks, inode,
+                           ReadCommand(proc_root, pid)};
   }
   if (cannot_read) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "cannot read the fds of the process listening on ", host, ":", port,
-        ": run the sidecar as root or with CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot read the fds of the process listening on ", host, ":", port,
+                     ": run the sidecar as root or with CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE"));
   }
-  return absl::NotFoundError(
-      absl::StrCat("no process here listens on ", host.empty() ? "" : host + ":", port,
-                   " (in any network namespace this sidecar sees)"));
+  return absl::NotFoundError(absl::StrCat("no process here listens on ",
+                                          host.empty() ? "" : host + ":", port,
+                                          " (in any network namespace this sidecar sees)"));
 }
 
 bool StillSameProcess(const ProcessIdentity& id, const std::string& proc_root) {

@@ -49,10 +49,10 @@ class FakeProc {
   // `address`: as the kernel prints it (10.0.0.4 is 0400000A on this little-endian machine).
   void Socket(int64_t pid, int port, uint64_t inode, const char* state = "0A",
               const char* address = "00000000") {
-    std::ofstream(root_ / std::to_string(pid) / "net" / "tcp", std::ios::app)
-        << absl::StrFormat("   0: %s:%04X 00000000:0000 %s 00000000:00000000 00:00000000 "
-                           "00000000     0        0 %d 1 0000000000000000 100 0 0 10 0\n",
-                           address, port, state, inode);
+    std::ofstream(root_ / std::to_string(pid) / "net" / "tcp", std::ios::app) << absl::StrFormat(
+        "   0: %s:%04X 00000000:0000 %s 00000000:00000000 00:00000000 "
+        "00000000     0        0 %d 1 0000000000000000 100 0 0 10 0\n",
+        address, port, state, inode);
   }
   // `pid`'s network namespace (its /proc/PID/ns/net link).
   void NetNamespace(int64_t pid, int ns) {
@@ -61,8 +61,9 @@ class FakeProc {
   }
   // The local IPv4 address of `pid`'s network namespace, as its fib_trie lists it.
   void Address(int64_t pid, const std::string& ip) {
-    Write(root_ / std::to_string(pid) / "net" / "fib_trie",
-          absl::StrCat("Main:\n  +-- 0.0.0.0/0 3 0 5\n     |-- ", ip, "\n        /32 host LOCAL\n"));
+    Write(
+        root_ / std::to_string(pid) / "net" / "fib_trie",
+        absl::StrCat("Main:\n  +-- 0.0.0.0/0 3 0 5\n     |-- ", ip, "\n        /32 host LOCAL\n"));
   }
   // An fd of `pid` naming socket `inode`.
   void Fd(int64_t pid, int fd, uint64_t inode) {
@@ -189,8 +190,7 @@ TEST(ProcessIdentity, APidNotSeenHereSaysWhatToGrant) {
   auto id = FindTaskProcess(77, "", 2222, proc.root());
   ASSERT_FALSE(id.ok());
   EXPECT_EQ(id.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(id.status().message().find("run it with hostPID"), std::string::npos)
-      << id.status();
+  EXPECT_NE(id.status().message().find("run it with hostPID"), std::string::npos) << id.status();
 }
 
 TEST(ProcessIdentity, OnlyAListeningSocketOnThatPortCounts) {

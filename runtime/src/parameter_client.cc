@@ -31,8 +31,8 @@ namespace {
 
 // Between rounds of retried calls: 50 ms, doubling, at most 250 ms (plus or minus 20%), so that
 // a ps that is back, or a path healed, carries the next attempt within a quarter of a second.
-constexpr BackoffOptions kRetryBackoff{.initial_s = 0.05, .max_s = 0.25, .multiplier = 2,
-                                       .jitter = 0.2};
+constexpr BackoffOptions kRetryBackoff{
+    .initial_s = 0.05, .max_s = 0.25, .multiplier = 2, .jitter = 0.2};
 
 // Failures that waiting can mend: the ps is stopped, restarting, cut off, or was slower than the
 // deadline. Every other error (a shape, a version, a refused call) ends the call at once.
@@ -157,11 +157,10 @@ absl::Status CallError(const char* method, const TaskRef& self, const TaskRef& p
   const RpcErrorSummary e =
       ClassifyRpcError(static_cast<int>(st.error_code()), st.error_message(), tried.deadline_ms);
   if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-    return absl::DeadlineExceededError(
-        absl::StrCat(where, " exceeded its deadline of ", tried.deadline_ms,
-                     " ms (--rpc_deadline_ms)", TriedWords(tried), ": ", ps.ShortName(),
-                     " answered too slowly (overloaded? stopped?) or the network to it is slow",
-                     trace));
+    return absl::DeadlineExceededError(absl::StrCat(
+        where, " exceeded its deadline of ", tried.deadline_ms, " ms (--rpc_deadline_ms)",
+        TriedWords(tried), ": ", ps.ShortName(),
+        " answered too slowly (overloaded? stopped?) or the network to it is slow", trace));
   }
   if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
     const std::string why =
@@ -170,8 +169,8 @@ absl::Status CallError(const char* method, const TaskRef& self, const TaskRef& p
         : e.kind == RpcFailure::kRefused
             ? absl::StrCat(e.words, " (is ", ps.ShortName(), " still running?)")
             : absl::StrCat(e.words, " (is ", ps.ShortName(), " still running and reachable?)");
-    return absl::UnavailableError(absl::StrCat(where, " failed", TriedWords(tried), ": ", why,
-                                               trace));
+    return absl::UnavailableError(
+        absl::StrCat(where, " failed", TriedWords(tried), ": ", why, trace));
   }
   int64_t sent = 0, limit = 0;
   if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&

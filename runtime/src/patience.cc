@@ -30,8 +30,8 @@ std::optional<std::string> Patience::Failed(double now, const std::string& metho
   }
   if (now < next_log_) return std::nullopt;
   next_log_ = now + log_every_s_;
-  return absl::StrCat(self_, " still waits on ", DescribeFailures(failures), " in ", method,
-                      ": ", HumanDuration(Waited(now)), " so far, gives up after ",
+  return absl::StrCat(self_, " still waits on ", DescribeFailures(failures), " in ", method, ": ",
+                      HumanDuration(Waited(now)), " so far, gives up after ",
                       HumanDuration(patience_s_), " (--ps_patience_s)");
 }
 

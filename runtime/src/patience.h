@@ -41,8 +41,8 @@ class Patience {
   const std::string self_;
   const double patience_s_;
   const double log_every_s_;
-  double start_ = -1;     // When the current outage began; -1: none.
-  double next_log_ = 0;   // When the next "still waiting" line is due.
+  double start_ = -1;      // When the current outage began; -1: none.
+  double next_log_ = 0;    // When the next "still waiting" line is due.
   std::string waited_on_;  // Whom it began waiting on, for the closing line.
 };
 

@@ -384,22 +384,20 @@ absl::Status Task::Impl::TellDone(const Session::Peer& peer, const v1::DoneReque
     // A ps stopped, restarting or cut off is waited out as during training; a refusal is final.
     transient = st.error_code() == grpc::StatusCode::UNAVAILABLE ||
                 st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-    if (!transient || stopping_.load() ||
-        MonotonicSeconds() - start >= options_.ps_patience_s) {
+    if (!transient || stopping_.load() || MonotonicSeconds() - start >= options_.ps_patience_s) {
       break;
     }
     SleepFor(backoff.NextDelayMs());
   }
   if (st.ok()) return absl::OkStatus();
   const std::string tried =
-      transient ? absl::StrCat(" (tried for ", HumanDuration(MonotonicSeconds() - start), ")")
-                : "";
+      transient ? absl::StrCat(" (tried for ", HumanDuration(MonotonicSeconds() - start), ")") : "";
   return absl::Status(
       transient ? absl::StatusCode::kUnavailable : static_cast<absl::StatusCode>(st.error_code()),
-      absl::StrCat("could not tell ", peer.task.ShortName(), " at ", peer.address, " that ",
-                   self_.ShortName(), " is done", tried, ": ",
-                   SummarizeRpcError(st.error_code(), st.error_message(),
-                                     options_.rpc_deadline_ms)));
+      absl::StrCat(
+          "could not tell ", peer.task.ShortName(), " at ", peer.address, " that ",
+          self_.ShortName(), " is done", tried, ": ",
+          SummarizeRpcError(st.error_code(), st.error_message(), options_.rpc_deadline_ms)));
 }
 
 void Task::Impl::Shutdown() {

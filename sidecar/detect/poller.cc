@@ -219,9 +219,10 @@ struct IdentityCache {
   void Apply(HeartbeatInfo& hb, const std::string& target_address, double now_s) {
     const bool same_task = incarnation == hb.incarnation && reported == hb.pid;
     if (id && same_task && !StillSameProcess(*id)) {
-      spdlog::info("trainscope-sidecar: the task at {} answers, but its process {} is no longer "
-                   "the one verified: checking again",
-                   target_address, id->Describe());
+      spdlog::info(
+          "trainscope-sidecar: the task at {} answers, but its process {} is no longer "
+          "the one verified: checking again",
+          target_address, id->Describe());
     }
     if (!same_task || (id && !StillSameProcess(*id))) {
       id.reset();
@@ -254,9 +255,10 @@ struct IdentityCache {
       return;
     }
     if (error != found.status().message()) {
-      spdlog::info("trainscope-sidecar: the task at {} (pid {} in its namespace) is not read in "
-                   "/proc: {}",
-                   target_address, hb.pid, std::string(found.status().message()));
+      spdlog::info(
+          "trainscope-sidecar: the task at {} (pid {} in its namespace) is not read in "
+          "/proc: {}",
+          target_address, hb.pid, std::string(found.status().message()));
     }
     error = std::string(found.status().message());
     next_try_s = now_s + 1;

@@ -433,11 +433,10 @@ TaskTracker::Decision TaskTracker::DecideSilent(double now_s, double silence, do
     std::optional<ProcStat> p = ReadOwnProcess(proc, &reused);
     if (!p) {
       return {TaskState::kDead,
-              absl::StrCat(process, " is gone (",
-                           reused ? "its pid now names a later process"
-                                  : absl::StrCat("no /proc/", pid),
-                           "); no answer at ", view_.address, " for ", HumanDuration(silence),
-                           err_note)};
+              absl::StrCat(
+                  process, " is gone (",
+                  reused ? "its pid now names a later process" : absl::StrCat("no /proc/", pid),
+                  "); no answer at ", view_.address, " for ", HumanDuration(silence), err_note)};
     }
     if (p->state == 'Z' || p->state == 'X') {
       return {TaskState::kDead,
@@ -468,10 +467,9 @@ TaskTracker::Decision TaskTracker::DecideSilent(double now_s, double silence, do
                 absl::StrCat("no answer for ", HumanDuration(silence), ", but ", process,
                              " is using CPU (overloaded or starved)", err_note)};
       }
-      return {TaskState::kHung,
-              absl::StrCat(process, " exists (state ", std::string(1, p->state),
-                           ") but has not answered for ", HumanDuration(silence),
-                           absl::StrFormat(" (suspicion %.0f)", phi), err_note)};
+      return {TaskState::kHung, absl::StrCat(process, " exists (state ", std::string(1, p->state),
+                                             ") but has not answered for ", HumanDuration(silence),
+                                             absl::StrFormat(" (suspicion %.0f)", phi), err_note)};
     }
   } else {
     if (refused) {

@@ -27,8 +27,7 @@ double SecondsSince(Clock::time_point t) {
 }
 
 // Waits until the sidecar shows `task` past `steps`; the seconds it took, or -1.
-double WaitForStepsPast(Sidecar& sidecar, const std::string& task, int64_t steps,
-                        seconds timeout) {
+double WaitForStepsPast(Sidecar& sidecar, const std::string& task, int64_t steps, seconds timeout) {
   const auto start = Clock::now();
   while (Clock::now() - start < timeout) {
     auto t = sidecar.Task(task);
@@ -75,8 +74,8 @@ TEST(RideThrough, AWorkerWaitsOutAPsStoppedFor40sBlockedOnItAndFinishes) {
   auto blocked = sidecar.WaitForState("worker:0", TaskState::kBlocked, seconds(10), "ps:0");
   if (!blocked) kill(ps->pid(), SIGCONT);
   ASSERT_TRUE(blocked) << sidecar.Describe() << "--- worker ---\n" << worker->Output();
-  std::printf("[figure] worker:0 blocked on ps:0 %.2f s after SIGSTOP: %s\n",
-              SecondsSince(stopped), blocked->reason.c_str());
+  std::printf("[figure] worker:0 blocked on ps:0 %.2f s after SIGSTOP: %s\n", SecondsSince(stopped),
+              blocked->reason.c_str());
   int samples = 0;
   const auto rest = std::chrono::duration_cast<seconds>(seconds(40) - (Clock::now() - stopped));
   const std::vector<std::string> wrong =
@@ -112,8 +111,8 @@ TEST(RideThrough, APsKilledAndRestarted20sLaterRestoresAndTheWorkerFindsItAgain)
   const std::vector<std::string> checkpoints = {"--checkpoint_dir", dir, "--checkpoint_every_s",
                                                 "1"};
   auto ps = StartTask(cluster, "ps", 0, checkpoints);
-  std::vector<std::string> worker_args = {"--steps", "1500", "--step_delay_ms", "5",
-                                          "--log_every", "500"};
+  std::vector<std::string> worker_args = {"--steps", "1500",        "--step_delay_ms",
+                                          "5",       "--log_every", "500"};
   worker_args.insert(worker_args.end(), checkpoints.begin(), checkpoints.end());
   auto worker = StartTask(cluster, "worker", 0, worker_args);
   Sidecar sidecar(cluster, {});

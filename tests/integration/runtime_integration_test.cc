@@ -197,10 +197,10 @@ TEST(RuntimeIntegration, SlowPsIsDeadlineExceededNamingMethodTaskAndDeadline) {
   ASSERT_TRUE(code.has_value()) << w->Output();
   EXPECT_NE(*code, 0);
   EXPECT_TRUE(std::regex_search(
-      w->Output(), std::regex("DEADLINE_EXCEEDED: (Pull|Push) from worker:0 to ps:0 at " +
-                              c.jobs["ps"][0] +
-                              " exceeded its deadline of 200 ms \\(--rpc_deadline_ms\\) after "
-                              "[0-9]+ attempts in [0-9.]+ s \\(--ps_patience_s 3\\)")))
+      w->Output(),
+      std::regex("DEADLINE_EXCEEDED: (Pull|Push) from worker:0 to ps:0 at " + c.jobs["ps"][0] +
+                 " exceeded its deadline of 200 ms \\(--rpc_deadline_ms\\) after "
+                 "[0-9]+ attempts in [0-9.]+ s \\(--ps_patience_s 3\\)")))
       << w->Output();
   EXPECT_NE(w->Output().find("worker:0 waits on ps:0 at " + c.jobs["ps"][0]), std::string::npos)
       << w->Output();
@@ -214,8 +214,7 @@ TEST(RuntimeIntegration, SlowPsAtTheStartIsWaitedOutWithTheDefaultPatience) {
   auto ps = c.Start("ps", 0, {"--enable_fault_injection", "--testing_ps_delay_ms", "400"});
   // A deadline below the ps's delay is the point: every attempt fails until the delay goes.
   auto w = c.Start("worker", 0, {"--steps", "20", "--rpc_deadline_ms", "200"});
-  ASSERT_TRUE(w->WaitForOutput("worker:0 waits on ps:0 at " + c.jobs["ps"][0], 20s))
-      << w->Output();
+  ASSERT_TRUE(w->WaitForOutput("worker:0 waits on ps:0 at " + c.jobs["ps"][0], 20s)) << w->Output();
   EXPECT_NE(w->Output().find("CreateVariable failed; retrying for up to 10 min 0 s "
                              "(--ps_patience_s)"),
             std::string::npos)

@@ -67,8 +67,7 @@ class ParameterClient {
   // The runtime's own side: the task makes the client and saves checkpoints through it.
   friend class Task::Impl;
   // `ps_patience_s`: how long an outage of ps tasks is waited out (RuntimeOptions).
-  ParameterClient(Session* session, const TaskRef& self, int rpc_deadline_ms,
-                  double ps_patience_s);
+  ParameterClient(Session* session, const TaskRef& self, int rpc_deadline_ms, double ps_patience_s);
   // Called with each PullAll's values before it returns (the runtime saves checkpoints so).
   void SetAfterPull(std::function<void(const std::vector<std::string>&)> f) {
     after_pull_ = std::move(f);
