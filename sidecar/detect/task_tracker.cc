@@ -418,75 +418,87 @@ bool TaskTracker::StoppedBySignal(const ProcReader& proc) const {
   return p && p->state == 'T';
 }
 
+std::optional<TaskTracker::Decision> TaskTracker::DecideByProcess(const Silence& q,
+                                                                  const ProcReader& proc) {
+  const double silence = q.seconds;
+  const bool late = q.late, long_silence = q.long_silence, refused = q.refused;
+  const double now_s = q.now_s, phi = q.phi;
+  const std::string& err_note = q.err_note;
+  const int64_t pid = last_hb_.pid;
+  const std::string process = ProcessWords();
+  bool reused = false;
+  std::optional<ProcStat> p = ReadOwnProcess(proc, &reused);
+  if (!p) {
+    return Decision{
+        TaskState::kDead,
+        absl::StrCat(process, " is gone (",
+                     reused ? "its pid now names a later process" : absl::StrCat("no /proc/", pid),
+                     "); no answer at ", view_.address, " for ", HumanDuration(silence), err_note)};
+  }
+  if (p->state == 'Z' || p->state == 'X') {
+    return Decision{TaskState::kDead,
+                    absl::StrCat(process, " exited (zombie, not yet reaped)", err_note)};
+  }
+  if (refused) {
+    return Decision{TaskState::kDead,
+                    absl::StrCat("connection refused at ", view_.address, " although ", process,
+                                 " still exists (its server is down, or the pid was reused)")};
+  }
+  // Stopped by a signal (SIGSTOP, SIGTSTP): it cannot answer until continued, so one missed
+  // answer is enough, whatever its usual rhythm. A tracing stop ('t': a debugger, or this
+  // sidecar's own stack capture) is brief as a rule: it must be late too.
+  const bool stopped = p->state == 'T' && silence > 2 * options_.interval_s;
+  if (stopped || (p->state == 't' && late)) {
+    return Decision{
+        TaskState::kHung,
+        absl::StrCat(process, " is stopped (state ", std::string(1, p->state),
+                     ": SIGSTOP or a debugger); no answer for ", HumanDuration(silence))};
+  }
+  if (late && !late_cpu_) {
+    late_cpu_ = p->cpu_seconds;
+    late_since_s_ = now_s;
+  }
+  if (long_silence) {
+    bool cpu_moving = late_cpu_ && p->cpu_seconds > *late_cpu_ + 0.02;
+    if (cpu_moving && silence < 4 * options_.hung_after_s) {
+      return Decision{TaskState::kSlow,
+                      absl::StrCat("no answer for ", HumanDuration(silence), ", but ", process,
+                                   " is using CPU (overloaded or starved)", err_note)};
+    }
+    return Decision{TaskState::kHung,
+                    absl::StrCat(process, " exists (state ", std::string(1, p->state),
+                                 ") but has not answered for ", HumanDuration(silence),
+                                 absl::StrFormat(" (suspicion %.0f)", phi), err_note)};
+  }
+  return std::nullopt;
+}
+
 TaskTracker::Decision TaskTracker::DecideSilent(double now_s, double silence, double phi,
                                                 const ProcReader& proc) {
-  bool late = phi >= options_.phi_late && silence > 2 * options_.interval_s;
-  bool long_silence = late && silence >= options_.hung_after_s && phi >= options_.phi_hung;
-  bool refused = last_failure_ && last_failure_->failure == FailureKind::kRefused;
-  std::string err = last_failure_ ? last_failure_->error : "";
-  std::string err_note = err.empty() ? "" : absl::StrCat(" (last error: ", err, ")");
-  int64_t pid = last_hb_.pid;
-  bool can_check = proc && CanCheckProcess();
-  const std::string process = ProcessWords();
-  if (can_check) {
-    bool reused = false;
-    std::optional<ProcStat> p = ReadOwnProcess(proc, &reused);
-    if (!p) {
-      return {TaskState::kDead,
-              absl::StrCat(
-                  process, " is gone (",
-                  reused ? "its pid now names a later process" : absl::StrCat("no /proc/", pid),
-                  "); no answer at ", view_.address, " for ", HumanDuration(silence), err_note)};
-    }
-    if (p->state == 'Z' || p->state == 'X') {
-      return {TaskState::kDead,
-              absl::StrCat(process, " exited (zombie, not yet reaped)", err_note)};
-    }
-    if (refused) {
-      return {TaskState::kDead,
-              absl::StrCat("connection refused at ", view_.address, " although ", process,
-                           " still exists (its server is down, or the pid was reused)")};
-    }
-    // Stopped by a signal (SIGSTOP, SIGTSTP): it cannot answer until continued, so one missed
-    // answer is enough, whatever its usual rhythm. A tracing stop ('t': a debugger, or this
-    // sidecar's own stack capture) is brief as a rule: it must be late too.
-    const bool stopped = p->state == 'T' && silence > 2 * options_.interval_s;
-    if (stopped || (p->state == 't' && late)) {
-      return {TaskState::kHung,
-              absl::StrCat(process, " is stopped (state ", std::string(1, p->state),
-                           ": SIGSTOP or a debugger); no answer for ", HumanDuration(silence))};
-    }
-    if (late && !late_cpu_) {
-      late_cpu_ = p->cpu_seconds;
-      late_since_s_ = now_s;
-    }
-    if (long_silence) {
-      bool cpu_moving = late_cpu_ && p->cpu_seconds > *late_cpu_ + 0.02;
-      if (cpu_moving && silence < 4 * options_.hung_after_s) {
-        return {TaskState::kSlow,
-                absl::StrCat("no answer for ", HumanDuration(silence), ", but ", process,
-                             " is using CPU (overloaded or starved)", err_note)};
-      }
-      return {TaskState::kHung, absl::StrCat(process, " exists (state ", std::string(1, p->state),
-                                             ") but has not answered for ", HumanDuration(silence),
-                                             absl::StrFormat(" (suspicion %.0f)", phi), err_note)};
-    }
-  } else {
-    if (refused) {
-      return {TaskState::kDead,
-              absl::StrCat("connection refused at ", view_.address, "; last answered ",
-                           HumanDuration(silence), " ago", WhereItRan(" as pid "))};
-    }
-    if (long_silence) {
-      return {TaskState::kUnreachable,
-              absl::StrCat("no answer at ", view_.address, " for ", HumanDuration(silence),
-                           err_note, CannotCheckWords())};
-    }
+  Silence q;
+  q.now_s = now_s;
+  q.seconds = silence;
+  q.phi = phi;
+  q.late = phi >= options_.phi_late && silence > 2 * options_.interval_s;
+  q.long_silence = q.late && silence >= options_.hung_after_s && phi >= options_.phi_hung;
+  q.refused = last_failure_ && last_failure_->failure == FailureKind::kRefused;
+  const std::string err = last_failure_ ? last_failure_->error : "";
+  q.err_note = err.empty() ? "" : absl::StrCat(" (last error: ", err, ")");
+  if (proc && CanCheckProcess()) {
+    if (std::optional<Decision> d = DecideByProcess(q, proc)) return *d;
+  } else if (q.refused) {
+    return {TaskState::kDead,
+            absl::StrCat("connection refused at ", view_.address, "; last answered ",
+                         HumanDuration(silence), " ago", WhereItRan(" as pid "))};
+  } else if (q.long_silence) {
+    return {TaskState::kUnreachable,
+            absl::StrCat("no answer at ", view_.address, " for ", HumanDuration(silence),
+                         q.err_note, CannotCheckWords())};
   }
-  if (late) {
+  if (q.late) {
     return {TaskState::kSlow,
             absl::StrCat("heartbeat late: no answer for ", HumanDuration(silence),
-                         ", usually every ", HumanDuration(detector_.MeanGap()), err_note)};
+                         ", usually every ", HumanDuration(detector_.MeanGap()), q.err_note)};
   }
   return DecideAnswering(now_s, 0);
 }

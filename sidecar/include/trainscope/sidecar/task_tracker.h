@@ -168,6 +168,18 @@ class TaskTracker {
   };
   Decision Decide(double now_s, double now_unix, const ProcReader& proc);
   Decision DecideSilent(double now_s, double silence, double phi, const ProcReader& proc);
+  // What a silence means, as DecideSilent measured it.
+  struct Silence {
+    double now_s = 0;
+    double seconds = 0;
+    double phi = 0;
+    bool late = false;
+    bool long_silence = false;
+    bool refused = false;
+    std::string err_note;  // " (last error: ...)" or "".
+  };
+  // The verdict the task's own process gives (gone, a zombie, stopped, busy, silent), or none.
+  std::optional<Decision> DecideByProcess(const Silence& silence, const ProcReader& proc);
   // The reason of an outside task that is up: its round trip and its process's /proc facts.
   std::string OutsideUpReason() const;
   // `lead` + "N on host" of the last answer's pid; "" when it gave none (an outside task seen
