@@ -83,6 +83,12 @@ void AddPeerAndAlertFlags(CLI::App& app, SidecarOptions& o) {
   app.add_option("--peer_sidecars", o.peer_sidecars,
                  "Other sidecars' gRPC addresses, host:port,... (default: every other host of "
                  "the spec at --grpc_port; \"none\": no exchange)");
+  app.add_option("--exchange_key_file", o.exchange_key_files,
+                 "The cluster key: a file holding the same secret on every node (openssl rand "
+                 "-base64 32); every exchange message is signed with it and refused without it. "
+                 "Repeat to rotate: the first signs, each verifies (default: "
+                 "$TRAINSCOPE_EXCHANGE_KEY_FILE; none: the exchange is not authenticated)")
+      ->envname("TRAINSCOPE_EXCHANGE_KEY_FILE");
   app.add_option("--gossip_interval_ms", o.gossip_interval_ms,
                  "The exchange's period: one probe of one peer, news to a few")
       ->capture_default_str();

@@ -305,19 +305,7 @@ class Sidecar::Impl {
       if (notifier_) notifier_->Poke();
     });
     if (plan_.exchange) {
-      ExchangeOptions x;
-      x.cluster = options_.cluster_name;
-      x.self = plan_.self;
-      x.hostname = plan_.hostname;
-      x.peers = plan_.peers;
-      x.membership.period_s = options_.gossip_interval_ms / 1000.0;
-      x.sync_interval_s = options_.sync_interval_s;
-      x.max_message_bytes = static_cast<size_t>(options_.otlp_max_request_bytes);
-      exchange_ = std::make_unique<PeerExchange>(
-          std::move(x), [this] { return LocalViews(); }, channel_credentials_);
-      exchange_->SetOnChange([this] {
-        if (notifier_) notifier_->Poke();
-      });
+      if (absl::Status s = MakeExchange(); !s.ok()) return s;
     }
     if (!options_.otlp_upstream.empty()) {
       auto f = OtlpForwarder::Create(options_.otlp_upstream, options_.otlp_queue_bytes);
@@ -437,6 +425,39 @@ class Sidecar::Impl {
   }
 
   // Snapshots of this node's stuck tasks; other nodes fetch them over the exchange.
+  // The exchange with the other nodes' sidecars, keyed by --exchange_key_file.
+  absl::Status MakeExchange() {
+    ExchangeOptions x;
+    x.cluster = options_.cluster_name;
+    x.self = plan_.self;
+    x.hostname = plan_.hostname;
+    x.peers = plan_.peers;
+    x.membership.period_s = options_.gossip_interval_ms / 1000.0;
+    x.sync_interval_s = options_.sync_interval_s;
+    x.max_message_bytes = static_cast<size_t>(options_.otlp_max_request_bytes);
+    if (!options_.exchange_key_files.empty()) {
+      auto keys = ExchangeKeys::Load(options_.exchange_key_files);
+      if (!keys.ok()) return keys.status();
+      x.keys = *std::move(keys);
+      spdlog::info(
+          "trainscope-sidecar: the exchange is signed with the cluster key {} ({} key(s) "
+          "accepted: {})",
+          x.keys->Ids().front(), x.keys->size(), absl::StrJoin(x.keys->Ids(), ", "));
+    } else {
+      spdlog::warn(
+          "trainscope-sidecar: THE EXCHANGE IS NOT AUTHENTICATED: any process that reaches port "
+          "{} can change this sidecar's view and page people. Give every sidecar the same "
+          "--exchange_key_file (docs/security.md)",
+          options_.grpc_port);
+    }
+    exchange_ = std::make_unique<PeerExchange>(
+        std::move(x), [this] { return LocalViews(); }, channel_credentials_);
+    exchange_->SetOnChange([this] {
+      if (notifier_) notifier_->Poke();
+    });
+    return absl::OkStatus();
+  }
+
   void BuildKeeper() {
     KeeperOptions k;
     k.node = plan_.self.empty() ? plan_.hostname : plan_.self;

@@ -12,6 +12,9 @@ namespace {
 
 constexpr int kMaxGossipItems = 4096;  // Records or member updates in one message.
 constexpr size_t kSyncAnswerBytes = 1 << 20;
+// How far ahead of this node's clock a peer's start time (its generation) may be.
+constexpr double kMaxClockAheadS = 60;
+constexpr uint64_t kMaxIncarnation = uint64_t{1} << 40;
 
 // The hosts of the peers that local tasks wait on for a while or fail to reach over the network.
 std::vector<std::string> HostsInTrouble(const std::vector<TaskView>& views) {
@@ -46,7 +49,9 @@ ExchangeCore::ExchangeCore(ExchangeOptions options, uint64_t generation, Now now
     : options_(std::move(options)),
       membership_(options_.self, options_.hostname, generation, options_.peers, options_.membership,
                   now.s, options_.seed != 0 ? options_.seed : generation),
-      own_(options_.self, options_.hostname, generation, options_.reason_refresh_s) {}
+      own_(options_.self, options_.hostname, generation, options_.reason_refresh_s) {
+  stats_.authenticated = options_.keys != nullptr;
+}
 
 bool ExchangeCore::UpdateOwn(const std::vector<TaskView>& views, Now now) {
   for (const std::string& host : HostsInTrouble(views)) membership_.ProbeSoon(host, now.s);
@@ -123,7 +128,7 @@ std::vector<std::string> ExchangeCore::OnPingDone(const std::string& target, boo
                                                   const std::string& error,
                                                   const v1::PingResponse& response, Now now,
                                                   bool other_answered) {
-  std::string why = error.empty() ? CheckHeader(response.header()) : error;
+  std::string why = error.empty() ? CheckHeader(response.header(), now.unix) : error;
   if (why.empty()) {
     stats_.messages_received++;
     stats_.bytes_received += static_cast<int64_t>(response.ByteSizeLong());
@@ -191,7 +196,7 @@ void ExchangeCore::FillPingReq(const std::string& target, v1::PingReqRequest* re
 void ExchangeCore::OnPingReqDone(const std::string& helper, const std::string& target,
                                  const std::string& error, const v1::PingReqResponse& response,
                                  Now now, bool other_answered) {
-  std::string why = error.empty() ? CheckHeader(response.header()) : error;
+  std::string why = error.empty() ? CheckHeader(response.header(), now.unix) : error;
   if (why.empty()) {
     stats_.messages_received++;
     stats_.bytes_received += static_cast<int64_t>(response.ByteSizeLong());
@@ -236,7 +241,7 @@ void ExchangeCore::FillSync(v1::SyncRequest* request) {
 
 void ExchangeCore::OnSyncDone(const std::string& target, const v1::SyncRequest& request,
                               const std::string& error, const v1::SyncResponse& response, Now now) {
-  std::string why = error.empty() ? CheckHeader(response.header()) : error;
+  std::string why = error.empty() ? CheckHeader(response.header(), now.unix) : error;
   if (!why.empty()) {
     stats_.errors++;
     return;
@@ -262,7 +267,8 @@ std::string ExchangeCore::OnPing(const v1::PingRequest& request, v1::PingRespons
                                  Now now) {
   stats_.messages_received++;
   stats_.bytes_received += static_cast<int64_t>(request.ByteSizeLong());
-  if (std::string why = Refuse(request.header(), request.ByteSizeLong()); !why.empty()) return why;
+  if (std::string why = Refuse(request.header(), request.ByteSizeLong(), now); !why.empty())
+    return why;
   const std::string from = Canonical(request.header().node());
   membership_.OnContact(WithNode(request.header(), from), now.s, /*reply=*/false);
   ApplyGossip(request.gossip(), from, now);
@@ -276,8 +282,14 @@ std::string ExchangeCore::OnPing(const v1::PingRequest& request, v1::PingRespons
 std::string ExchangeCore::OnPingReq(const v1::PingReqRequest& request, Now now) {
   stats_.messages_received++;
   stats_.bytes_received += static_cast<int64_t>(request.ByteSizeLong());
-  if (std::string why = Refuse(request.header(), request.ByteSizeLong()); !why.empty()) return why;
+  if (std::string why = Refuse(request.header(), request.ByteSizeLong(), now); !why.empty())
+    return why;
   if (request.target().empty() || request.target().size() > 256) return "sent no probe target";
+  // Only members are probed on another's behalf: a PingReq cannot make this node dial anywhere.
+  if (membership_.Find(Canonical(request.target())) == nullptr) {
+    return absl::StrCat("sidecar ", options_.self, " probes only members of its cluster, and ",
+                        CleanText(request.target(), 80), " is not one");
+  }
   const std::string from = Canonical(request.header().node());
   membership_.OnContact(WithNode(request.header(), from), now.s, /*reply=*/false);
   ApplyGossip(request.gossip(), from, now);
@@ -297,7 +309,8 @@ std::string ExchangeCore::OnSync(const v1::SyncRequest& request, v1::SyncRespons
                                  Now now) {
   stats_.messages_received++;
   stats_.bytes_received += static_cast<int64_t>(request.ByteSizeLong());
-  if (std::string why = Refuse(request.header(), request.ByteSizeLong()); !why.empty()) return why;
+  if (std::string why = Refuse(request.header(), request.ByteSizeLong(), now); !why.empty())
+    return why;
   if (request.known_size() > kMaxGossipItems) return "sent too many digests";
   membership_.OnContact(WithNode(request.header(), Canonical(request.header().node())), now.s,
                         /*reply=*/false);
@@ -308,29 +321,50 @@ std::string ExchangeCore::OnSync(const v1::SyncRequest& request, v1::SyncRespons
   return "";
 }
 
-std::string ExchangeCore::CheckHeader(const v1::Header& h) const {
+std::string ExchangeCore::CheckHeader(const v1::Header& h, double now_unix) const {
   if (h.protocol_version() != kExchangeProtocolVersion) {
     return absl::StrCat("speaks exchange protocol ", h.protocol_version(), ", this sidecar ",
                         kExchangeProtocolVersion, ": run the same trainscope version");
   }
   if (h.cluster() != options_.cluster) {
-    return absl::StrCat("belongs to cluster \"", CleanText(h.cluster(), 80), "\", not \"",
-                        options_.cluster, "\"");
+    return "belongs to another cluster (--cluster_name differs)";
   }
   if (h.node().empty() || h.node().size() > 256) return "sent no node id";
+  // A generation is a sidecar's start time: one from the future is a lie (or a clock far off),
+  // and would outrank the node's real one.
+  if (static_cast<double>(h.generation()) / 1e9 > now_unix + kMaxClockAheadS) {
+    return "claims a start time in the future (its clock is off, or the message is forged)";
+  }
   return "";
 }
 
-std::string ExchangeCore::Refuse(const v1::Header& h, size_t bytes) {
-  std::string why = CheckHeader(h);
+std::string ExchangeCore::Refuse(const v1::Header& h, size_t bytes, Now now) {
+  std::string why = CheckHeader(h, now.unix);
   if (why.empty() && bytes > options_.max_message_bytes) {
     why = absl::StrCat("sent ", bytes, " bytes (at most ", options_.max_message_bytes, ")");
   }
   if (why.empty()) return "";
   stats_.errors++;
+  stats_.refused[static_cast<size_t>(Refusal::kHeader)]++;
   NoteError(CleanText(h.node(), 256), why);
   return absl::StrCat("sidecar ", options_.self, " refuses ", CleanText(h.node(), 80), ": it ",
                       why);
+}
+
+void ExchangeCore::NoteRefusal(Refusal refusal, const std::string& address, const std::string& why,
+                               Now now) {
+  stats_.errors++;
+  stats_.refused[static_cast<size_t>(refusal)]++;
+  // The address without its port (a new connection, a new port), and the reason.
+  std::string key =
+      absl::StrCat(address.substr(0, address.rfind(':')), " ", std::string(RefusalName(refusal)));
+  auto it = refusal_logged_.find(key);
+  if (it != refusal_logged_.end() && now.unix - it->second < 60) return;
+  if (refusal_logged_.size() >= 1024) refusal_logged_.clear();
+  refusal_logged_[key] = now.unix;
+  log_.push_back(absl::StrCat("refused an exchange message from ", CleanText(address, 80), ": it ",
+                              why, " (", std::string(RefusalName(refusal)),
+                              "; told once a minute)"));
 }
 
 std::string ExchangeCore::Canonical(const std::string& node) const {
@@ -355,8 +389,10 @@ void ExchangeCore::ApplyGossip(const v1::Gossip& g, const std::string& from, Now
     if (r.node() == options_.self) continue;  // Only this node writes its own record.
     v1::NodeRecord copy = r;
     copy.set_node(Canonical(r.node()));
-    std::string why;
-    switch (records_.Apply(copy, now.unix, &why)) {
+    std::string why = Implausible(copy, now);
+    const NodeRecords::Applied applied =
+        why.empty() ? records_.Apply(copy, now.unix, &why) : NodeRecords::Applied::kRefused;
+    switch (applied) {
       case NodeRecords::Applied::kNewer:
         stats_.records_learned++;
         queue_.Put(copy);  // Spread it further (epidemic).
@@ -375,9 +411,29 @@ void ExchangeCore::ApplyGossip(const v1::Gossip& g, const std::string& from, Now
     if (++n > kMaxGossipItems) break;
     v1::MemberUpdate copy = u;
     copy.set_node(Canonical(u.node()));
+    if (!Plausible(copy, now)) continue;
     membership_.OnUpdate(copy, now.s, from);
   }
   Drain();
+}
+
+std::string ExchangeCore::Implausible(const v1::NodeRecord& r, Now now) const {
+  if (membership_.Find(r.node()) == nullptr) {
+    return absl::StrCat("a record of ", CleanText(r.node(), 80), ", which is not a member");
+  }
+  if (static_cast<double>(r.generation()) / 1e9 > now.unix + kMaxClockAheadS ||
+      r.made_at() > now.unix + kMaxClockAheadS) {
+    return absl::StrCat("a record of ", r.node(), " dated in the future");
+  }
+  return "";
+}
+
+bool ExchangeCore::Plausible(const v1::MemberUpdate& u, Now now) const {
+  // Members come from the spec and --peer_sidecars only; a start time from the future, or an
+  // incarnation no refutation count reaches, is a lie that would outrank the truth.
+  const bool member = u.node() == options_.self || membership_.Find(u.node()) != nullptr;
+  return member && static_cast<double>(u.generation()) / 1e9 <= now.unix + kMaxClockAheadS &&
+         u.incarnation() < kMaxIncarnation;
 }
 
 void ExchangeCore::Drain() {
@@ -389,6 +445,7 @@ void ExchangeCore::Drain() {
 }
 
 void ExchangeCore::NoteError(const std::string& peer, const std::string& error) {
+  if (last_error_.size() >= 1024 && !last_error_.count(peer)) last_error_.clear();
   std::string& last = last_error_[peer];
   if (last == error) return;
   last = error;

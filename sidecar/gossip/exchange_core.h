@@ -5,6 +5,7 @@
 // thousands of these in one process over a simulated network. Time is injected.
 // Not thread-safe: the owner serializes every call.
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "gossip/exchange_keys.h"
 #include "gossip/membership.h"
 #include "gossip/node_records.h"
 #include "trainscope/sidecar/task_view.h"
@@ -36,6 +38,9 @@ struct ExchangeOptions {
   size_t max_message_bytes = 4 << 20;
   double reason_refresh_s = 5;  // A problem's changed reason is re-told at most this often.
   uint64_t seed = 0;            // Randomness (0: from the generation).
+  // The cluster key (exchange_keys.h): signs every message sent and verifies every one
+  // received (PeerExchange). Null: the exchange is not authenticated, and says so.
+  std::shared_ptr<ExchangeKeys> keys;
 };
 
 // Counters of the exchange, for /metrics and the scale bench.
@@ -47,6 +52,9 @@ struct ExchangeStats {
   int64_t errors = 0;  // Failed calls and nonsense from peers.
   int64_t records_refused = 0;
   int64_t records_learned = 0;
+  // Messages refused before they were read, by Refusal (exchange_keys.h).
+  std::array<int64_t, std::size(kAllRefusals) + 1> refused{};
+  bool authenticated = false;  // Signed with a cluster key.
 };
 
 // What the exchange knows, as a value.
@@ -123,8 +131,12 @@ class ExchangeCore {
   void FillPingReqAnswer(bool reached, const std::string& error, v1::PingReqResponse* response);
   std::string OnSync(const v1::SyncRequest& request, v1::SyncResponse* response, Now now);
 
-  // Why a peer's header is not for this node, in words; "" when it is.
-  std::string CheckHeader(const v1::Header& header) const;
+  // Why a peer's header is not for this node, in words; "" when it is. The words never say
+  // this node's cluster name: they go back to the sender.
+  std::string CheckHeader(const v1::Header& header, double now_unix) const;
+  // A message from `address` (its transport address) was refused (`refusal`, `why`): counted,
+  // and logged once a minute per address and reason.
+  void NoteRefusal(Refusal refusal, const std::string& address, const std::string& why, Now now);
 
   // A snapshot for readers, and whether something changed since the last one.
   std::shared_ptr<ExchangeSnapshot> Snapshot(Now now);
@@ -143,11 +155,14 @@ class ExchangeCore {
  private:
   void Drain();
   void FillGossip(const std::string& target, v1::Gossip* gossip, bool fresh_only = false);
-  std::string Refuse(const v1::Header& header, size_t bytes);
+  std::string Refuse(const v1::Header& header, size_t bytes, Now now);
   std::string Canonical(const std::string& node) const;
   void Contact(const v1::Header& header, const std::string& target, double now_s);
   void ApplyGossip(const v1::Gossip& gossip, const std::string& from, Now now);
   void NoteError(const std::string& peer, const std::string& error);
+  // Why a record from gossip cannot be true ("" when it can); whether a member update can.
+  std::string Implausible(const v1::NodeRecord& record, Now now) const;
+  bool Plausible(const v1::MemberUpdate& update, Now now) const;
 
   struct Indirect {
     int outstanding = 0;
@@ -164,7 +179,8 @@ class ExchangeCore {
   std::map<std::string, Indirect> indirect_;
   std::map<std::string, double> probe_sent_s_;  // When each member was last probed (monotonic).
   std::map<std::string, std::string> aliases_;
-  std::map<std::string, std::string> last_error_;
+  std::map<std::string, std::string> last_error_;  // Bounded (NoteError).
+  std::map<std::string, double> refusal_logged_;   // Address and reason: when logged (unix).
   std::vector<std::string> log_;
   bool joined_ = false;
   bool dirty_ = true;

@@ -56,6 +56,21 @@ void AddExchangeFamilies(const ExchangeStats& x, const std::vector<Member>& memb
   telemetry::AddCounter(out, names::kSidecarRecordsRefused,
                         "Node records from other sidecars that made no sense.",
                         static_cast<double>(x.records_refused));
+  telemetry::AddGauge(out, names::kSidecarExchangeAuthenticated,
+                      "1: every exchange message is signed with the cluster key and checked "
+                      "(--exchange_key_file); 0: anyone who reaches the gRPC port can speak for a "
+                      "node.",
+                      x.authenticated ? 1 : 0);
+  auto refused = MakeFamily(names::kSidecarExchangeRefused,
+                            "Exchange messages refused before they were read, by reason "
+                            "(unsigned, unknown_key, bad_signature, stale, replayed, signed, "
+                            "header).",
+                            MetricType::Counter);
+  for (Refusal r : kAllRefusals) {
+    AddMetric(refused, {{std::string(names::kLabelReason), std::string(RefusalName(r))}})
+        .counter.value = static_cast<double>(x.refused[static_cast<size_t>(r)]);
+  }
+  out->push_back(std::move(refused));
 }
 
 }  // namespace trainscope::sidecar

@@ -12,7 +12,6 @@ namespace {
 using v1::MemberUpdate;
 
 // More members than any cluster we design for; past it, strangers are not added.
-constexpr size_t kMaxMembers = 100000;
 // How long before its last contact a node's doubts are forgiven with those of its silence.
 constexpr double kDoubtsBeforeSilenceS = 2.0;
 
@@ -75,15 +74,10 @@ const Member* Membership::Find(const std::string& id) const {
 Member& Membership::Get(const std::string& id) {
   auto it = members_.find(id);
   if (it != members_.end()) return it->second;
-  static Member overflow;  // Past kMaxMembers: a sink that is never probed.
-  if (members_.size() >= kMaxMembers) {
-    overflow = Member{};
-    return overflow;
-  }
-  Member m;
-  m.id = id;
-  m.status_since = started_s_;
-  return members_.emplace(id, std::move(m)).first->second;
+  // Members come from the spec and --peer_sidecars only: what others say of anyone else, or a
+  // message from a node of no list, lands in a sink that is never probed nor shown.
+  sink_ = Member{};
+  return sink_;
 }
 
 int Membership::RetransmitLimit() const {
@@ -290,13 +284,17 @@ void Membership::OnUpdate(const MemberUpdate& u, double now_s, const std::string
   if (u.node().empty()) return;
   if (u.node() == self_) {
     bool doubted = u.status() == MemberUpdate::SUSPECT || u.status() == MemberUpdate::SILENT;
-    if (doubted && u.generation() == generation_ && u.incarnation() >= incarnation_) {
+    // Refuted whatever generation the doubt names: only this node says what it is.
+    if (doubted && u.generation() >= generation_ && u.incarnation() >= incarnation_) {
       Refute(u.incarnation() + 1);
     }
     return;
   }
   Member& m = Get(u.node());
   if (m.id.empty() || u.generation() < m.generation) return;
+  // A generation becomes known from the node itself (its messages, its ALIVE): a doubt or a
+  // goodbye naming one this node has not seen alive is not taken from others.
+  if (u.generation() > m.generation && m.heard && u.status() != MemberUpdate::ALIVE) return;
   if (!u.hostname().empty()) m.hostname = u.hostname();
   // Another node's probe error, kept until this node has one of its own; a refusal (its sidecar
   // is down, the machine answers) is the more telling word.

@@ -192,7 +192,8 @@ class Membership {
   uint64_t generation_;
   uint64_t incarnation_ = 0;
   MembershipOptions options_;
-  std::map<std::string, Member> members_;
+  std::map<std::string, Member> members_;  // Fixed at construction.
+  Member sink_;                            // Get's answer for an id that is not a member.
   std::vector<std::string> order_;         // Probe order; reshuffled at each round's end.
   std::vector<std::string> soon_;          // Probed before the round's next (ProbeSoon).
   std::map<std::string, double> soon_at_;  // When each was last put ahead.

@@ -65,6 +65,7 @@ class PeerExchange::Impl {
        std::shared_ptr<grpc::ChannelCredentials> credentials)
       : local_(std::move(local)),
         credentials_(std::move(credentials)),
+        keys_(options.keys),
         core_(std::move(options), NowNanos(), Clock()),
         service_(this) {
     snapshot_ = core_.Snapshot(Clock());
@@ -160,7 +161,12 @@ class PeerExchange::Impl {
       auto* reactor = ctx->DefaultReactor();
       CallGate::Pass pass = impl_->gate_.Enter();
       if (!pass) return Stopping(reactor);
-      reactor->Finish(impl_->Serve([&](Now now) { return impl_->core_.OnPing(*req, resp, now); }));
+      reactor->Finish(impl_->Serve([&](Now now) {
+        if (std::string why = impl_->Check(*req, ctx->peer(), now); !why.empty()) return why;
+        std::string why = impl_->core_.OnPing(*req, resp, now);
+        if (why.empty()) impl_->Sign(resp, now);
+        return why;
+      }));
       return reactor;
     }
     grpc::ServerUnaryReactor* PingReq(grpc::CallbackServerContext* ctx,
@@ -169,7 +175,7 @@ class PeerExchange::Impl {
       auto* reactor = ctx->DefaultReactor();
       CallGate::Pass pass = impl_->gate_.Enter();
       if (!pass) return Stopping(reactor);
-      impl_->ServePingReq(*req, resp, reactor);
+      impl_->ServePingReq(*req, resp, reactor, ctx->peer());
       return reactor;
     }
     grpc::ServerUnaryReactor* Sync(grpc::CallbackServerContext* ctx, const v1::SyncRequest* req,
@@ -177,7 +183,12 @@ class PeerExchange::Impl {
       auto* reactor = ctx->DefaultReactor();
       CallGate::Pass pass = impl_->gate_.Enter();
       if (!pass) return Stopping(reactor);
-      reactor->Finish(impl_->Serve([&](Now now) { return impl_->core_.OnSync(*req, resp, now); }));
+      reactor->Finish(impl_->Serve([&](Now now) {
+        if (std::string why = impl_->Check(*req, ctx->peer(), now); !why.empty()) return why;
+        std::string why = impl_->core_.OnSync(*req, resp, now);
+        if (why.empty()) impl_->Sign(resp, now);
+        return why;
+      }));
       return reactor;
     }
 
@@ -270,6 +281,22 @@ class PeerExchange::Impl {
     for (const std::string& line : core_.TakeLog()) spdlog::info("{}", line);
   }
 
+  // ---- The cluster key (exchange_keys.h). ----
+
+  // Signs an outgoing message when this node has a key.
+  void Sign(google::protobuf::Message* message, Now now) const {
+    if (keys_) keys_->Sign(message, now.unix);
+  }
+  // "" when an incoming message from `address` is the cluster's (signed with its key, recent,
+  // new; or, without a key, unsigned), else why not: counted and logged. Caller holds mu_.
+  std::string Check(const google::protobuf::Message& message, const std::string& address, Now now) {
+    const Verdict v =
+        keys_ ? keys_->Verify(message, now.unix) : ExchangeKeys::VerifyUnkeyed(message);
+    if (v.ok()) return "";
+    core_.NoteRefusal(v.refusal, address, v.why, now);
+    return absl::StrCat("sidecar ", core_.options().self, " refuses the message: it ", v.why);
+  }
+
   // ---- Client side. ----
 
   // Shared: a stuck channel is replaced (below) while a caller, out of the lock, may still start
@@ -357,11 +384,13 @@ class PeerExchange::Impl {
         if (reactor == nullptr) return;
         --indirect_serving_;
         core_.FillPingReqAnswer(false, "the sidecar asked to probe is stopping", reply);
+        Sign(reply, Clock());
         lock.unlock();
         reactor->Finish(grpc::Status::OK);
         return;
       }
       core_.FillPing(target, &call->req, kind == Kind::kRelay);
+      Sign(&call->req, Clock());
       stub = StubFor(target);
     }
     PingCall* c = call.release();
@@ -376,14 +405,18 @@ class PeerExchange::Impl {
     {
       std::lock_guard lock(mu_);
       NoteFailed(call->target, error, call->sent_s);
-      helpers = core_.OnPingDone(call->target, call->kind == Kind::kProbe, error, call->resp,
-                                 Clock(), OtherAnswered(s));
+      const Now now = Clock();
+      const std::string refused = s.ok() ? Check(call->resp, call->target, now) : "";
+      helpers = core_.OnPingDone(call->target, call->kind == Kind::kProbe,
+                                 refused.empty() ? error : refused, call->resp, now,
+                                 OtherAnswered(s) || !refused.empty());
       if (call->reactor != nullptr) {
         --indirect_serving_;
         // Heard from the target since this ping went out: reached (what failed is this node's
         // connection to it, set up while the network was down).
         core_.FillPingReqAnswer(error.empty() || core_.HeardSince(call->target, call->sent_s),
                                 error, call->reply);
+        Sign(call->reply, Clock());
       }
       Log();
       news = core_.dirty();
@@ -404,6 +437,7 @@ class PeerExchange::Impl {
       std::lock_guard lock(mu_);
       if (!Begin(&call->ctx)) return;
       core_.FillPingReq(target, &call->req);
+      Sign(&call->req, Clock());
       stub = StubFor(helper);
     }
     PingReqCall* c = call.release();
@@ -415,10 +449,13 @@ class PeerExchange::Impl {
     std::unique_ptr<PingReqCall> call(c);
     {
       std::lock_guard lock(mu_);
-      const std::string error = Words(s, core_.options().indirect_timeout_ms);
+      const Now now = Clock();
+      const std::string refused = s.ok() ? Check(call->resp, call->helper, now) : "";
+      const std::string error =
+          refused.empty() ? Words(s, core_.options().indirect_timeout_ms) : refused;
       NoteFailed(call->helper, error, call->sent_s);
-      core_.OnPingReqDone(call->helper, call->req.target(), error, call->resp, Clock(),
-                          OtherAnswered(s));
+      core_.OnPingReqDone(call->helper, call->req.target(), error, call->resp, now,
+                          OtherAnswered(s) || !refused.empty());
       Log();
     }
     // The probe's outcome (a member reached only through others: a cut link) goes into this
@@ -437,6 +474,7 @@ class PeerExchange::Impl {
       std::lock_guard lock(mu_);
       if (!Begin(&call->ctx)) return;
       core_.FillSync(&call->req);
+      Sign(&call->req, Clock());
       stub = StubFor(target);
     }
     SyncCall* c = call.release();
@@ -448,9 +486,11 @@ class PeerExchange::Impl {
     bool news = false;
     {
       std::lock_guard lock(mu_);
-      const std::string error = Words(s, 2000);
+      const Now now = Clock();
+      const std::string refused = s.ok() ? Check(call->resp, call->target, now) : "";
+      const std::string error = refused.empty() ? Words(s, 2000) : refused;
       NoteFailed(call->target, error, call->sent_s);
-      core_.OnSyncDone(call->target, call->req, error, call->resp, Clock());
+      core_.OnSyncDone(call->target, call->req, error, call->resp, now);
       Log();
       news = core_.dirty();
     }
@@ -465,23 +505,34 @@ class PeerExchange::Impl {
   void SetOnChange(std::function<void()> on_change) { on_change_ = std::move(on_change); }
   grpc::Service* snapshots_service() { return &snapshots_; }
 
-  grpc::Status ServeStacks(const v1::StacksRequest& req, v1::StackList* resp) {
+  grpc::Status ServeStacks(const v1::StacksRequest& req, v1::StackList* resp,
+                           const std::string& address) {
     if (!stacks_) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no snapshots here");
     if (stacks_serving_.fetch_add(1) >= kMaxConcurrentStacks) {
       stacks_serving_.fetch_sub(1);
       return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                           "too many snapshot requests at once; ask again");
     }
-    grpc::Status status = AnswerStacks(req, resp);
+    grpc::Status status = AnswerStacks(req, resp, address);
     stacks_serving_.fetch_sub(1);
     return status;
   }
 
-  grpc::Status AnswerStacks(const v1::StacksRequest& req, v1::StackList* resp) {
-    if (req.header().cluster() != core_.options().cluster) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          absl::StrCat("this sidecar watches cluster '", core_.options().cluster,
-                                       "', not '", req.header().cluster(), "'"));
+  grpc::Status AnswerStacks(const v1::StacksRequest& req, v1::StackList* resp,
+                            const std::string& address) {
+    {
+      std::lock_guard lock(mu_);
+      const Now now = Clock();
+      std::string why = Check(req, address, now);
+      if (why.empty()) {
+        why = core_.CheckHeader(req.header(), now.unix);
+        if (!why.empty()) core_.NoteRefusal(Refusal::kHeader, address, why, now);
+      }
+      Log();
+      if (!why.empty()) {
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            absl::StrCat("sidecar ", core_.options().self, " refuses: it ", why));
+      }
     }
     auto list = stacks_(req.task(), req.fresh());
     if (!list.ok()) {
@@ -512,6 +563,7 @@ class PeerExchange::Impl {
     {
       std::lock_guard lock(mu_);
       core_.FillHeader(req.mutable_header());
+      Sign(&req, Clock());
       auto& slot = snapshot_stubs_[node];
       if (slot == nullptr) {
         ChannelOptions channel;
@@ -562,11 +614,13 @@ class PeerExchange::Impl {
   }
 
   void ServePingReq(const v1::PingReqRequest& req, v1::PingReqResponse* resp,
-                    grpc::ServerUnaryReactor* reactor) {
+                    grpc::ServerUnaryReactor* reactor, const std::string& address) {
     int timeout_ms = 0;
     {
       std::lock_guard lock(mu_);
-      std::string why = core_.OnPingReq(req, Clock());
+      const Now now = Clock();
+      std::string why = Check(req, address, now);
+      if (why.empty()) why = core_.OnPingReq(req, now);
       Log();
       if (core_.dirty()) Poke();
       if (!why.empty()) {
@@ -587,7 +641,8 @@ class PeerExchange::Impl {
   const LocalViews local_;
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;  // Null: plain text.
 
-  mutable std::mutex mu_;  // Guards the core and the call bookkeeping below.
+  const std::shared_ptr<ExchangeKeys> keys_;  // Null: unauthenticated.
+  mutable std::mutex mu_;                     // Guards the core and the call bookkeeping below.
   ExchangeCore core_;
   std::map<std::string, std::shared_ptr<v1::Exchange::Stub>> stubs_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;  // Of stubs_, by target.
@@ -612,9 +667,9 @@ class PeerExchange::Impl {
   class SnapshotsService final : public v1::Snapshots::Service {
    public:
     explicit SnapshotsService(Impl* impl) : impl_(impl) {}
-    grpc::Status Stacks(grpc::ServerContext*, const v1::StacksRequest* req,
+    grpc::Status Stacks(grpc::ServerContext* ctx, const v1::StacksRequest* req,
                         v1::StackList* resp) override {
-      return impl_->ServeStacks(*req, resp);
+      return impl_->ServeStacks(*req, resp, ctx->peer());
     }
 
    private:

@@ -84,8 +84,9 @@ TEST(ExchangeCore, RefusesPeersOfAnotherClusterOrProtocol) {
   req.mutable_header()->set_cluster("b");
   req.mutable_header()->set_node("y:1");
   v1::PingResponse resp;
-  EXPECT_NE(core.OnPing(req, &resp, Now{1, 1.7e9}).find("belongs to cluster \"b\", not \"a\""),
-            std::string::npos);
+  const std::string refused = core.OnPing(req, &resp, Now{1, 1.7e9});
+  EXPECT_NE(refused.find("belongs to another cluster"), std::string::npos) << refused;
+  EXPECT_EQ(refused.find("\"a\""), std::string::npos) << "the refusal tells this cluster's name";
   req.mutable_header()->set_cluster("a");
   req.mutable_header()->set_protocol_version(7);
   EXPECT_NE(core.OnPing(req, &resp, Now{1, 1.7e9}).find("speaks exchange protocol 7"),
@@ -129,6 +130,101 @@ TEST(ExchangeCore, AProbeThatFailsAfterTheMemberWasHeardIsNoFailure) {
   EXPECT_EQ(core.OnPingDone("y:1", true, "connection timed out", {}, Now{2.2, 1.7e9 + 2.2}),
             std::vector<std::string>{"z:1"});
   EXPECT_EQ(core.membership().Find("y:1")->direct_failures, 1);
+}
+
+}  // namespace
+}  // namespace trainscope::sidecar
+
+namespace trainscope::sidecar {
+namespace {
+
+constexpr double kUnix = 1.7e9;
+
+v1::PingRequest PingFrom(const std::string& node, uint64_t generation) {
+  v1::PingRequest req;
+  req.mutable_header()->set_protocol_version(kExchangeProtocolVersion);
+  req.mutable_header()->set_cluster("c");
+  req.mutable_header()->set_node(node);
+  req.mutable_header()->set_generation(generation);
+  return req;
+}
+
+ExchangeOptions ThreeNodes(const std::string& self) {
+  ExchangeOptions o;
+  o.cluster = "c";
+  o.self = self;
+  for (std::string id : {"a:1", "b:1", "m:1"}) {
+    if (id != self) o.peers.push_back(id);
+  }
+  return o;
+}
+
+// What a process of the network (without the key, or a member lying) says in gossip: doubts
+// naming a generation from the future, members from nowhere, records dated ahead, and a probe
+// of an address that is no member. None of it changes what the node holds.
+TEST(ExchangeCore, LiesInGossipChangeNothing) {
+  ExchangeCore core(ThreeNodes("a:1"), 1, Now{0, kUnix});
+  v1::PingResponse resp;
+  const uint64_t now_ns = static_cast<uint64_t>(kUnix * 1e9);
+  ASSERT_EQ(core.OnPing(PingFrom("b:1", now_ns), &resp, Now{1, kUnix}), "");
+  v1::PingRequest lie = PingFrom("m:1", now_ns);
+  v1::MemberUpdate* u = lie.mutable_gossip()->add_members();
+  u->set_node("b:1");
+  u->set_status(v1::MemberUpdate::SILENT);
+  u->set_generation(~uint64_t{0});  // "a newer b, and it is silent"
+  u->set_incarnation(1);
+  v1::MemberUpdate* stranger = lie.mutable_gossip()->add_members();
+  stranger->set_node("evil:1");
+  stranger->set_status(v1::MemberUpdate::ALIVE);
+  v1::NodeRecord* ahead = lie.mutable_gossip()->add_records();
+  ahead->set_node("b:1");
+  ahead->set_generation(now_ns);
+  ahead->set_version(99);
+  ahead->set_made_at(kUnix + 3600);
+  v1::NodeRecord* nowhere = lie.mutable_gossip()->add_records();
+  nowhere->set_node("evil:1");
+  nowhere->set_version(1);
+  ASSERT_EQ(core.OnPing(lie, &resp, Now{2, kUnix}), "");
+  EXPECT_EQ(core.membership().Find("b:1")->status, MemberStatus::kAlive);
+  EXPECT_EQ(core.membership().Find("evil:1"), nullptr) << "a member from nowhere";
+  EXPECT_EQ(core.membership().members().size(), 2u);
+  EXPECT_EQ(core.records().Find("b:1"), nullptr) << "a record dated an hour ahead";
+  EXPECT_EQ(core.records().Find("evil:1"), nullptr);
+  EXPECT_EQ(core.stats().records_refused, 2);
+  // A sender whose own start time is in the future is refused whole.
+  EXPECT_NE(core.OnPing(PingFrom("m:1", now_ns + uint64_t{3600} * 1000000000), &resp, Now{3, kUnix})
+                .find("in the future"),
+            std::string::npos);
+  // Indirect probes only of members: no channel to anywhere on a stranger's word.
+  v1::PingReqRequest probe;
+  *probe.mutable_header() = PingFrom("b:1", now_ns).header();
+  probe.set_target("unix:/run/something.sock");
+  EXPECT_NE(core.OnPingReq(probe, Now{4, kUnix}).find("is not one"), std::string::npos);
+  probe.set_target("m:1");
+  EXPECT_EQ(core.OnPingReq(probe, Now{4, kUnix}), "");
+}
+
+// A node told it is silent or suspect refutes it, whatever generation the doubt names; others
+// do not take a doubt about a generation they have not heard from the node itself.
+TEST(ExchangeCore, ANodeRefutesDoubtsOfAnyGeneration) {
+  const uint64_t gen = static_cast<uint64_t>(kUnix * 1e9);
+  ExchangeCore b(ThreeNodes("b:1"), gen, Now{0, kUnix});
+  v1::PingRequest lie = PingFrom("a:1", gen);
+  v1::MemberUpdate* u = lie.mutable_gossip()->add_members();
+  u->set_node("b:1");
+  u->set_status(v1::MemberUpdate::SILENT);
+  u->set_generation(gen + 5);
+  u->set_incarnation(7);
+  v1::PingResponse resp;
+  ASSERT_EQ(b.OnPing(lie, &resp, Now{1, kUnix}), "");
+  EXPECT_GT(b.membership().incarnation(), 7u) << "b raised its incarnation to refute";
+  ExchangeCore a(ThreeNodes("a:1"), gen, Now{0, kUnix});
+  ASSERT_EQ(a.OnPing(PingFrom("b:1", gen), &resp, Now{1, kUnix}), "");
+  v1::PingRequest relay = PingFrom("m:1", gen);
+  *relay.mutable_gossip()->add_members() = *u;
+  ASSERT_EQ(a.OnPing(relay, &resp, Now{2, kUnix}), "");
+  EXPECT_EQ(a.membership().Find("b:1")->status, MemberStatus::kAlive);
+  EXPECT_EQ(a.membership().Find("b:1")->generation, gen);
 }
 
 }  // namespace

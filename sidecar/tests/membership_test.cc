@@ -379,10 +379,18 @@ TEST_F(MembershipTest, LeavingIsNewsAndLeftMembersAreNotProbed) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(*m.NextProbeTarget(), "c:1");
 }
 
-TEST_F(MembershipTest, StrangersAreAddedAndTimeoutsGrowSlowlyWithTheCluster) {
+// Members are the spec's and --peer_sidecars': a stranger's message or news of one adds nothing
+// (else anyone could make a node probe, keep and show whatever it names).
+TEST_F(MembershipTest, StrangersAreNotAddedAndTimeoutsGrowSlowlyWithTheCluster) {
   Membership small = Make({"b:1"});
   small.OnContact(HeaderOf("z:9"), 0);
-  EXPECT_NE(small.Find("z:9"), nullptr);
+  v1::MemberUpdate news;
+  news.set_node("y:9");
+  news.set_status(v1::MemberUpdate::ALIVE);
+  small.OnUpdate(news, 0, "b:1");
+  EXPECT_EQ(small.Find("z:9"), nullptr);
+  EXPECT_EQ(small.Find("y:9"), nullptr);
+  EXPECT_EQ(small.members().size(), 1u);
   std::vector<std::string> many;
   for (int i = 0; i < 1100; ++i) many.push_back("n" + std::to_string(i) + ":1");
   Membership big = Make(many);

@@ -226,9 +226,9 @@ void WriteExchange(const fs::path& dir) {
   Must(fresh->OnPing(ping, &ignored_pong, now));
   Must(fresh->OnPingReq(pingreq, now));
   Must(fresh->OnSync(sync, &ignored_sync, now));
-  Must(fresh->CheckHeader(pong.header()));
-  Must(fresh->CheckHeader(pingreq_answer.header()));
-  Must(fresh->CheckHeader(sync_answer.header()));
+  Must(fresh->CheckHeader(pong.header(), 2e9));
+  Must(fresh->CheckHeader(pingreq_answer.header(), 2e9));
+  Must(fresh->CheckHeader(sync_answer.header(), 2e9));
   Write(dir, "ping", tag(0, ping));
   Write(dir, "pingreq", tag(1, pingreq));
   Write(dir, "sync", tag(2, sync));

@@ -54,6 +54,9 @@ struct SidecarOptions {
   // Peer sidecars, "host:port,..." of their gRPC ports; empty = every other host of the spec
   // at grpc_port; "none" = no exchange.
   std::string peer_sidecars;
+  // The cluster key of the exchange (docs/security.md): files of the same key(s) on every node;
+  // the first signs, each verifies (rotation). Empty: the exchange is not authenticated.
+  std::vector<std::string> exchange_key_files;
   // The exchange's protocol period (one probe each), and how often it compares a slice of its
   // records with one peer.
   int gossip_interval_ms = 200;

@@ -186,6 +186,8 @@ inline constexpr char kSidecarRecordsLearned[] =
     "trainscope_sidecar_exchange_records_learned_total";
 inline constexpr char kSidecarRecordsRefused[] =
     "trainscope_sidecar_exchange_records_refused_total";
+inline constexpr char kSidecarExchangeRefused[] = "trainscope_sidecar_exchange_refused_total";
+inline constexpr char kSidecarExchangeAuthenticated[] = "trainscope_sidecar_exchange_authenticated";
 // 1 while this node is cut off from every other node.
 inline constexpr char kSidecarIsolated[] = "trainscope_sidecar_isolated";
 // First-hand alerts posted to --alertmanager_url: alerts (firing or resolved) by `status`, ok
