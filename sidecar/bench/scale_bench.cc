@@ -87,6 +87,7 @@ struct Node {
 
 struct RealRow {
   int nodes = 0;
+  bool keyed = false;  // The exchange signed with a cluster key.
   double converge_s = 0;
   double cpu_max = 0, cpu_median = 0;  // Percent of one core.
   double rss_max_mib = 0;
@@ -128,9 +129,12 @@ double ChangeToEveryView(std::vector<Node>& nodes, int victim) {
   return worst * 1000;
 }
 
-RealRow RunReal(int n, double window_s, int changes, std::mt19937& rng) {
+// `key_file`: the cluster key every sidecar signs its exchange with ("": unkeyed).
+RealRow RunReal(int n, double window_s, int changes, std::mt19937& rng,
+                const std::string& key_file) {
   RealRow row;
   row.nodes = n;
+  row.keyed = !key_file.empty();
   const int task_port = PortFreeOnAll(n, rng);
   const int http_port = PortFreeOnAll(n, rng);
   const int grpc_port = PortFreeOnAll(n, rng);
@@ -152,11 +156,11 @@ RealRow RunReal(int n, double window_s, int changes, std::mt19937& rng) {
   }
   for (int i = 0; i < n; ++i) {
     nodes[i].http = Host(i) + ":" + std::to_string(http_port);
-    nodes[i].sidecar = std::make_unique<Process>(
-        BinPath("trainscope-sidecar"),
-        std::vector<std::string>{"--cluster_spec", path, "--http_address", Host(i), "--http_port",
-                                 std::to_string(http_port), "--grpc_port",
-                                 std::to_string(grpc_port)});
+    std::vector<std::string> args{"--cluster_spec", path, "--http_address", Host(i), "--http_port",
+                                  std::to_string(http_port), "--grpc_port",
+                                  std::to_string(grpc_port)};
+    if (!key_file.empty()) args.insert(args.end(), {"--exchange_key_file", key_file});
+    nodes[i].sidecar = std::make_unique<Process>(BinPath("trainscope-sidecar"), args);
   }
   const double start = MonotonicSeconds();
   while (!AllUp(nodes, n) && MonotonicSeconds() - start < 120) {
@@ -270,6 +274,32 @@ void Simulate(int n, int trials, int retransmit_mult, int sync_every, uint64_t s
 
 }  // namespace
 
+// A cluster key for --key on/both, in a file only this user reads.
+std::string KeyFile() {
+  static std::string path;
+  if (path.empty()) {
+    char name[] = "/tmp/trainscope-scale-key-XXXXXX";
+    close(mkstemp(name));
+    std::ofstream(name) << "scale-bench-cluster-key-" << getpid() << "-0123456789abcdef\n";
+    path = name;
+  }
+  return path;
+}
+
+// Keyed over unkeyed, for each size run both ways: what signing every message costs.
+void PrintKeyRatios(const std::vector<RealRow>& rows) {
+  for (const RealRow& off : rows) {
+    for (const RealRow& on : rows) {
+      if (off.keyed || !on.keyed || off.nodes != on.nodes || off.cpu_max <= 0) continue;
+      std::printf("keyed / unkeyed at %d nodes: busiest CPU %.2f, median CPU %.2f, bytes sent "
+                  "%.2f\n",
+                  on.nodes, on.cpu_max / off.cpu_max,
+                  off.cpu_median > 0 ? on.cpu_median / off.cpu_median : 0,
+                  off.bytes_median > 0 ? on.bytes_median / off.bytes_median : 0);
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   std::string mode = "real";
   std::string nodes_list = "8,16,32,40,64";
@@ -285,6 +315,12 @@ int main(int argc, char** argv) {
   app.add_option("--nodes", nodes_list, "Cluster sizes for the real mode")->capture_default_str();
   app.add_option("--window_s", window_s, "Measurement window per size")->capture_default_str();
   app.add_option("--changes", changes, "Task deaths timed per size")->capture_default_str();
+  std::string key = "off";
+  app.add_option("--key", key,
+                 "The exchange's cluster key: off, on, or both (each size unkeyed, then keyed, "
+                 "with their ratios)")
+      ->check(CLI::IsMember({"off", "on", "both"}))
+      ->capture_default_str();
   app.add_option("--sim_nodes", sim_nodes)->capture_default_str();
   app.add_option("--sim_trials", sim_trials)->capture_default_str();
   app.add_option("--sim_retransmit", sim_retransmit, "Retransmit multiplier")
@@ -300,9 +336,10 @@ int main(int argc, char** argv) {
       int n = std::stoi(std::string(part));
       std::printf("running %d nodes ...\n", n);
       std::fflush(stdout);
-      rows.push_back(RunReal(n, window_s, changes, rng));
+      if (key != "on") rows.push_back(RunReal(n, window_s, changes, rng, ""));
+      if (key != "off") rows.push_back(RunReal(n, window_s, changes, rng, KeyFile()));
     }
-    std::printf("\n%6s %9s %12s %12s %9s %14s %14s %18s %9s\n", "nodes", "joined s", "CPU% busiest",
+    std::printf("\n%6s %5s %9s %12s %12s %9s %14s %14s %18s %9s\n", "nodes", "key", "joined s", "CPU% busiest",
                 "CPU% median", "RSS MiB", "B/s sent med", "B/s sent max", "change->all ms",
                 "stop ms");
     for (const RealRow& r : rows) {
@@ -310,10 +347,11 @@ int main(int argc, char** argv) {
       for (double c : r.change_ms) {
         changes_text += (changes_text.empty() ? "" : "/") + std::to_string(static_cast<int>(c));
       }
-      std::printf("%6d %9.1f %12.2f %12.2f %9.1f %14.0f %14.0f %18s %9.0f\n", r.nodes, r.converge_s,
+      std::printf("%6d %5s %9.1f %12.2f %12.2f %9.1f %14.0f %14.0f %18s %9.0f\n", r.nodes, r.keyed ? "on" : "off", r.converge_s,
                   r.cpu_max, r.cpu_median, r.rss_max_mib, r.bytes_median, r.bytes_max,
                   changes_text.c_str(), r.stop_max_ms);
     }
+    PrintKeyRatios(rows);
     for (const RealRow& r : rows) {
       if (r.nodes == 40 && rows.front().cpu_max > 0) {
         std::printf("busiest sidecar at 40 nodes / at %d nodes: %.2f\n", rows.front().nodes,

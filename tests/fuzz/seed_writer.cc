@@ -198,7 +198,8 @@ void WriteExchange(const fs::path& dir) {
   Must(b.OnPing(cb, &bc, now));
   c.OnPingDone("b:1", true, "", bc, now);
   auto tag = [](int t, const google::protobuf::Message& m) {
-    return EncodeRecord(static_cast<uint8_t>(t), m.SerializeAsString());
+    // The high bit: signed with the cluster key in the fuzzer (a member's message).
+    return EncodeRecord(static_cast<uint8_t>(0x80 | t), m.SerializeAsString());
   };
   sv1::PingRequest ping;  // b -> a
   b.FillPing("a:1", &ping);
@@ -230,6 +231,7 @@ void WriteExchange(const fs::path& dir) {
   Must(fresh->CheckHeader(pingreq_answer.header(), 2e9));
   Must(fresh->CheckHeader(sync_answer.header(), 2e9));
   Write(dir, "ping", tag(0, ping));
+  Write(dir, "forged_ping", EncodeRecord(0, ping.SerializeAsString()));  // Unsigned: refused.
   Write(dir, "pingreq", tag(1, pingreq));
   Write(dir, "sync", tag(2, sync));
   Write(dir, "ping_answer", tag(3, pong));
