@@ -526,6 +526,7 @@ ClusterView BuildClusterView(const ClusterViewInputs& in) {
   view.self = in.self;
   view.self_hostname = in.self_hostname;
   view.isolated_since = m.isolated_since;
+  view.exchange_unauthenticated = in.exchange != nullptr && !in.exchange->stats.authenticated;
   FindPartitions(m, view);
   BlameSlowPs(m);
   ApplySelfIsolation(m);
@@ -543,6 +544,7 @@ pb::TaskList ToTaskList(const std::string& cluster, const ClusterView& view, boo
   list.set_api_version(kApiVersion);
   list.set_node(CleanText(view.self));
   list.set_isolated(view.isolated_since.has_value());
+  list.set_exchange_unauthenticated(view.exchange_unauthenticated);
   for (const TaskView& v : view.tasks) {
     if (local_only && std::find(view.local.begin(), view.local.end(), v.task) == view.local.end()) {
       continue;

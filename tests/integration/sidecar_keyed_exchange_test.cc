@@ -153,6 +153,10 @@ TEST(SidecarKeyedExchange, AnUnkeyedSidecarIsRefusedAndSaysItIsNotAuthenticated)
       << metrics;
   EXPECT_EQ(Counter(open.Get("/metrics"), "trainscope_sidecar_exchange_authenticated"), 0);
   EXPECT_NE(open.process().Output().find("THE EXCHANGE IS NOT AUTHENTICATED"), std::string::npos);
+  // The page's banner says it from the API.
+  EXPECT_NE(open.Get("/api/v1/tasks").find("\"exchange_unauthenticated\":true"), std::string::npos);
+  EXPECT_NE(keyed.Get("/api/v1/tasks").find("\"exchange_unauthenticated\":false"),
+            std::string::npos);
   unlink(key_file.c_str());
 }
 

@@ -19,6 +19,7 @@ told its node's tasks, no exchange between sidecars).
 Standard library only.
 """
 
+import base64
 import json
 import os
 import signal
@@ -170,6 +171,10 @@ class TrainingCluster:
             roles.setdefault(role, {})[int(index)] = self.task_address[t]
         self.spec = {"cluster": {r: [by[i] for i in sorted(by)] for r, by in roles.items()}}
         self.spec_path = os.path.join(cluster.log_dir, "cluster_spec.json")
+        # The cluster key every sidecar signs its exchange with, as the package asks users to
+        # set up (docs/security.md); exchange_key = False runs them unauthenticated.
+        self.key_path = os.path.join(cluster.log_dir, "exchange.key")
+        self.exchange_key = True
         # Mutual TLS everywhere: certificates made in the run folder (tls/), each node's
         # naming its address; every process gets the three flags, every read is HTTPS.
         self.tls = tls_certs.Certs(os.path.join(cluster.log_dir, "tls")) if tls else None
@@ -193,6 +198,10 @@ class TrainingCluster:
             self.need(b)
         with open(self.spec_path, "w") as f:
             json.dump(self.spec, f, indent=1)
+        if not os.path.exists(self.key_path):
+            fd = os.open(self.key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(base64.b64encode(os.urandom(32)).decode() + "\n")
         if self.tls:
             for node in self.c.nodes:
                 self.tls.node(node, self.c.address(node))
@@ -224,6 +233,8 @@ class TrainingCluster:
             flags += ["--local_tasks", ",".join(self.tasks_on(node)),
                       "--http_port", str(self.http_ports[node]),
                       "--grpc_port", str(self.grpc_ports[node]), "--peer_sidecars", "none"]
+        if self.exchange_key and flag_value(self.sidecar_args, "--exchange_key_file", None) is None:
+            flags += ["--exchange_key_file", self.key_path]
         return sidecar_argv(self.bin, self.spec_path, self.name, [*flags, *self.sidecar_args])
 
     def start_sidecar(self, node, tls_flags=None):
