@@ -435,6 +435,7 @@ class Sidecar::Impl {
     x.membership.period_s = options_.gossip_interval_ms / 1000.0;
     x.sync_interval_s = options_.sync_interval_s;
     x.max_message_bytes = static_cast<size_t>(options_.otlp_max_request_bytes);
+    x.mutual_tls = !options_.tls.cert_file.empty() && !options_.tls.ca_file.empty();
     if (!options_.exchange_key_files.empty()) {
       auto keys = ExchangeKeys::Load(options_.exchange_key_files);
       if (!keys.ok()) return keys.status();
@@ -443,7 +444,7 @@ class Sidecar::Impl {
           "trainscope-sidecar: the exchange is signed with the cluster key {} ({} key(s) "
           "accepted: {})",
           x.keys->Ids().front(), x.keys->size(), absl::StrJoin(x.keys->Ids(), ", "));
-    } else {
+    } else if (!x.mutual_tls) {
       spdlog::warn(
           "trainscope-sidecar: THE EXCHANGE IS NOT AUTHENTICATED: any process that reaches port "
           "{} can change this sidecar's view and page people. Give every sidecar the same "

@@ -262,7 +262,7 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
   return gx::TlsCredentials(options);
 }
 
-std::vector<std::string> PeerCertificateNames(const grpc::ServerContext& context) {
+std::vector<std::string> PeerCertificateNames(const grpc::ServerContextBase& context) {
   std::vector<std::string> names;
   std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
   if (!auth || !auth->IsPeerAuthenticated()) return names;

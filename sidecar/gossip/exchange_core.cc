@@ -50,7 +50,7 @@ ExchangeCore::ExchangeCore(ExchangeOptions options, uint64_t generation, Now now
       membership_(options_.self, options_.hostname, generation, options_.peers, options_.membership,
                   now.s, options_.seed != 0 ? options_.seed : generation),
       own_(options_.self, options_.hostname, generation, options_.reason_refresh_s) {
-  stats_.authenticated = options_.keys != nullptr;
+  stats_.authenticated = options_.keys != nullptr || options_.mutual_tls;
 }
 
 bool ExchangeCore::UpdateOwn(const std::vector<TaskView>& views, Now now) {

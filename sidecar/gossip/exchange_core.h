@@ -41,6 +41,8 @@ struct ExchangeOptions {
   // The cluster key (exchange_keys.h): signs every message sent and verifies every one
   // received (PeerExchange). Null: the exchange is not authenticated, and says so.
   std::shared_ptr<ExchangeKeys> keys;
+  // The exchange runs over mutual TLS: a caller's certificate must name the node it speaks as.
+  bool mutual_tls = false;
 };
 
 // Counters of the exchange, for /metrics and the scale bench.
@@ -54,7 +56,7 @@ struct ExchangeStats {
   int64_t records_learned = 0;
   // Messages refused before they were read, by Refusal (exchange_keys.h).
   std::array<int64_t, std::size(kAllRefusals) + 1> refused{};
-  bool authenticated = false;  // Signed with a cluster key.
+  bool authenticated = false;  // Signed with a cluster key, or over mutual TLS.
 };
 
 // What the exchange knows, as a value.

@@ -105,6 +105,8 @@ std::string_view RefusalName(Refusal refusal) {
       return "signed";
     case Refusal::kHeader:
       return "header";
+    case Refusal::kCertificate:
+      return "certificate";
   }
   return "unknown";
 }

@@ -47,11 +47,12 @@ enum class Refusal {
   kReplayed,      // This very message came already.
   kSigned,        // Signed, and this node has no key (it cannot check it: it refuses it).
   kHeader,        // Another cluster or protocol, or no node id (ExchangeCore::CheckHeader).
+  kCertificate,   // Under mutual TLS: the caller's certificate does not name the node it claims.
 };
 std::string_view RefusalName(Refusal refusal);
 inline constexpr Refusal kAllRefusals[] = {
     Refusal::kUnsigned, Refusal::kUnknownKey, Refusal::kBadSignature, Refusal::kStale,
-    Refusal::kReplayed, Refusal::kSigned,     Refusal::kHeader};
+    Refusal::kReplayed, Refusal::kSigned,     Refusal::kHeader,       Refusal::kCertificate};
 
 struct Verdict {
   Refusal refusal = Refusal::kNone;

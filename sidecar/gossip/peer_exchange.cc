@@ -15,7 +15,9 @@
 #include "spdlog/spdlog.h"
 #include "trainscope/common/call_gate.h"
 #include "trainscope/common/clock.h"
+#include "trainscope/common/cluster_spec.h"
 #include "trainscope/common/grpc_channel.h"
+#include "trainscope/common/grpc_tls.h"
 #include "trainscope/common/rpc_error.h"
 #include "trainscope/sidecar/v1/sidecar.grpc.pb.h"
 
@@ -162,7 +164,10 @@ class PeerExchange::Impl {
       CallGate::Pass pass = impl_->gate_.Enter();
       if (!pass) return Stopping(reactor);
       reactor->Finish(impl_->Serve([&](Now now) {
-        if (std::string why = impl_->Check(*req, ctx->peer(), now); !why.empty()) return why;
+        if (std::string why = impl_->Check(*req, req->header(), ctx->peer(), now, ctx);
+            !why.empty()) {
+          return why;
+        }
         std::string why = impl_->core_.OnPing(*req, resp, now);
         if (why.empty()) impl_->Sign(resp, now);
         return why;
@@ -175,7 +180,7 @@ class PeerExchange::Impl {
       auto* reactor = ctx->DefaultReactor();
       CallGate::Pass pass = impl_->gate_.Enter();
       if (!pass) return Stopping(reactor);
-      impl_->ServePingReq(*req, resp, reactor, ctx->peer());
+      impl_->ServePingReq(*req, resp, reactor, *ctx);
       return reactor;
     }
     grpc::ServerUnaryReactor* Sync(grpc::CallbackServerContext* ctx, const v1::SyncRequest* req,
@@ -184,7 +189,10 @@ class PeerExchange::Impl {
       CallGate::Pass pass = impl_->gate_.Enter();
       if (!pass) return Stopping(reactor);
       reactor->Finish(impl_->Serve([&](Now now) {
-        if (std::string why = impl_->Check(*req, ctx->peer(), now); !why.empty()) return why;
+        if (std::string why = impl_->Check(*req, req->header(), ctx->peer(), now, ctx);
+            !why.empty()) {
+          return why;
+        }
         std::string why = impl_->core_.OnSync(*req, resp, now);
         if (why.empty()) impl_->Sign(resp, now);
         return why;
@@ -289,12 +297,33 @@ class PeerExchange::Impl {
   }
   // "" when an incoming message from `address` is the cluster's (signed with its key, recent,
   // new; or, without a key, unsigned), else why not: counted and logged. Caller holds mu_.
-  std::string Check(const google::protobuf::Message& message, const std::string& address, Now now) {
-    const Verdict v =
-        keys_ ? keys_->Verify(message, now.unix) : ExchangeKeys::VerifyUnkeyed(message);
+  // `ctx`: of a request served (its caller's certificate is checked too); null for an answer.
+  std::string Check(const google::protobuf::Message& message, const v1::Header& header,
+                    const std::string& address, Now now,
+                    const grpc::ServerContextBase* ctx = nullptr) {
+    Verdict v = keys_ ? keys_->Verify(message, now.unix) : ExchangeKeys::VerifyUnkeyed(message);
+    if (v.ok() && ctx != nullptr) v = CheckCertificate(*ctx, header);
     if (v.ok()) return "";
     core_.NoteRefusal(v.refusal, address, v.why, now);
     return absl::StrCat("sidecar ", core_.options().self, " refuses the message: it ", v.why);
+  }
+
+  // Under mutual TLS, the caller's certificate must name the host of the member it speaks as:
+  // another node's certificate, or one of a host that runs no member sidecar (a task's), does
+  // not speak for a sidecar. Caller holds mu_.
+  Verdict CheckCertificate(const grpc::ServerContextBase& ctx, const v1::Header& header) const {
+    const std::vector<std::string> names = PeerCertificateNames(ctx);
+    if (names.empty()) return {};  // Plain text, or TLS without client certificates.
+    auto hp = ParseHostPort(header.node());
+    if (!hp.ok() || core_.membership().Find(header.node()) == nullptr) {
+      return {Refusal::kCertificate,
+              absl::StrCat("speaks as ", CleanText(header.node(), 80),
+                           ", which is no sidecar of this cluster's spec or --peer_sidecars")};
+    }
+    absl::Status named = CheckCertificateNamesHost(names, hp->host);
+    if (named.ok()) return {};
+    return {Refusal::kCertificate,
+            absl::StrCat("speaks as sidecar ", header.node(), ", but ", named.message())};
   }
 
   // ---- Client side. ----
@@ -406,7 +435,8 @@ class PeerExchange::Impl {
       std::lock_guard lock(mu_);
       NoteFailed(call->target, error, call->sent_s);
       const Now now = Clock();
-      const std::string refused = s.ok() ? Check(call->resp, call->target, now) : "";
+      const std::string refused =
+          s.ok() ? Check(call->resp, call->resp.header(), call->target, now) : "";
       helpers = core_.OnPingDone(call->target, call->kind == Kind::kProbe,
                                  refused.empty() ? error : refused, call->resp, now,
                                  OtherAnswered(s) || !refused.empty());
@@ -450,7 +480,8 @@ class PeerExchange::Impl {
     {
       std::lock_guard lock(mu_);
       const Now now = Clock();
-      const std::string refused = s.ok() ? Check(call->resp, call->helper, now) : "";
+      const std::string refused =
+          s.ok() ? Check(call->resp, call->resp.header(), call->helper, now) : "";
       const std::string error =
           refused.empty() ? Words(s, core_.options().indirect_timeout_ms) : refused;
       NoteFailed(call->helper, error, call->sent_s);
@@ -487,7 +518,8 @@ class PeerExchange::Impl {
     {
       std::lock_guard lock(mu_);
       const Now now = Clock();
-      const std::string refused = s.ok() ? Check(call->resp, call->target, now) : "";
+      const std::string refused =
+          s.ok() ? Check(call->resp, call->resp.header(), call->target, now) : "";
       const std::string error = refused.empty() ? Words(s, 2000) : refused;
       NoteFailed(call->target, error, call->sent_s);
       core_.OnSyncDone(call->target, call->req, error, call->resp, now);
@@ -506,24 +538,25 @@ class PeerExchange::Impl {
   grpc::Service* snapshots_service() { return &snapshots_; }
 
   grpc::Status ServeStacks(const v1::StacksRequest& req, v1::StackList* resp,
-                           const std::string& address) {
+                           const grpc::ServerContextBase& ctx) {
     if (!stacks_) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no snapshots here");
     if (stacks_serving_.fetch_add(1) >= kMaxConcurrentStacks) {
       stacks_serving_.fetch_sub(1);
       return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                           "too many snapshot requests at once; ask again");
     }
-    grpc::Status status = AnswerStacks(req, resp, address);
+    grpc::Status status = AnswerStacks(req, resp, ctx);
     stacks_serving_.fetch_sub(1);
     return status;
   }
 
   grpc::Status AnswerStacks(const v1::StacksRequest& req, v1::StackList* resp,
-                            const std::string& address) {
+                            const grpc::ServerContextBase& ctx) {
+    const std::string address = ctx.peer();
     {
       std::lock_guard lock(mu_);
       const Now now = Clock();
-      std::string why = Check(req, address, now);
+      std::string why = Check(req, req.header(), address, now, &ctx);
       if (why.empty()) {
         why = core_.CheckHeader(req.header(), now.unix);
         if (!why.empty()) core_.NoteRefusal(Refusal::kHeader, address, why, now);
@@ -614,12 +647,12 @@ class PeerExchange::Impl {
   }
 
   void ServePingReq(const v1::PingReqRequest& req, v1::PingReqResponse* resp,
-                    grpc::ServerUnaryReactor* reactor, const std::string& address) {
+                    grpc::ServerUnaryReactor* reactor, const grpc::ServerContextBase& ctx) {
     int timeout_ms = 0;
     {
       std::lock_guard lock(mu_);
       const Now now = Clock();
-      std::string why = Check(req, address, now);
+      std::string why = Check(req, req.header(), ctx.peer(), now, &ctx);
       if (why.empty()) why = core_.OnPingReq(req, now);
       Log();
       if (core_.dirty()) Poke();
@@ -669,7 +702,7 @@ class PeerExchange::Impl {
     explicit SnapshotsService(Impl* impl) : impl_(impl) {}
     grpc::Status Stacks(grpc::ServerContext* ctx, const v1::StacksRequest* req,
                         v1::StackList* resp) override {
-      return impl_->ServeStacks(*req, resp, ctx->peer());
+      return impl_->ServeStacks(*req, resp, *ctx);
     }
 
    private:

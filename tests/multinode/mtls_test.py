@@ -14,15 +14,23 @@ one certificate per node naming its address):
      "TLS handshake failed: certificate signed by an unknown authority" (it cannot verify the
      task), the worker's log says the ps refused its certificate, the ps's and the sidecar's logs
      say they refused a TLS client. Started again with its node's certificate: up again.
+  4. (no cluster key here: mutual TLS alone authenticates the exchange) from n3, a process
+     with n3's own certificate speaking as n1's sidecar, and one with a certificate of the same
+     CA naming a host that runs no member sidecar (a task's, say), send forged SILENT updates
+     and dead-worker records (trainscope_testing.forge): every one refused, the refusals say
+     whose certificate names what, and every view still shows every task up.
 
 Usage: mtls_test.py --bin build/bin [--keep_logs]. Exit 0 passed, 1 failed, 77 skipped (no
 root, no network namespaces or no openssl; one line says why).
 """
 
 import argparse
+import os
 import shutil
 import ssl
+import subprocess
 import sys
+import time
 
 sys.dont_write_bytecode = True
 
@@ -120,6 +128,33 @@ def wrong_ca(c, t):
     log("ok: worker:1 up again with its node's certificate")
 
 
+def forge_as_n1(c, t, cert_name):
+    """Forgeries to n2's sidecar, as n1's, over mutual TLS with `cert_name`'s certificate, sent
+    from inside n3; the answers."""
+    to = f"{c.address(2)}:{t.grpc_ports[c.node(2)]}"
+    as_n1 = f"{c.address(1)}:{t.grpc_ports[c.node(1)]}"
+    tls = [t.tls.path(cert_name, "crt"), t.tls.path(cert_name, "key"), t.tls.path("ca", "crt")]
+    argv = c.exec_argv(3, [sys.executable, "-m", "trainscope_testing.forge", "--to", to, "--as",
+                           as_n1, "--cluster", t.name, "--count", "3", "--kind", "silent",
+                           "--tasks", "ps:0", "--tls", *tls])
+    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(__file__), "..", "py"))
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, f"the forger failed: {out.stderr[-2000:]}"
+    return out.stdout.splitlines()
+
+
+def forged_certificates(c, t):
+    t.tls.node("task-host", "10.213.255.250")  # Same CA; a host with no member sidecar.
+    for cert in ("n3", "task-host"):
+        answers = forge_as_n1(c, t, cert)
+        assert answers and all("FAILED_PRECONDITION" in a and "certificate names" in a
+                               for a in answers), f"with {cert}'s certificate: {answers}"
+        log(f"ok: as n1's sidecar with {cert}'s certificate: refused: {answers[0][:220]}")
+    time.sleep(2)
+    assert every(t, lambda n, v: all_up_and_exchanged(t, n, v)), "a view changed"
+    log("ok: every view still shows every task up")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", required=True)
@@ -131,9 +166,10 @@ def main():
     def body(logs):
         with netns.Cluster(3, log_dir=logs) as c:
             t = training.TrainingCluster(c, args.bin, training.Layout.default(3), tls=True)
+            t.exchange_key = False  # Mutual TLS alone authenticates the exchange here.
             t.start()
             t.wait_training(60, log=log)
-            for scenario in (cluster_over_mtls, partition, wrong_ca):
+            for scenario in (cluster_over_mtls, partition, wrong_ca, forged_certificates):
                 log(f"--- {scenario.__name__}")
                 scenario(c, t)
     return netns.run_test("the mutual TLS multi-node test", "multinode-mtls-", DEADLINE_S, body,

@@ -128,11 +128,18 @@ def main(argv=None):
     ap.add_argument("--count", type=int, default=10)
     ap.add_argument("--tasks", default="worker:0",
                     help="role:index,... the forged record calls dead")
+    ap.add_argument("--tls", nargs=3, metavar=("CERT", "KEY", "CA"),
+                    help="speak mutual TLS, presenting CERT and KEY, trusting CA")
     args = ap.parse_args(argv)
     import grpc
     tasks = [(t.split(":")[0], int(t.split(":")[1])) for t in args.tasks.split(",") if t]
     kinds = KINDS if args.kind == "all" else (args.kind,)
-    with grpc.insecure_channel(args.to) as channel:
+    if args.tls:
+        cert, key, ca = (open(p, "rb").read() for p in args.tls)
+        channel = grpc.secure_channel(args.to, grpc.ssl_channel_credentials(ca, key, cert))
+    else:
+        channel = grpc.insecure_channel(args.to)
+    with channel:
         for _ in range(args.count):
             for kind in kinds:
                 for method, payload in messages(kind, args.cluster, args.sender, args.to, tasks):

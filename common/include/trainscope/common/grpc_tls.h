@@ -38,7 +38,7 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
 
 // The names the caller's verified certificate gives: subject alternative names (DNS and IP)
 // and the common name. Empty for a plain-text caller or one without a certificate.
-std::vector<std::string> PeerCertificateNames(const grpc::ServerContext& context);
+std::vector<std::string> PeerCertificateNames(const grpc::ServerContextBase& context);
 
 // OK when `host` (a host name or IP, as the cluster spec gives it) is among `names`; else
 // PERMISSION_DENIED saying which names the certificate gives.
