@@ -166,7 +166,7 @@ void StackKeeper::Finish(const std::shared_ptr<Demand>& d, absl::Status status) 
 
 std::optional<absl::Status> StackKeeper::Recent(const std::string& task, int64_t pid) const {
   auto it = attempts_.find(task);
-  if (it == attempts_.end() || it->second.pid != pid ||
+  if (it == attempts_.end() || !it->second.done || it->second.pid != pid ||
       MonotonicSeconds() - it->second.at >= options_.demand_min_interval_s) {
     return std::nullopt;
   }
@@ -198,7 +198,7 @@ absl::Status StackKeeper::Take(const TaskView& view, const std::string& trigger)
   const absl::Status before = SameProcess(view);
   {
     std::lock_guard lock(mu_);
-    attempts_[name] = Attempt{view.pid, MonotonicSeconds(), absl::OkStatus()};
+    attempts_[name] = Attempt{view.pid, MonotonicSeconds(), false, absl::OkStatus()};
   }
   absl::StatusOr<forensics::ProcessSnapshot> s =
       before.ok() ? capture_(view.pid) : absl::StatusOr<forensics::ProcessSnapshot>(before);
@@ -209,6 +209,7 @@ absl::Status StackKeeper::Take(const TaskView& view, const std::string& trigger)
     std::lock_guard lock(mu_);
     ++stats_.failures;
     attempts_[name].status = s.status();
+    attempts_[name].done = true;
     spdlog::warn("trainscope-sidecar: no snapshot of {} (pid {}): {}", name, view.pid,
                  std::string(s.status().message()));
     return s.status();
@@ -226,6 +227,8 @@ absl::Status StackKeeper::Take(const TaskView& view, const std::string& trigger)
     stats_.last_pause_ms = s->pause_ms_max;
   }
   Keep(name, std::move(snapshot));
+  std::lock_guard lock(mu_);
+  attempts_[name].done = true;
   return absl::OkStatus();
 }
 

@@ -95,6 +95,7 @@ class StackKeeper {
   struct Attempt {
     int64_t pid = 0;
     double at = -1e300;  // MonotonicSeconds() when it began.
+    bool done = false;   // Finished: `status` is its result.
     absl::Status status;
   };
   struct Incident {

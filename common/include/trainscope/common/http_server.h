@@ -58,13 +58,13 @@ class HttpServer {
   struct Request {
     std::string path;   // Percent-decoded, without the query.
     std::string query;  // As sent (QueryParam-style decoding is the handler's).
-    std::string authorization;   // The Authorization header as sent; "" when none.
-    std::string client_address;  // The client's IP address.
+    std::string authorization = {};   // The Authorization header as sent; "" when none.
+    std::string client_address = {};  // The client's IP address.
     // Over mutual TLS: the client presented a certificate that the CA verified.
     bool client_certificate = false;
     // Set once the client has closed its connection (or the server stops): a handler that waits
     // for something may give up then. Null only in requests a test makes by hand.
-    std::shared_ptr<const std::atomic<bool>> gone;
+    std::shared_ptr<const std::atomic<bool>> gone = {};
     bool Gone() const { return gone != nullptr && gone->load(); }
   };
   struct Response {
