@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/context.hpp>
@@ -19,6 +18,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
+#include <cerrno>
 #include <chrono>
 #include <future>
 #include <optional>
@@ -325,8 +325,7 @@ void Connection::WatchGone() {
   socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](error_code ec) {
     if (ec || self->closed_ || self->state_ != State::kHandling) return;
     char byte = 0;
-    const ssize_t n =
-        ::recv(self->socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    const ssize_t n = ::recv(self->socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) self->gone_->store(true);
   });
 }
@@ -619,14 +618,15 @@ void HttpServer::Impl::HandleSlow(HttpServer::Request request,
   asio::post(*slow_pool_, [this, queued, request = std::move(request),
                            done = std::move(done)]() mutable {
     --slow_queued_;
-    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - queued);
+    const auto waited =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - queued);
     HttpServer::Response response;
     if (request.Gone()) {
       response = Plain(503, "the client left before its request ran\n");
     } else if (waited.count() > options_.slow_queue_timeout_ms) {
-      response = Plain(503, absl::StrCat("busy: waited ", waited.count(), " ms for a free thread (",
-                                         options_.slow_queue_timeout_ms,
-                                         " ms at most); try again shortly\n"));
+      response = Plain(
+          503, absl::StrCat("busy: waited ", waited.count(), " ms for a free thread (",
+                            options_.slow_queue_timeout_ms, " ms at most); try again shortly\n"));
     } else {
       response = Run(request);
     }

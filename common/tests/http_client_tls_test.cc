@@ -36,10 +36,12 @@ class HttpClientTls : public ::testing::Test {
   void Server(const std::string& name, const std::string& san) {
     Run("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=" + name +
         " -keyout " + name + ".key -out " + name + ".csr");
-    std::ofstream(Path(name + ".ext")) << "subjectAltName=" << san
-                                       << "\nextendedKeyUsage=serverAuth\n";
-    Run("openssl x509 -req -in " + name + ".csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 "
-        "-out " + name + ".pem -extfile " + name + ".ext");
+    std::ofstream(Path(name + ".ext"))
+        << "subjectAltName=" << san << "\nextendedKeyUsage=serverAuth\n";
+    Run("openssl x509 -req -in " + name +
+        ".csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 "
+        "-out " +
+        name + ".pem -extfile " + name + ".ext");
   }
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
 
@@ -49,7 +51,9 @@ class HttpClientTls : public ::testing::Test {
     if (!tls.ok()) return tls.status();
     auto server = HttpServer::Start(
         {"127.0.0.1"}, 0,
-        [](const HttpServer::Request&) { return HttpServer::Response{200, "text/plain", "hi"}; },
+        [](const HttpServer::Request&) {
+          return HttpServer::Response{200, "text/plain", "hi"};
+        },
         tls->get());
     if (!server.ok()) return server.status();
     TlsFiles client;

@@ -373,8 +373,8 @@ absl::Status StackKeeper::AwaitCapture(const TaskView& view, const DemandOptions
       --d->waiters;
       ++stats_.demands_dropped;
       if (cancelled) return absl::CancelledError("the asker left");
-      return absl::DeadlineExceededError(absl::StrCat(
-          "the snapshot of ", task, " took longer than ", options.timeout_s, " s"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("the snapshot of ", task, " took longer than ", options.timeout_s, " s"));
     }
     cv_.wait_for(lock, std::chrono::milliseconds(100));
   }

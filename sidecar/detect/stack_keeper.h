@@ -26,14 +26,14 @@
 namespace trainscope::sidecar {
 
 struct KeeperOptions {
-  std::string node;                  // This sidecar's id, put in every snapshot.
-  int per_task = 4;                  // Snapshots kept per task.
-  int64_t memory_bytes = 8 << 20;    // All snapshots together.
-  double auto_min_interval_s = 2;    // Between automatic snapshots of one task.
+  std::string node;                // This sidecar's id, put in every snapshot.
+  int per_task = 4;                // Snapshots kept per task.
+  int64_t memory_bytes = 8 << 20;  // All snapshots together.
+  double auto_min_interval_s = 2;  // Between automatic snapshots of one task.
   // Between two captures of one process (any trigger): a fresh one on demand within this gets the
   // result of the last one (the newest kept, or its error).
   double demand_min_interval_s = 1;
-  double blocked_after_s = 2;        // A blocked task is captured after this long.
+  double blocked_after_s = 2;  // A blocked task is captured after this long.
   double tick_s = 0.1;
   forensics::CaptureOptions capture;
 };

@@ -30,8 +30,7 @@ std::string_view Trim(std::string_view s) {
 std::string FileVersion(const std::string& path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) return "";
-  return absl::StrCat(st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec, ".",
-                      st.st_mtim.tv_nsec);
+  return absl::StrCat(st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);
 }
 
 absl::StatusOr<std::string> ReadToken(const std::string& path) {
@@ -41,7 +40,8 @@ absl::StatusOr<std::string> ReadToken(const std::string& path) {
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(in.gcount()));
   auto token = ParseToken(text);
-  if (!token.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", token.status().message()));
+  if (!token.ok())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", token.status().message()));
   return token;
 }
 
@@ -75,9 +75,9 @@ absl::StatusOr<std::string> ParseToken(std::string_view text) {
     }
   }
   if (token.size() < kMinTokenLength) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the token is shorter than ", kMinTokenLength,
-        " characters: too easy to guess (make one: openssl rand -hex 32 > FILE)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the token is shorter than ", kMinTokenLength,
+                     " characters: too easy to guess (make one: openssl rand -hex 32 > FILE)"));
   }
   return std::string(token);
 }
@@ -101,9 +101,10 @@ absl::StatusOr<std::unique_ptr<ApiAuth>> ApiAuth::Create(ApiAuthOptions options)
   }
   struct stat st {};
   if (stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
-    spdlog::warn("trainscope-sidecar: --api_token_file {} can be read by others than its owner "
-                 "(chmod 600 it)",
-                 path);
+    spdlog::warn(
+        "trainscope-sidecar: --api_token_file {} can be read by others than its owner "
+        "(chmod 600 it)",
+        path);
   }
   std::lock_guard lock(auth->mu_);
   auth->token_ = *std::move(token);
@@ -123,9 +124,10 @@ std::string ApiAuth::CurrentToken() {
   if (version == file_version_) return token_;
   auto token = ReadToken(options_.token_file);
   if (!token.ok()) {
-    spdlog::warn("trainscope-sidecar: --api_token_file changed but does not read as a token (the "
-                 "last good one stays in use): {}",
-                 std::string(token.status().message()));
+    spdlog::warn(
+        "trainscope-sidecar: --api_token_file changed but does not read as a token (the "
+        "last good one stays in use): {}",
+        std::string(token.status().message()));
     return token_;
   }
   file_version_ = version;
@@ -158,22 +160,23 @@ std::optional<HttpServer::Response> ApiAuth::Refusal(const HttpServer::Request& 
   }
   if (!SameToken(given, CurrentToken())) {
     return Refuse(request, "bad_token", 401,
-                  absl::StrCat(what, " refused: the bearer token is not this sidecar's "
-                                       "(--api_token_file)\n"));
+                  absl::StrCat(what,
+                               " refused: the bearer token is not this sidecar's "
+                               "(--api_token_file)\n"));
   }
   return std::nullopt;
 }
 
-HttpServer::Response ApiAuth::Refuse(const HttpServer::Request& request,
-                                     const std::string& reason, int status, std::string body) {
+HttpServer::Response ApiAuth::Refuse(const HttpServer::Request& request, const std::string& reason,
+                                     int status, std::string body) {
   bool log = false;
   {
     std::lock_guard lock(mu_);
     ++refused_[reason];
     const double now = MonotonicSeconds();
     if (logged_at_.size() >= kMaxLogKeys) logged_at_.clear();
-    double& last = logged_at_.try_emplace(request.client_address + " " + reason, -1e300)
-                       .first->second;
+    double& last =
+        logged_at_.try_emplace(request.client_address + " " + reason, -1e300).first->second;
     if (now - last >= kLogEvery) {
       last = now;
       log = true;
@@ -195,8 +198,8 @@ HttpServer::Response ApiAuth::Refuse(const HttpServer::Request& request,
 
 std::map<std::string, int64_t> ApiAuth::refused() const {
   std::lock_guard lock(mu_);
-  std::map<std::string, int64_t> out = {{"no_credential", 0}, {"bad_token", 0},
-                                        {"no_token_file", 0}};
+  std::map<std::string, int64_t> out = {
+      {"no_credential", 0}, {"bad_token", 0}, {"no_token_file", 0}};
   for (const auto& [reason, n] : refused_) out[reason] = n;
   return out;
 }

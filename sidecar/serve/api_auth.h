@@ -22,8 +22,8 @@
 namespace trainscope::sidecar {
 
 struct ApiAuthOptions {
-  std::string token_file;   // "" = no token: actions need a client certificate (else 403).
-  double recheck_s = 1;     // How often the file is checked for a change, at most.
+  std::string token_file;  // "" = no token: actions need a client certificate (else 403).
+  double recheck_s = 1;    // How often the file is checked for a change, at most.
 };
 
 // Thread-safe.

@@ -99,8 +99,8 @@ TEST_F(ApiAuthTest, ARotatedTokenReplacesTheOldOneAndAHalfWrittenFileKeepsIt) {
 }
 
 TEST_F(ApiAuthTest, BadTokenFilesAreRefusedAtStartNamingTheFile) {
-  for (const std::string& text : {std::string(""), std::string("short\n"),
-                                  std::string("two words that are long enough\n")}) {
+  for (const std::string& text :
+       {std::string(""), std::string("short\n"), std::string("two words that are long enough\n")}) {
     Write(text);
     auto auth = ApiAuth::Create({path_, 0});
     ASSERT_FALSE(auth.ok()) << text;

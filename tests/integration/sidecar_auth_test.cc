@@ -120,10 +120,10 @@ TEST(SidecarAuth, FreshCapturesWithoutATokenFileAreRefused403AndPauseNothing) {
             std::string::npos)
       << answers[0].body;
   // A token sent to a sidecar without a token file changes nothing.
-  EXPECT_EQ(Count(Flood(sidecar.http(), kFresh, {std::string("Authorization: Bearer ") + kToken},
-                        4),
-                  403),
-            4);
+  EXPECT_EQ(
+      Count(Flood(sidecar.http(), kFresh, {std::string("Authorization: Bearer ") + kToken}, 4),
+            403),
+      4);
   const std::string metrics = sidecar.Get("/metrics");
   EXPECT_EQ(Metric(metrics, kSnapshots), 0) << metrics;
   EXPECT_EQ(Metric(metrics, kFailures), 0);
@@ -215,10 +215,10 @@ TEST(SidecarAuth, SlowStacksRequestsDoNotHoldUpMetricsHealthOrTheApi) {
   const std::string a_node = "127.0.0.1:" + std::to_string(FreePort());
   const std::string b_node = "127.0.0.1:" + std::to_string(FreePort());
   auto port = [](const std::string& n) { return n.substr(n.rfind(':') + 1); };
-  Sidecar a(cluster, {"--grpc_port", port(a_node), "--local_tasks", "ps:0", "--peer_sidecars",
-                      b_node});
-  Sidecar b(cluster, {"--grpc_port", port(b_node), "--local_tasks", "worker:0",
-                      "--peer_sidecars", a_node});
+  Sidecar a(cluster,
+            {"--grpc_port", port(a_node), "--local_tasks", "ps:0", "--peer_sidecars", b_node});
+  Sidecar b(cluster,
+            {"--grpc_port", port(b_node), "--local_tasks", "worker:0", "--peer_sidecars", a_node});
   auto seen = a.WaitForState("worker:0", TaskState::kUp, seconds(30));
   ASSERT_TRUE(seen) << a.Describe();
   // Once through, so that a's channel to b is connected: a call on it then waits its deadline.

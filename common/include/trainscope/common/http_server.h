@@ -56,8 +56,8 @@ struct HttpServerOptions {
 class HttpServer {
  public:
   struct Request {
-    std::string path;   // Percent-decoded, without the query.
-    std::string query;  // As sent (QueryParam-style decoding is the handler's).
+    std::string path;                 // Percent-decoded, without the query.
+    std::string query;                // As sent (QueryParam-style decoding is the handler's).
     std::string authorization = {};   // The Authorization header as sent; "" when none.
     std::string client_address = {};  // The client's IP address.
     // Over mutual TLS: the client presented a certificate that the CA verified.
