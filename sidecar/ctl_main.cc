@@ -7,8 +7,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -155,15 +158,38 @@ int Status(std::string sidecar, bool json, const trainscope::TlsFiles& tls) {
   return problems ? 1 : 0;
 }
 
+// The header that carries the token in `token_file` ("" = none): false, saying why, when the
+// file cannot be read or is empty. The token itself is never printed.
+bool AuthorizationHeader(const std::string& token_file, std::vector<std::string>* headers) {
+  if (token_file.empty()) return true;
+  std::ifstream in(token_file);
+  std::stringstream text;
+  if (in) text << in.rdbuf();
+  std::string token = text.str();
+  token.erase(0, token.find_first_not_of(" \t\r\n"));
+  token.erase(token.find_last_not_of(" \t\r\n") + 1);
+  if (!in || token.empty() || token.find_first_of(" \t\r\n") != std::string::npos) {
+    std::cerr << "trainscopectl: --api_token_file " << token_file
+              << (in ? " holds no token (one line, as the sidecar's --api_token_file)\n"
+                     : ": cannot read it\n");
+    return false;
+  }
+  headers->push_back("Authorization: Bearer " + token);
+  return true;
+}
+
 // The snapshots of a task's threads, like eu-stack: exit 0 with at least one snapshot, 1 with
-// none kept, 2 when the sidecar cannot be asked or refuses (an unknown task, one that exited).
+// none kept, 2 when the sidecar cannot be asked or refuses (an unknown task, one that exited, no
+// credential for a fresh one).
 int Stacks(const std::string& task, std::string sidecar, bool fresh, bool json,
-           const trainscope::TlsFiles& tls) {
+           const trainscope::TlsFiles& tls, const std::string& token_file) {
   namespace ts = trainscope::sidecar;
   const trainscope::TlsFiles use = SidecarAddress(&sidecar, tls);
   std::string path = std::string(ts::names::kPathStacks) + "?task=" + task;
   if (fresh) path += "&fresh=1";
-  auto resp = trainscope::HttpGet(sidecar, path, fresh ? 20000 : 5000, 16 << 20, use);
+  std::vector<std::string> headers;
+  if (fresh && !AuthorizationHeader(token_file, &headers)) return 2;
+  auto resp = trainscope::HttpGet(sidecar, path, fresh ? 20000 : 5000, 16 << 20, use, headers);
   if (!resp.ok()) {
     std::cerr << "trainscopectl: cannot ask the sidecar at " << sidecar << ": "
               << resp.status().message() << "\n";
@@ -271,7 +297,14 @@ int main(int argc, char** argv) {
   stacks->add_option("task", stacks_task, "The task, e.g. worker:0")->required();
   stacks->add_option("--sidecar", sidecar, "HOST:PORT of a sidecar's HTTP port (or https://)")
       ->capture_default_str();
-  stacks->add_flag("--fresh", fresh, "Take a snapshot now first");
+  stacks->add_flag("--fresh", fresh,
+                   "Take a snapshot now first (needs the sidecar's token: --api_token_file, or "
+                   "a client certificate over mutual TLS)");
+  std::string token_file;
+  if (const char* env = std::getenv("TRAINSCOPE_API_TOKEN_FILE")) token_file = env;
+  stacks->add_option("--api_token_file", token_file,
+                     "File holding the sidecar's API token (its --api_token_file), sent as "
+                     "Authorization: Bearer (default: $TRAINSCOPE_API_TOKEN_FILE)");
   stacks->add_flag("--json", json, "Print the sidecar's JSON");
   trainscope::TlsFiles tls;
   trainscope::AddTlsFlags(app, tls);
@@ -281,7 +314,7 @@ int main(int argc, char** argv) {
   stacks->fallthrough();
   CLI11_PARSE(app, argc, argv);
   if (status->parsed()) return Status(sidecar, json, tls);
-  if (stacks->parsed()) return Stacks(stacks_task, sidecar, fresh, json, tls);
+  if (stacks->parsed()) return Stacks(stacks_task, sidecar, fresh, json, tls, token_file);
   trainscope::v1::InjectFaultRequest req;
   req.set_parameter_delay_ms(parameter_delay_ms);
   req.set_heartbeat_delay_ms(heartbeat_delay_ms);

@@ -46,6 +46,11 @@ void AddListenFlags(CLI::App& app, SidecarOptions& o) {
                  "host:port the other sidecars reach this one's gRPC port at (default: "
                  "--http_address when specific, else the host of this node's tasks)");
   AddTlsFlags(app, o.tls);
+  app.add_option("--api_token_file", o.api_token_file,
+                 "File holding the bearer token that actions need (a fresh capture, "
+                 "/api/v1/stacks?fresh=1): make one with openssl rand -hex 32 > FILE; read "
+                 "again when it changes (default: $TRAINSCOPE_API_TOKEN_FILE; none: actions are "
+                 "refused unless over mutual TLS, reads stay open)");
   app.add_option("--http_port", o.http_port,
                  "HTTP port: /metrics, /api/v1/tasks, /api/v1/sd, /api/v1/traces, /, /healthz (0: "
                  "any free port)")
@@ -134,6 +139,7 @@ void AddSidecarFlags(CLI::App& app, SidecarOptions& o) {
   if (const char* tf = std::getenv("TF_CONFIG")) o.tf_config = tf;
   if (const char* up = std::getenv("TRAINSCOPE_OTLP_UPSTREAM")) o.otlp_upstream = up;
   if (const char* am = std::getenv("TRAINSCOPE_ALERTMANAGER_URL")) o.alertmanager_urls = {am};
+  if (const char* token = std::getenv("TRAINSCOPE_API_TOKEN_FILE")) o.api_token_file = token;
   AddWatchFlags(app, o);
   AddListenFlags(app, o);
   AddTraceFlags(app, o);

@@ -19,6 +19,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "serve/alert_notifier.h"
+#include "serve/api_auth.h"
 #include "serve/api_routes.h"
 #include "serve/cluster_view.h"
 #include "serve/http_routes.h"
@@ -32,6 +33,7 @@
 #include "trainscope/common/http_server.h"
 #include "trainscope/common/http_tls.h"
 #include "trainscope/sidecar/local_hosts.h"
+#include "trainscope/sidecar/names.h"
 #include "trainscope/sidecar/trace_store.h"
 
 namespace trainscope::sidecar {
@@ -66,6 +68,7 @@ absl::Status Validate(const SidecarOptions& o) {
   if (o.cluster_name.empty()) return absl::InvalidArgumentError("--cluster_name is empty");
   // The files themselves are read again when the credentials are made; here for --check_config.
   if (absl::Status st = CheckTlsFiles(o.tls, /*server=*/o.grpc_port >= 0); !st.ok()) return st;
+  if (auto auth = ApiAuth::Create({o.api_token_file}); !auth.ok()) return auth.status();
   if (o.trace_memory_bytes < (64 << 10)) {
     return absl::InvalidArgumentError("--trace_memory_bytes must be at least 65536");
   }
@@ -315,6 +318,9 @@ class Sidecar::Impl {
       forwarder_ = std::move(*f);
     }
     trace_receiver_ = std::make_unique<TraceReceiver>(&trace_store_, forwarder_.get());
+    auto auth = ApiAuth::Create({options_.api_token_file});
+    if (!auth.ok()) return auth.status();
+    auth_ = std::move(*auth);
     BuildKeeper();
     AddRoutes();
     if (!options_.tls.cert_file.empty()) {
@@ -325,9 +331,14 @@ class Sidecar::Impl {
       http_tls_ = std::move(*tls);
     }
     // The limits are HttpServerOptions' defaults (docs/security.md, "HTTP listeners"), but
-    // more handler threads: a stack capture takes 100+ ms, a remote snapshot seconds.
+    // more handler threads, and stacks on a pool of their own: a stack capture takes 100+ ms,
+    // a remote snapshot seconds, and neither may hold up /metrics, /healthz or the API.
     HttpServerOptions limits;
     limits.handler_threads = 8;
+    limits.slow_paths = {std::string(names::kPathStacks)};
+    limits.slow_handler_threads = 2;
+    limits.slow_queue_limit = 16;
+    limits.slow_queue_timeout_ms = 10000;
     auto http = HttpServer::Start(
         ForPort(plan_.bind, options_.http_port), options_.http_port,
         [this](const HttpServer::Request& r) { return routes_.Serve(r); }, http_tls_.get(), limits);
@@ -476,7 +487,8 @@ class Sidecar::Impl {
 
   // /api/v1/stacks: the kept snapshots of a task of this node, or fetched from the sidecar of
   // the node that watches it.
-  absl::StatusOr<pb::StackList> StacksOf(const std::string& task, bool fresh) const {
+  absl::StatusOr<pb::StackList> StacksOf(const std::string& task, bool fresh,
+                                         std::function<bool()> cancelled) const {
     if (task.empty()) {
       return absl::InvalidArgumentError(
           "name a task: /api/v1/stacks?task=worker:0 (&fresh=1 takes a snapshot now, "
@@ -494,7 +506,7 @@ class Sidecar::Impl {
       return absl::NotFoundError(absl::StrCat(
           "no task ", task, " in the cluster spec (tasks: ", absl::StrJoin(names, ", "), ")"));
     }
-    if (found->source.empty()) return keeper_->Stacks(task, fresh);
+    if (found->source.empty()) return keeper_->Stacks(task, fresh, {10, std::move(cancelled)});
     if (!exchange_ || found->node.empty()) {
       return absl::UnavailableError(absl::StrCat(
           task, " is watched by another node's sidecar, and this one does not know which"));
@@ -534,6 +546,7 @@ class Sidecar::Impl {
     if (forwarder_) stats.forwarder = forwarder_->stats();
     if (notifier_) stats.alerts = notifier_->stats();
     stats.keeper = keeper_->stats();
+    stats.api_refused = auth_->refused();
     return stats;
   }
 
@@ -545,7 +558,10 @@ class Sidecar::Impl {
     api.view = [this] { return CurrentView(); };
     api.metrics = [this] { return RenderMetrics(*watcher_->snapshot(), Stats(), CurrentView()); };
     api.traces = &trace_store_;
-    api.stacks = [this](const std::string& task, bool fresh) { return StacksOf(task, fresh); };
+    api.stacks = [this](const std::string& task, bool fresh, std::function<bool()> cancelled) {
+      return StacksOf(task, fresh, std::move(cancelled));
+    };
+    api.auth = auth_.get();
     AddApiRoutes(std::move(api), &routes_);
   }
 
@@ -627,6 +643,7 @@ class Sidecar::Impl {
   const std::string summary_;
   std::unique_ptr<TaskWatcher> watcher_;
   std::unique_ptr<StackKeeper> keeper_;
+  std::unique_ptr<ApiAuth> auth_;
   std::unique_ptr<PeerExchange> exchange_;
   mutable TraceStore trace_store_;  // Thread-safe; its stats() is not const.
   std::unique_ptr<OtlpForwarder> forwarder_;

@@ -6,6 +6,8 @@
 #include <memory>
 #include <mutex>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "trainscope/common/cluster_spec.h"
 
@@ -22,7 +24,21 @@ struct Sink {
   std::string body;
   size_t max_bytes = 0;
   bool too_big = false;
+  std::map<std::string, std::string> headers;
 };
+
+// One header line of the answer ("Name: value\r\n"); at most 64 fields are kept.
+size_t AppendHeader(char* data, size_t size, size_t count, void* user) {
+  auto* sink = static_cast<Sink*>(user);
+  const size_t n = size * count;
+  const absl::string_view line(data, n);
+  const size_t colon = line.find(':');
+  if (colon != absl::string_view::npos && sink->headers.size() < 64) {
+    sink->headers[absl::AsciiStrToLower(line.substr(0, colon))] =
+        std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+  }
+  return n;
+}
 
 size_t Append(char* data, size_t size, size_t count, void* user) {
   auto* sink = static_cast<Sink*>(user);
@@ -38,7 +54,7 @@ size_t Append(char* data, size_t size, size_t count, void* user) {
 void SetTls(CURL* curl, const TlsFiles& tls) {
   if (!tls.ca_file.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, tls.ca_file.c_str());
   curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 1L);
-  curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 0L);  // The chain, not the name (see .h).
+  curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 2L);  // The chain, and the name (see .h).
   if (!tls.cert_file.empty()) {
     curl_easy_setopt(curl, CURLOPT_SSLCERT, tls.cert_file.c_str());
     curl_easy_setopt(curl, CURLOPT_SSLKEY,
@@ -55,6 +71,14 @@ absl::Status TransferError(CURLcode code, const char* detail, const std::string&
         absl::StrCat(where, " sent more than ", sink.max_bytes, " bytes"));
   }
   switch (code) {
+    case CURLE_PEER_FAILED_VERIFICATION:
+      if (absl::StrContains(why, "name")) {
+        return absl::UnavailableError(absl::StrCat(
+            "refusing ", where, ": its TLS certificate does not name the host dialled (", why,
+            "); dial a name or address in its subjectAltName, or add this one there"));
+      }
+      return absl::UnavailableError(
+          absl::StrCat("refusing ", where, ": its TLS certificate does not verify (", why, ")"));
     case CURLE_OPERATION_TIMEDOUT:
       return absl::DeadlineExceededError(
           absl::StrCat(where, " did not answer within ", timeout_ms, " ms (", why, ")"));
@@ -69,7 +93,8 @@ absl::Status TransferError(CURLcode code, const char* detail, const std::string&
 
 absl::StatusOr<HttpResponse> Exchange(const std::string& host_port, const std::string& path,
                                       const std::string* content_type, const std::string* body,
-                                      int timeout_ms, size_t max_bytes, const TlsFiles& tls) {
+                                      int timeout_ms, size_t max_bytes, const TlsFiles& tls,
+                                      const std::vector<std::string>& extra) {
   if (absl::Status s = ParseHostPort(host_port).status(); !s.ok()) return s;
   static std::once_flag init;
   std::call_once(init, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
@@ -87,12 +112,21 @@ absl::StatusOr<HttpResponse> Exchange(const std::string& host_port, const std::s
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &Append);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, detail);
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, &AppendHeader);
+  curl_easy_setopt(c, CURLOPT_HEADERDATA, &sink);
   if (tls.enabled()) SetTls(c, tls);
   std::unique_ptr<curl_slist, CurlDeleter> headers;
+  auto add_header = [&](const std::string& line) {
+    curl_slist* grown = curl_slist_append(headers.get(), line.c_str());
+    if (grown != nullptr) {
+      (void)headers.release();
+      headers.reset(grown);
+    }
+  };
+  for (const std::string& line : extra) add_header(line);
+  if (body != nullptr) add_header(absl::StrCat("Content-Type: ", *content_type));
+  if (headers != nullptr) curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
   if (body != nullptr) {
-    headers.reset(
-        curl_slist_append(nullptr, absl::StrCat("Content-Type: ", *content_type).c_str()));
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body->data());
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body->size()));
   }
@@ -100,20 +134,21 @@ absl::StatusOr<HttpResponse> Exchange(const std::string& host_port, const std::s
   if (code != CURLE_OK) return TransferError(code, detail, url, timeout_ms, sink);
   long status = 0;
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-  return HttpResponse{static_cast<int>(status), std::move(sink.body)};
+  return HttpResponse{static_cast<int>(status), std::move(sink.body), std::move(sink.headers)};
 }
 
 }  // namespace
 
 absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::string& path,
-                                     int timeout_ms, size_t max_bytes, const TlsFiles& tls) {
-  return Exchange(host_port, path, nullptr, nullptr, timeout_ms, max_bytes, tls);
+                                     int timeout_ms, size_t max_bytes, const TlsFiles& tls,
+                                     const std::vector<std::string>& headers) {
+  return Exchange(host_port, path, nullptr, nullptr, timeout_ms, max_bytes, tls, headers);
 }
 
 absl::StatusOr<HttpResponse> HttpPost(const std::string& host_port, const std::string& path,
                                       const std::string& content_type, const std::string& body,
                                       int timeout_ms, size_t max_bytes, const TlsFiles& tls) {
-  return Exchange(host_port, path, &content_type, &body, timeout_ms, max_bytes, tls);
+  return Exchange(host_port, path, &content_type, &body, timeout_ms, max_bytes, tls, {});
 }
 
 }  // namespace trainscope

@@ -4,6 +4,7 @@
 #include "trainscope/common/http_server.h"
 
 #include <openssl/ssl.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <array>
@@ -17,6 +18,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
+#include <cerrno>
 #include <chrono>
 #include <future>
 #include <optional>
@@ -101,7 +103,11 @@ class HttpServer::Impl {
       : handler_(std::move(handler)),
         tls_(tls),
         options_(options),
-        pool_(static_cast<size_t>(std::max(1, options.handler_threads))) {}
+        pool_(static_cast<size_t>(std::max(1, options.handler_threads))) {
+    if (!options.slow_paths.empty()) {
+      slow_pool_.emplace(static_cast<size_t>(std::max(1, options.slow_handler_threads)));
+    }
+  }
   ~Impl();
 
   absl::StatusOr<int> Listen(const std::vector<std::string>& addresses, int port);
@@ -117,7 +123,8 @@ class HttpServer::Impl {
   // Where Drain drops what it reads (the I/O thread's alone).
   std::array<char, 4096>& scratch() { return scratch_; }
   void Forget(uint64_t id, const std::string& address);
-  // Runs the handler on the pool; `done` gets the response on the I/O thread.
+  // Runs the handler on the pool (the slow pool for options().slow_paths); `done` gets the
+  // response on the I/O thread.
   void Handle(HttpServer::Request request, std::function<void(HttpServer::Response)> done);
 
  private:
@@ -127,6 +134,8 @@ class HttpServer::Impl {
   bool MakeRoom(const std::string& address);
   Connection* Oldest(const std::function<bool(const Connection&)>& pick);
   void Stop();
+  HttpServer::Response Run(const HttpServer::Request& request);
+  void HandleSlow(HttpServer::Request request, std::function<void(HttpServer::Response)> done);
 
   const Handler handler_;
   HttpTls* const tls_;
@@ -142,6 +151,8 @@ class HttpServer::Impl {
   bool stopping_ = false;
   std::array<char, 4096> scratch_;
   asio::thread_pool pool_;  // Before the connections it holds in queued work are destroyed.
+  std::optional<asio::thread_pool> slow_pool_;  // For options_.slow_paths; none without.
+  std::atomic<int> slow_queued_{0};             // Waiting for a thread of the slow pool.
   std::thread thread_;
 };
 
@@ -187,6 +198,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Read(Clock::time_point deadline);
   void OnRead(error_code ec);
   void Respond(HttpServer::Response response, bool head, unsigned version, bool keep_alive);
+  void WatchGone();
+  HttpServer::Request MakeRequest();
   void OnWritten(error_code ec);
   void WaitIdle();
   void Linger();
@@ -212,6 +225,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   State state_ = State::kReading;
   bool closed_ = false;
   bool keep_alive_ = false;
+  // Set when the client has left (or the connection is closed); the handler's requests share it.
+  const std::shared_ptr<std::atomic<bool>> gone_ = std::make_shared<std::atomic<bool>>(false);
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::response<http::string_body> response_;
@@ -278,12 +293,41 @@ void Connection::OnRead(error_code ec) {
     return Respond(Plain(405, "only GET\n"), false, version, false);
   }
   SetState(State::kHandling);
+  server_->Handle(MakeRequest(), [self = shared_from_this(), head, version,
+                                  keep_alive](HttpServer::Response response) {
+    if (!self->closed_) self->Respond(std::move(response), head, version, keep_alive);
+  });
+  if (state_ == State::kHandling) WatchGone();
+}
+
+// The handler's view of the request just read.
+HttpServer::Request Connection::MakeRequest() {
+  const auto& request = parser_->get();
   const auto target = request.target();
-  server_->Handle(
-      ParseTarget(std::string_view(target.data(), target.size())),
-      [self = shared_from_this(), head, version, keep_alive](HttpServer::Response response) {
-        if (!self->closed_) self->Respond(std::move(response), head, version, keep_alive);
-      });
+  HttpServer::Request r = ParseTarget(std::string_view(target.data(), target.size()));
+  if (auto it = request.find(http::field::authorization); it != request.end()) {
+    r.authorization = std::string(it->value().data(), it->value().size());
+  }
+  r.client_address = address_;
+  if (tls_) {
+    SSL* ssl = tls_->native_handle();
+    r.client_certificate =
+        SSL_get0_peer_certificate(ssl) != nullptr && SSL_get_verify_result(ssl) == X509_V_OK;
+  }
+  r.gone = gone_;
+  return r;
+}
+
+// While the handler runs: a client that closes its connection (or resets it) is noted in
+// gone_, so that a handler waiting on its behalf can give up. Bytes of a pipelined request
+// (or, over TLS, a close_notify) end the watch without a verdict.
+void Connection::WatchGone() {
+  socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](error_code ec) {
+    if (ec || self->closed_ || self->state_ != State::kHandling) return;
+    char byte = 0;
+    const ssize_t n = ::recv(self->socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) self->gone_->store(true);
+  });
 }
 
 void Connection::Respond(HttpServer::Response response, bool head, unsigned version,
@@ -296,6 +340,7 @@ void Connection::Respond(HttpServer::Response response, bool head, unsigned vers
   response_.result(static_cast<unsigned>(response.status));
   response_.set(http::field::content_type, response.content_type);
   response_.set(http::field::cache_control, "no-store");
+  for (const auto& [name, value] : response.headers) response_.set(name, value);
   response_.body() = std::move(response.body);
   response_.prepare_payload();
   response_.keep_alive(keep_alive);
@@ -351,6 +396,7 @@ void Connection::WaitIdle() {
 void Connection::Close() {
   if (closed_) return;
   closed_ = true;
+  gone_->store(true);
   CancelDeadline();
   error_code ignored;
   socket().shutdown(tcp::socket::shutdown_send, ignored);
@@ -378,6 +424,10 @@ void HttpServer::Impl::Stop() {
   }
   pool_.stop();  // Queued handlers are dropped; running ones finish.
   pool_.join();
+  if (slow_pool_) {
+    slow_pool_->stop();
+    slow_pool_->join();
+  }
   connections_.clear();
 }
 
@@ -534,14 +584,51 @@ void HttpServer::Impl::Forget(uint64_t id, const std::string& address) {
   connections_.erase(id);
 }
 
+HttpServer::Response HttpServer::Impl::Run(const HttpServer::Request& request) {
+  try {
+    return handler_(request);
+  } catch (const std::exception& e) {
+    return Plain(500, absl::StrCat("internal error: ", e.what(), "\n"));
+  }
+}
+
 void HttpServer::Impl::Handle(HttpServer::Request request,
                               std::function<void(HttpServer::Response)> done) {
+  if (slow_pool_ && std::find(options_.slow_paths.begin(), options_.slow_paths.end(),
+                              request.path) != options_.slow_paths.end()) {
+    return HandleSlow(std::move(request), std::move(done));
+  }
   asio::post(pool_, [this, request = std::move(request), done = std::move(done)]() mutable {
+    HttpServer::Response response = Run(request);
+    asio::post(io_, [done = std::move(done), response = std::move(response)]() mutable {
+      done(std::move(response));
+    });
+  });
+}
+
+// A request for a slow path: queued for the slow pool within its bounds (on the I/O thread).
+void HttpServer::Impl::HandleSlow(HttpServer::Request request,
+                                  std::function<void(HttpServer::Response)> done) {
+  if (slow_queued_.load() >= options_.slow_queue_limit) {
+    return done(Plain(503, absl::StrCat("busy: ", options_.slow_queue_limit, " requests for ",
+                                        request.path, " wait already; try again shortly\n")));
+  }
+  ++slow_queued_;
+  const Clock::time_point queued = Clock::now();
+  asio::post(*slow_pool_, [this, queued, request = std::move(request),
+                           done = std::move(done)]() mutable {
+    --slow_queued_;
+    const auto waited =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - queued);
     HttpServer::Response response;
-    try {
-      response = handler_(request);
-    } catch (const std::exception& e) {
-      response = Plain(500, absl::StrCat("internal error: ", e.what(), "\n"));
+    if (request.Gone()) {
+      response = Plain(503, "the client left before its request ran\n");
+    } else if (waited.count() > options_.slow_queue_timeout_ms) {
+      response = Plain(
+          503, absl::StrCat("busy: waited ", waited.count(), " ms for a free thread (",
+                            options_.slow_queue_timeout_ms, " ms at most); try again shortly\n"));
+    } else {
+      response = Run(request);
     }
     asio::post(io_, [done = std::move(done), response = std::move(response)]() mutable {
       done(std::move(response));

@@ -192,6 +192,21 @@ void AddSnapshotFamilies(const KeeperStats& keeper, std::vector<MetricFamily>* o
   telemetry::AddGauge(out, names::kSidecarSnapshotPause,
                       "The longest one thread was held stopped in the last snapshot.",
                       keeper.last_pause_ms / 1000);
+  auto demands = telemetry::MakeFamily(
+      names::kSidecarSnapshotDemands,
+      "Demands for a fresh snapshot, by result: captured (its own capture), shared (joined "
+      "another's), recent (a capture younger than a second answered), dropped (its asker left or "
+      "its deadline passed first).",
+      MetricType::Counter);
+  const std::pair<const char*, int64_t> results[] = {{"captured", keeper.demands_captured},
+                                                     {"shared", keeper.demands_shared},
+                                                     {"recent", keeper.demands_recent},
+                                                     {"dropped", keeper.demands_dropped}};
+  for (const auto& [result, n] : results) {
+    telemetry::AddMetric(demands, {{std::string(names::kLabelResult), result}}).counter.value =
+        static_cast<double>(n);
+  }
+  out->push_back(std::move(demands));
 }
 
 }  // namespace trainscope::sidecar

@@ -64,6 +64,7 @@ void StackKeeper::Stop() {
       d->status = absl::UnavailableError("the sidecar is stopping");
     }
     demands_.clear();
+    pending_.clear();
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -101,6 +102,10 @@ void StackKeeper::Tick() {
         MonotonicSeconds() - incident.last_auto < options_.auto_min_interval_s) {
       continue;
     }
+    {
+      std::lock_guard lock(mu_);
+      if (Recent(name, v.pid)) continue;  // At most one a second; tried again next tick.
+    }
     incident.taken = true;
     incident.last_auto = MonotonicSeconds();
     if (Take(v, std::string(StateName(v.state))).ok()) {
@@ -119,6 +124,17 @@ void StackKeeper::ServeDemands() {
       if (demands_.empty()) return;
       d = demands_.front();
       demands_.pop_front();
+      if (d->waiters <= 0) {  // Every asker left (or timed out): nobody wants it now.
+        d->done = true;
+        if (auto it = pending_.find(d->task); it != pending_.end() && it->second == d) {
+          pending_.erase(it);
+        }
+        continue;
+      }
+      if (std::optional<absl::Status> recent = Recent(d->task, d->pid)) {
+        Finish(d, *recent);  // Captured meanwhile (automatically): that one serves.
+        continue;
+      }
     }
     absl::Status st;
     const std::vector<TaskView> local = local_();  // As the demand was made, not a tick ago.
@@ -134,13 +150,27 @@ void StackKeeper::ServeDemands() {
     } else {
       st = Take(*v, "demand");
     }
-    {
-      std::lock_guard lock(mu_);
-      d->status = st;
-      d->done = true;
-    }
-    cv_.notify_all();
+    std::lock_guard lock(mu_);
+    Finish(d, st);
   }
+}
+
+void StackKeeper::Finish(const std::shared_ptr<Demand>& d, absl::Status status) {
+  d->status = std::move(status);
+  d->done = true;
+  if (auto it = pending_.find(d->task); it != pending_.end() && it->second == d) {
+    pending_.erase(it);
+  }
+  cv_.notify_all();
+}
+
+std::optional<absl::Status> StackKeeper::Recent(const std::string& task, int64_t pid) const {
+  auto it = attempts_.find(task);
+  if (it == attempts_.end() || !it->second.done || it->second.pid != pid ||
+      MonotonicSeconds() - it->second.at >= options_.demand_min_interval_s) {
+    return std::nullopt;
+  }
+  return it->second.status;
 }
 
 namespace {
@@ -166,6 +196,10 @@ absl::Status StackKeeper::Take(const TaskView& view, const std::string& trigger)
   // The start time is checked before and after: a capture that raced the task's death and a
   // reuse of its pid is dropped.
   const absl::Status before = SameProcess(view);
+  {
+    std::lock_guard lock(mu_);
+    attempts_[name] = Attempt{view.pid, MonotonicSeconds(), false, absl::OkStatus()};
+  }
   absl::StatusOr<forensics::ProcessSnapshot> s =
       before.ok() ? capture_(view.pid) : absl::StatusOr<forensics::ProcessSnapshot>(before);
   if (s.ok()) {
@@ -174,6 +208,8 @@ absl::Status StackKeeper::Take(const TaskView& view, const std::string& trigger)
   if (!s.ok()) {
     std::lock_guard lock(mu_);
     ++stats_.failures;
+    attempts_[name].status = s.status();
+    attempts_[name].done = true;
     spdlog::warn("trainscope-sidecar: no snapshot of {} (pid {}): {}", name, view.pid,
                  std::string(s.status().message()));
     return s.status();
@@ -191,6 +227,8 @@ absl::Status StackKeeper::Take(const TaskView& view, const std::string& trigger)
     stats_.last_pause_ms = s->pause_ms_max;
   }
   Keep(name, std::move(snapshot));
+  std::lock_guard lock(mu_);
+  attempts_[name].done = true;
   return absl::OkStatus();
 }
 
@@ -305,7 +343,47 @@ void StackKeeper::Explain(const std::vector<TaskView>& local) {
   explanations_ = std::move(explanations);
 }
 
-absl::StatusOr<pb::StackList> StackKeeper::Stacks(const std::string& task, bool fresh) {
+// Waits for a capture of `view`'s process: the one already asked for, or a new one, unless one
+// was begun within the last demand_min_interval_s (its result then).
+absl::Status StackKeeper::AwaitCapture(const TaskView& view, const DemandOptions& options) {
+  const std::string task = view.task.ShortName();
+  std::unique_lock lock(mu_);
+  if (stop_) return absl::UnavailableError("the sidecar is stopping");
+  if (std::optional<absl::Status> recent = Recent(task, view.pid)) {
+    ++stats_.demands_recent;
+    return *recent;
+  }
+  std::shared_ptr<Demand>& pending = pending_[task];
+  if (pending != nullptr && pending->pid == view.pid && !pending->done) {
+    ++stats_.demands_shared;
+  } else {
+    pending = std::make_shared<Demand>();
+    pending->task = task;
+    pending->pid = view.pid;
+    demands_.push_back(pending);
+    ++stats_.demands_captured;
+    cv_.notify_all();
+  }
+  const std::shared_ptr<Demand> d = pending;
+  ++d->waiters;
+  const double deadline = MonotonicSeconds() + options.timeout_s;
+  while (!d->done) {
+    const bool cancelled = options.cancelled && options.cancelled();
+    if (cancelled || MonotonicSeconds() >= deadline) {
+      --d->waiters;
+      ++stats_.demands_dropped;
+      if (cancelled) return absl::CancelledError("the asker left");
+      return absl::DeadlineExceededError(
+          absl::StrCat("the snapshot of ", task, " took longer than ", options.timeout_s, " s"));
+    }
+    cv_.wait_for(lock, std::chrono::milliseconds(100));
+  }
+  --d->waiters;
+  return d->status;
+}
+
+absl::StatusOr<pb::StackList> StackKeeper::Stacks(const std::string& task, bool fresh,
+                                                  const DemandOptions& demand) {
   const std::vector<TaskView> local = local_();
   const TaskView* v = Find(local, task);
   if (v == nullptr) return absl::NotFoundError(absl::StrCat(task, " is not watched here"));
@@ -324,26 +402,7 @@ absl::StatusOr<pb::StackList> StackKeeper::Stacks(const std::string& task, bool 
                        "): no process to capture; the kept snapshots are at this URL without "
                        "fresh=1"));
     }
-    bool recent = false;
-    {
-      std::lock_guard lock(mu_);
-      auto it = kept_.find(task);
-      recent = it != kept_.end() && !it->second.empty() && it->second.front().pid() == v->pid &&
-               UnixSeconds() - it->second.front().taken_unix() < options_.demand_min_interval_s;
-    }
-    if (!recent) {
-      auto d = std::make_shared<Demand>();
-      d->task = task;
-      std::unique_lock lock(mu_);
-      if (stop_) return absl::UnavailableError("the sidecar is stopping");
-      demands_.push_back(d);
-      cv_.notify_all();
-      if (!cv_.wait_for(lock, std::chrono::seconds(10), [&] { return d->done; })) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("the snapshot of ", task, " took longer than 10 s"));
-      }
-      if (!d->status.ok()) return d->status;
-    }
+    if (absl::Status st = AwaitCapture(*v, demand); !st.ok()) return st;
   }
   pb::StackList out;
   out.set_task(task);

@@ -46,6 +46,8 @@ int HttpStatusOf(const absl::Status& s) {
       return 413;
     case absl::StatusCode::kDeadlineExceeded:
       return 504;
+    case absl::StatusCode::kCancelled:
+      return 499;  // The client left: nobody reads it.
     default:
       return 503;
   }
@@ -96,7 +98,15 @@ void AddApiRoutes(ApiSources sources, HttpRoutes* routes) {
     return Json(ApiJson(ToProto(*detail)));
   });
   routes->Exact(std::string(names::kPathStacks), [s](const HttpServer::Request& r) {
-    auto list = s->stacks(QueryParam(r.query, "task"), QueryParam(r.query, "fresh") == "1");
+    const bool fresh = QueryParam(r.query, "fresh") == "1";
+    if (fresh) {
+      if (s->auth == nullptr) {
+        return HttpServer::Response{403, "text/plain; charset=utf-8",
+                                    "fresh captures need a credential\n"};
+      }
+      if (auto refusal = s->auth->Refusal(r, "fresh captures")) return *std::move(refusal);
+    }
+    auto list = s->stacks(QueryParam(r.query, "task"), fresh, [r] { return r.Gone(); });
     if (!list.ok()) {
       return HttpServer::Response{HttpStatusOf(list.status()), "text/plain; charset=utf-8",
                                   absl::StrCat(list.status().message(), "\n")};

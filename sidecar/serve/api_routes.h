@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "serve/api_auth.h"
 #include "serve/cluster_view.h"
 #include "serve/http_routes.h"
 #include "trainscope/sidecar/api.h"
@@ -24,10 +25,16 @@ struct ApiSources {
   TraceStore* traces = nullptr;          // Must outlive the routes.
   // A task's snapshots (kept here, or fetched from the node that watches it); a status whose code
   // says what went wrong (InvalidArgument, NotFound, ...), answered as 400, 404, ...
-  std::function<absl::StatusOr<pb::StackList>(const std::string& task, bool fresh)> stacks;
+  // `cancelled` says whether the asker has left (a fresh capture not begun is then dropped).
+  std::function<absl::StatusOr<pb::StackList>(const std::string& task, bool fresh,
+                                              std::function<bool()> cancelled)>
+      stacks;
+  // Who may ask for a fresh capture (fresh=1): reads need nothing. Must outlive the routes.
+  ApiAuth* auth = nullptr;
 };
 
-// Adds every route to `routes`.
+// Adds every route to `routes`. /api/v1/stacks is slow (a capture, or a fetch from another
+// node): the server should run it on a pool of its own (HttpServerOptions::slow_paths).
 void AddApiRoutes(ApiSources sources, HttpRoutes* routes);
 
 }  // namespace trainscope::sidecar

@@ -116,6 +116,19 @@ void AddAlertFamilies(const SidecarStats& stats, std::vector<MetricFamily>& out)
                       "First-hand alerts this sidecar says are firing now.", stats.alerts.firing);
 }
 
+// Requests to the HTTP API refused for want of a credential, by reason (every reason present).
+void AddApiFamilies(const SidecarStats& stats, std::vector<MetricFamily>& out) {
+  auto refused = MakeFamily(names::kSidecarApiRefused,
+                            "Requests to the HTTP API refused, by reason: no_credential and "
+                            "bad_token (401), no_token_file (403: no --api_token_file set).",
+                            MetricType::Counter);
+  for (const auto& [reason, n] : stats.api_refused) {
+    AddMetric(refused, {{std::string(names::kLabelReason), reason}}).counter.value =
+        static_cast<double>(n);
+  }
+  out.push_back(std::move(refused));
+}
+
 }  // namespace
 
 std::string RenderMetrics(const LocalSnapshot& local, const SidecarStats& stats,
@@ -132,6 +145,7 @@ std::string RenderMetrics(const LocalSnapshot& local, const SidecarStats& stats,
   AddTraceFamilies(stats.receiver, stats.store, stats.forwarder, &out);
   AddClusterFamilies(local, cluster, out);
   AddAlertFamilies(stats, out);
+  AddApiFamilies(stats, out);
   telemetry::AddProcessFamilies(&out);  // The one process collector, shared with the runtime.
   std::ostringstream text;
   prometheus::TextSerializer().Serialize(text, out);

@@ -35,6 +35,7 @@ struct SidecarStats {
   ForwarderStats forwarder;
   NotifierStats alerts;
   KeeperStats keeper;
+  std::map<std::string, int64_t> api_refused;  // ApiAuth::refused(): by reason.
 };
 
 // The text exposition format (version 0.0.4) of everything: `local` is this node's tasks,

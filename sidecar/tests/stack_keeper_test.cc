@@ -162,5 +162,88 @@ TEST(StackKeeper, StopsWithADemandWaiting) {
   EXPECT_EQ(f->keeper().Stacks("worker:0", true).status().code(), absl::StatusCode::kUnavailable);
 }
 
+// A keeper over two tasks whose captures wait until released, counted per pid.
+class SlowCaptures {
+ public:
+  explicit SlowCaptures(double min_interval_s) {
+    KeeperOptions o;
+    o.tick_s = 0.01;
+    o.demand_min_interval_s = min_interval_s;
+    for (const char* name : {"worker:0", "worker:1"}) {
+      TaskView v;
+      v.task = *ParseTaskRef(name);
+      v.state = TaskState::kUp;
+      v.pid = name[7] == '0' ? 100 : 101;
+      views_.push_back(v);
+    }
+    keeper_ = std::make_unique<StackKeeper>(
+        o, [this] { return views_; }, nullptr,
+        [this](int64_t pid) -> absl::StatusOr<forensics::ProcessSnapshot> {
+          ++(pid == 100 ? captures0_ : captures1_);
+          while (!released_) std::this_thread::sleep_for(milliseconds(2));
+          forensics::ProcessSnapshot s;
+          s.pid = pid;
+          s.state = 'S';
+          s.taken_unix = UnixSeconds();
+          return s;
+        });
+    keeper_->Start();
+  }
+  StackKeeper& keeper() { return *keeper_; }
+  std::atomic<bool> released_{false};
+  std::atomic<int> captures0_{0};
+  std::atomic<int> captures1_{0};
+
+ private:
+  std::vector<TaskView> views_;
+  std::unique_ptr<StackKeeper> keeper_;
+};
+
+TEST(StackKeeper, ConcurrentDemandsShareOneCaptureAndGetItsResult) {
+  SlowCaptures f(/*min_interval_s=*/0.3);
+  std::vector<std::thread> askers;
+  std::atomic<int> answered{0};
+  for (int i = 0; i < 16; ++i) {
+    askers.emplace_back([&] {
+      auto list = f.keeper().Stacks("worker:0", true);
+      if (list.ok() && list->snapshots_size() == 1) ++answered;
+    });
+  }
+  while (f.captures0_ == 0) std::this_thread::sleep_for(milliseconds(2));
+  std::this_thread::sleep_for(milliseconds(50));  // The others join it meanwhile.
+  f.released_ = true;
+  for (std::thread& t : askers) t.join();
+  EXPECT_EQ(answered, 16);
+  EXPECT_EQ(f.captures0_, 1);
+  KeeperStats s = f.keeper().stats();
+  EXPECT_EQ(s.demands_captured, 1);
+  EXPECT_EQ(s.demands_shared + s.demands_recent, 15);
+  // Within the interval: the last capture answers; after it, a new one is taken.
+  ASSERT_TRUE(f.keeper().Stacks("worker:0", true).ok());
+  EXPECT_EQ(f.captures0_, 1);
+  std::this_thread::sleep_for(milliseconds(350));
+  ASSERT_TRUE(f.keeper().Stacks("worker:0", true).ok());
+  EXPECT_EQ(f.captures0_, 2);
+}
+
+TEST(StackKeeper, ADemandWhoseAskerLeftOrTimedOutIsDropped) {
+  SlowCaptures f(/*min_interval_s=*/1);
+  std::thread first([&] { EXPECT_TRUE(f.keeper().Stacks("worker:0", true).ok()); });
+  while (f.captures0_ == 0) std::this_thread::sleep_for(milliseconds(2));
+  // The keeper's thread is busy with worker:0: these wait in line, and give up first.
+  auto left = f.keeper().Stacks("worker:1", true, {10, [] { return true; }});
+  EXPECT_EQ(left.status().code(), absl::StatusCode::kCancelled) << left.status();
+  auto late = f.keeper().Stacks("worker:1", true, {0.05, nullptr});
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded) << late.status();
+  f.released_ = true;
+  first.join();
+  std::this_thread::sleep_for(milliseconds(100));  // The keeper drops the stale demand.
+  EXPECT_EQ(f.captures1_, 0);
+  EXPECT_EQ(f.keeper().stats().demands_dropped, 2);
+  // A later demand is served as usual.
+  EXPECT_TRUE(f.keeper().Stacks("worker:1", true).ok());
+  EXPECT_EQ(f.captures1_, 1);
+}
+
 }  // namespace
 }  // namespace trainscope::sidecar

@@ -1,6 +1,7 @@
 // Sidecar integration-test helpers; see sidecar_harness.h.
 #include "sidecar_harness.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -97,6 +98,17 @@ std::string Sidecar::Describe() {
   if (code) out += "--- the sidecar EXITED with status " + std::to_string(*code) + " ---\n";
   return out + "--- sidecar output ---\n" + process_->Output();
 }
+
+TokenFile::TokenFile() {
+  char tmpl[] = "/tmp/trainscope-api-token-XXXXXX";
+  const int fd = mkstemp(tmpl);
+  close(fd);
+  path_ = tmpl;
+  std::ofstream(path_) << kTestToken << "\n";
+  chmod(path_.c_str(), 0600);
+}
+
+TokenFile::~TokenFile() { std::remove(path_.c_str()); }
 
 std::unique_ptr<Process> StartTask(const Cluster& cluster, const std::string& role, int index,
                                    std::vector<std::string> extra_args) {

@@ -52,6 +52,24 @@ class Sidecar {
   std::unique_ptr<Process> process_;
 };
 
+// A token for the sidecar's actions (--api_token_file), and a file holding it (mode 0600),
+// removed when destroyed.
+inline constexpr char kTestToken[] =
+    "5f0c3a9e8b7d6c5f4e3d2c1b0a998877665544332211ffeeddccbbaa00112233";
+class TokenFile {
+ public:
+  TokenFile();
+  ~TokenFile();
+  TokenFile(const TokenFile&) = delete;
+  TokenFile& operator=(const TokenFile&) = delete;
+  const std::string& path() const { return path_; }
+  // The header field that carries the token.
+  static std::string Header() { return std::string("Authorization: Bearer ") + kTestToken; }
+
+ private:
+  std::string path_;
+};
+
 // linear_regression as `role:index` of `cluster`, with the given extra flags.
 std::unique_ptr<Process> StartTask(const Cluster& cluster, const std::string& role, int index,
                                    std::vector<std::string> extra_args = {});

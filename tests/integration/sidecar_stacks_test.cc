@@ -31,9 +31,9 @@ std::vector<std::string> LongTraining(std::vector<std::string> more = {}) {
   return args;
 }
 
-// The sidecar's answer to GET `path`: the status code and body.
+// The sidecar's answer to GET `path` (with the test's API token): the status code and body.
 std::pair<int, std::string> Get(Sidecar& s, const std::string& path) {
-  auto r = trainscope::HttpGet(s.http(), path, 20000);
+  auto r = trainscope::HttpGet(s.http(), path, 20000, 8 << 20, {}, {TokenFile::Header()});
   if (!r.ok()) return {0, std::string(r.status().message())};
   return {r->status, r->body};
 }
@@ -265,7 +265,8 @@ TEST_F(SidecarStacks, ATaskClaimingAnotherProcesssPidIsNeverReadAsIt) {
   const std::string address = FreeAddress();
   Cluster cluster = {{"ps", {address}}};
   auto task = StartFakeTask(address, "ps", 0, {"--claim_pid", std::to_string(sleeper.pid())});
-  Sidecar sidecar(cluster, {});
+  TokenFile token;
+  Sidecar sidecar(cluster, {"--api_token_file", token.path()});
   const std::string claim = "the task claims pid " + std::to_string(sleeper.pid()) + ", but pid " +
                             std::to_string(sleeper.pid()) + " (sleep) does not hold its " +
                             "listening port";
@@ -289,7 +290,8 @@ TEST_F(SidecarStacks, BadRequestsGetClearErrors) {
   Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
   auto ps = StartTask(cluster, "ps", 0);
   auto worker = StartTask(cluster, "worker", 0, LongTraining());
-  Sidecar sidecar(cluster, {});
+  TokenFile token;
+  Sidecar sidecar(cluster, {"--api_token_file", token.path()});
   ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kUp, seconds(20), "training"))
       << sidecar.Describe();
   auto [code, body] = Get(sidecar, "/api/v1/stacks?task=worker:9");
@@ -308,12 +310,16 @@ TEST_F(SidecarStacks, BadRequestsGetClearErrors) {
   std::string out = Ctl({"stacks", "worker:0", "--sidecar", sidecar.http()}, &ctl_code);
   EXPECT_EQ(ctl_code, 1) << out;
   EXPECT_NE(out.find("no snapshot of worker:0 kept"), std::string::npos) << out;
-  out = Ctl({"stacks", "worker:0", "--fresh", "--sidecar", sidecar.http()}, &ctl_code);
+  out = Ctl({"stacks", "worker:0", "--fresh", "--sidecar", sidecar.http(), "--api_token_file",
+             token.path()},
+            &ctl_code);
   EXPECT_EQ(ctl_code, 0) << out;
   EXPECT_NE(out.find("(demand)"), std::string::npos) << out;
   EXPECT_NE(out.find("trainscope::examples::RunLinearRegression"), std::string::npos) << out;
   // --json: the API's stack list and nothing else, read back as the API's type.
-  out = Ctl({"stacks", "worker:0", "--fresh", "--json", "--sidecar", sidecar.http()}, &ctl_code);
+  out = Ctl({"stacks", "worker:0", "--fresh", "--json", "--sidecar", sidecar.http(),
+             "--api_token_file", token.path()},
+            &ctl_code);
   EXPECT_EQ(ctl_code, 0) << out;
   absl::StatusOr<pb::StackList> list = sidecar::ParseStackListJson(out);
   ASSERT_TRUE(list.ok()) << list.status() << "\n" << out;

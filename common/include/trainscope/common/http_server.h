@@ -9,6 +9,7 @@
 // address's own cap: its own oldest); docs/security.md, "HTTP listeners".
 // Thread-safe: the handler is called from several pool threads at once, so it must be too.
 
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -42,18 +43,35 @@ struct HttpServerOptions {
   size_t max_body_bytes = 4096;
   // Threads that run the handler.
   int handler_threads = 4;
+  // Requests for these paths (exact) run on a pool of their own, so that slow handlers (a stack
+  // capture, a fetch from another node) never hold the threads that answer the others. At most
+  // slow_queue_limit wait for one of its slow_handler_threads; more are answered 503. One whose
+  // client has left, or that waited slow_queue_timeout_ms, is dropped before it runs (503).
+  std::vector<std::string> slow_paths;
+  int slow_handler_threads = 2;
+  int slow_queue_limit = 16;
+  int slow_queue_timeout_ms = 10000;
 };
 
 class HttpServer {
  public:
   struct Request {
-    std::string path;   // Percent-decoded, without the query.
-    std::string query;  // As sent (QueryParam-style decoding is the handler's).
+    std::string path;                 // Percent-decoded, without the query.
+    std::string query;                // As sent (QueryParam-style decoding is the handler's).
+    std::string authorization = {};   // The Authorization header as sent; "" when none.
+    std::string client_address = {};  // The client's IP address.
+    // Over mutual TLS: the client presented a certificate that the CA verified.
+    bool client_certificate = false;
+    // Set once the client has closed its connection (or the server stops): a handler that waits
+    // for something may give up then. Null only in requests a test makes by hand.
+    std::shared_ptr<const std::atomic<bool>> gone = {};
+    bool Gone() const { return gone != nullptr && gone->load(); }
   };
   struct Response {
     int status = 200;
     std::string content_type = "text/plain; charset=utf-8";
     std::string body;
+    std::vector<std::pair<std::string, std::string>> headers = {};  // More header fields.
   };
   using Handler = std::function<Response(const Request&)>;
 

@@ -48,6 +48,10 @@ struct SidecarOptions {
   int grpc_port = 4317;  // -1: no gRPC server (and so no exchange and no trace agent).
   // TLS on HTTP and gRPC, the polls of tasks and the exchange (docs/security.md).
   TlsFiles tls;
+  // A file holding the bearer token that actions on the HTTP API need (a fresh capture:
+  // `Authorization: Bearer <token>`); read again when it changes. Empty: actions need a client
+  // certificate the CA verified (mutual TLS), else they are refused (403). Reads need nothing.
+  std::string api_token_file;
   // This node's id in the exchange: host:port the other sidecars reach its gRPC port at.
   // Empty: http_address when specific, else the host of this node's tasks in the spec.
   std::string advertise_address;

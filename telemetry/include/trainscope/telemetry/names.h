@@ -202,6 +202,15 @@ inline constexpr char kSidecarSnapshots[] = "trainscope_sidecar_snapshots_total"
 inline constexpr char kSidecarSnapshotFailures[] = "trainscope_sidecar_snapshot_failures_total";
 inline constexpr char kSidecarSnapshotBytes[] = "trainscope_sidecar_snapshot_bytes";
 inline constexpr char kSidecarSnapshotPause[] = "trainscope_sidecar_snapshot_last_pause_seconds";
+// Demands for a fresh snapshot (/api/v1/stacks?fresh=1, or relayed by another node's sidecar) by
+// `result`: captured (this demand's own capture), shared (joined a capture other demands made),
+// recent (answered with a capture younger than a second: at most one a second per task), dropped
+// (its asker left or its deadline passed before the capture began).
+inline constexpr char kSidecarSnapshotDemands[] = "trainscope_sidecar_snapshot_demands_total";
+// Requests to the sidecar's HTTP API refused, by `reason`: no_credential (an action without
+// a bearer token or client certificate: 401), bad_token (a wrong token: 401), no_token_file (an
+// action while no --api_token_file is set: 403).
+inline constexpr char kSidecarApiRefused[] = "trainscope_sidecar_api_refused_total";
 // 1, labelled with this sidecar's cluster, node id (`node`) and `hostname`: what joins a
 // scrape target (job, instance) to its node, so an alert on a target can be inhibited by one on
 // the node.
