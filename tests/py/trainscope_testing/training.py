@@ -175,6 +175,9 @@ class TrainingCluster:
         # set up (docs/security.md); exchange_key = False runs them unauthenticated.
         self.key_path = os.path.join(cluster.log_dir, "exchange.key")
         self.exchange_key = True
+        # The token fresh captures need (--api_token_file), given to every sidecar and to
+        # trainscopectl stacks --fresh.
+        self.token_path = os.path.join(cluster.log_dir, "api.token")
         # Mutual TLS everywhere: certificates made in the run folder (tls/), each node's
         # naming its address; every process gets the three flags, every read is HTTPS.
         self.tls = tls_certs.Certs(os.path.join(cluster.log_dir, "tls")) if tls else None
@@ -202,6 +205,10 @@ class TrainingCluster:
             fd = os.open(self.key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(base64.b64encode(os.urandom(32)).decode() + "\n")
+        if not os.path.exists(self.token_path):
+            fd = os.open(self.token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(os.urandom(32).hex() + "\n")
         if self.tls:
             for node in self.c.nodes:
                 self.tls.node(node, self.c.address(node))
@@ -235,6 +242,8 @@ class TrainingCluster:
                       "--grpc_port", str(self.grpc_ports[node]), "--peer_sidecars", "none"]
         if self.exchange_key and flag_value(self.sidecar_args, "--exchange_key_file", None) is None:
             flags += ["--exchange_key_file", self.key_path]
+        if flag_value(self.sidecar_args, "--api_token_file", None) is None:
+            flags += ["--api_token_file", self.token_path]
         return sidecar_argv(self.bin, self.spec_path, self.name, [*flags, *self.sidecar_args])
 
     def start_sidecar(self, node, tls_flags=None):
@@ -337,8 +346,10 @@ class TrainingCluster:
     def ctl_stacks(self, node, task, fresh=False, timeout=30):
         """`trainscopectl stacks task` run inside node against node's own sidecar."""
         tls = self.tls.flags(tls_certs.HARNESS) if self.tls else []
+        token = ["--api_token_file", self.token_path] if fresh else []
         argv = [os.path.join(self.bin, "trainscopectl"), *tls, "stacks", task, "--sidecar",
-                self.sidecar_url(node, "").replace("http://", ""), *(["--fresh"] if fresh else [])]
+                self.sidecar_url(node, "").replace("http://", ""),
+                *(["--fresh", *token] if fresh else [])]
         return self.c.run(node, argv, timeout=timeout)
 
     @property
