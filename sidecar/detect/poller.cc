@@ -191,10 +191,10 @@ struct PortOwnerCache {
     if (now_s < next_scan_s) return std::nullopt;
     // In whichever network namespace holds it: a pod's own, or this node's.
     auto hp = ParseHostPort(address);
-    absl::StatusOr<ProcessIdentity> owner =
-        !hp.ok()                ? absl::NotFoundError("no address")
-        : finder.find_listening ? finder.find_listening(hp->host, hp->port)
-                                : FindListeningProcess(hp->host, hp->port);
+    absl::StatusOr<ProcessIdentity> owner = !hp.ok() ? absl::NotFoundError("no address")
+                                            : finder.find_listening
+                                                ? finder.find_listening(hp->host, hp->port)
+                                                : FindListeningProcess(hp->host, hp->port);
     std::optional<ProcStat> st = owner.ok() ? ReadProcStat(owner->pid) : std::nullopt;
     if (!st || st->start_ticks != owner->start_ticks) {
       next_scan_s = now_s + 1;
@@ -253,9 +253,8 @@ struct IdentityCache {
     const int port = listen.ok() ? listen->port : target.ok() ? target->port : 0;
     // The spec's host: where the task is reached (it may listen on every address).
     const std::string host = target.ok() ? target->host : "";
-    absl::StatusOr<ProcessIdentity> found = finder.find_task
-                                                ? finder.find_task(hb.pid, host, port)
-                                                : FindTaskProcess(hb.pid, host, port);
+    absl::StatusOr<ProcessIdentity> found = finder.find_task ? finder.find_task(hb.pid, host, port)
+                                                             : FindTaskProcess(hb.pid, host, port);
     if (found.ok()) {
       id = *found;
       error.clear();
@@ -471,8 +470,8 @@ struct HeartbeatPoller::Impl {
     const bool server_answered = s.ok() || FromTheServer(s.error_code());
     if (server_answered) slot.spoke_grpc = true;
     if (outside) {
-      return OutsideAnswer(slot.target.address, slot.target.local, slot.owner, finder,
-                           call->sent_s, now_s);
+      return OutsideAnswer(slot.target.address, slot.target.local, slot.owner, finder, call->sent_s,
+                           now_s);
     }
     if (s.ok()) {
       PollResult r = DecodeAnswer(call->response, call->sent_s, now_s);
@@ -511,7 +510,7 @@ struct HeartbeatPoller::Impl {
   // trainscope task; say how to watch it from outside.
   void NameOtherServer(Slot& slot, double now_s, PollResult& r) {
     std::optional<ProcStat> st =
-        slot.target.local ? slot.owner.Read(slot.target.address, now_s) : std::nullopt;
+        slot.target.local ? slot.owner.Read(slot.target.address, now_s, finder) : std::nullopt;
     absl::StrAppend(&r.error, "; ",
                     st ? absl::StrCat("pid ", slot.owner.pid, " (", slot.owner.command, ")")
                        : std::string("a gRPC server"),
@@ -522,7 +521,7 @@ struct HeartbeatPoller::Impl {
   // A local port that never answered gRPC: when a process holds it, say which, and that it does
   // not speak gRPC (a plain TCP listener, an HTTP/1 server, or a process stopped from the start).
   void NameSilentListener(Slot& slot, double now_s, PollResult& r) {
-    std::optional<ProcStat> st = slot.owner.Read(slot.target.address, now_s);
+    std::optional<ProcStat> st = slot.owner.Read(slot.target.address, now_s, finder);
     if (!st) return;
     absl::StrAppend(&r.error, "; the port is held by pid ", slot.owner.pid, " (",
                     slot.owner.command, ", state ", std::string(1, st->state),

@@ -32,8 +32,8 @@ std::string What(const wire::Request& q) {
     case wire::Kind::kCapture:
       return absl::StrCat("capture of pid ", q.target.pid);
     case wire::Kind::kFindTask:
-      return absl::StrCat("look-up of the task with pid ", q.target.pid, " on ", q.target.host,
-                          ":", q.target.port);
+      return absl::StrCat("look-up of the task with pid ", q.target.pid, " on ", q.target.host, ":",
+                          q.target.port);
     case wire::Kind::kFindPort:
       return absl::StrCat("look-up of the process on ", q.target.host, ":", q.target.port);
   }
@@ -94,9 +94,9 @@ std::string RunInChild(const wire::Request& q, const CaptureHelperOptions& o, pi
   waitpid(child, nullptr, 0);
   if (reply.ok()) return *reply;
   if (absl::IsDeadlineExceeded(reply.status())) {
-    return wire::EncodeError(absl::DeadlineExceededError(absl::StrFormat(
-        "the %s took longer than %.1f s: stopped, and every thread it held let go", What(q),
-        o.deadline_s)));
+    return wire::EncodeError(absl::DeadlineExceededError(
+        absl::StrFormat("the %s took longer than %.1f s: stopped, and every thread it held let go",
+                        What(q), o.deadline_s)));
   }
   return wire::EncodeError(absl::InternalError(
       absl::StrCat("the ", What(q), " failed in the capture helper: its worker died (",
@@ -138,18 +138,18 @@ absl::Status CheckCaptureTarget(const CaptureTarget& t, pid_t self, pid_t parent
     return absl::FailedPreconditionError(absl::StrCat("pid ", t.pid, " has exited"));
   }
   if (st->start_ticks != t.start_ticks) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "pid %d started at tick %d, not %d: another process has that pid now", t.pid,
-        st->start_ticks, t.start_ticks));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("pid %d started at tick %d, not %d: another process has that pid now",
+                        t.pid, st->start_ticks, t.start_ticks));
   }
   absl::StatusOr<ProcessIdentity> owner = FindListeningProcess(t.host, t.port);
   if (!owner.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("pid ", t.pid, " does not hold ", t.host,
-                                                      ":", t.port, ": ", owner.status().message()));
+    return absl::FailedPreconditionError(absl::StrCat("pid ", t.pid, " does not hold ", t.host, ":",
+                                                      t.port, ": ", owner.status().message()));
   }
   if (owner->pid != t.pid) {
-    return absl::FailedPreconditionError(absl::StrCat("pid ", t.pid, " does not hold ", t.host,
-                                                      ":", t.port, " (", owner->Describe(),
+    return absl::FailedPreconditionError(absl::StrCat("pid ", t.pid, " does not hold ", t.host, ":",
+                                                      t.port, " (", owner->Describe(),
                                                       " does): not captured"));
   }
   return absl::OkStatus();

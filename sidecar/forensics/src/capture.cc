@@ -534,8 +534,9 @@ void UnwindAll(const CaptureOptions& options, ProcessSnapshot* snapshot) {
     last_end = Clock::now();
     if (!first_start) first_start = start;
     snapshot->pause_ms_max = std::max(snapshot->pause_ms_max, Ms(last_end - start));
-    const std::string dwfl_error =
-        hold_errno != 0 ? ErrnoText(hold_errno) : rc == -1 ? DwflError() : "";
+    const std::string dwfl_error = hold_errno != 0 ? ErrnoText(hold_errno)
+                                   : rc == -1      ? DwflError()
+                                                   : "";
     const int walk_errno = hold_errno != 0 ? hold_errno : ErrnoOfMessage(dwfl_error);
     if (walk.frames.empty() && !any_walked && (walk_errno == EPERM || walk_errno == EACCES)) {
       snapshot->stacks_error = PermissionMessage(snapshot->pid, walk_errno);

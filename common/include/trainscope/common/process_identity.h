@@ -60,8 +60,7 @@ struct ProcessFinder {
   std::function<absl::StatusOr<ProcessIdentity>(int64_t reported_pid, const std::string& host,
                                                 int port)>
       find_task;
-  std::function<absl::StatusOr<ProcessIdentity>(const std::string& host, int port)>
-      find_listening;
+  std::function<absl::StatusOr<ProcessIdentity>(const std::string& host, int port)> find_listening;
 };
 
 // Whether `id` still names the same process: its /proc/PID/stat exists, is not a zombie, and

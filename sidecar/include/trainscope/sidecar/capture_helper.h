@@ -52,14 +52,14 @@ class CaptureHelper {
   ~CaptureHelper();  // Closes the socket (the helper exits) and reaps it.
 
   absl::StatusOr<forensics::ProcessSnapshot> Capture(const CaptureTarget& target);
-  absl::StatusOr<ProcessIdentity> FindTask(int64_t reported_pid, const std::string& host,
-                                           int port);
+  absl::StatusOr<ProcessIdentity> FindTask(int64_t reported_pid, const std::string& host, int port);
   absl::StatusOr<ProcessIdentity> FindPort(const std::string& host, int port);
 
   pid_t pid() const { return pid_; }
 
  private:
-  CaptureHelper(pid_t pid, int fd, double deadline_s) : pid_(pid), deadline_s_(deadline_s), fd_(fd) {}
+  CaptureHelper(pid_t pid, int fd, double deadline_s)
+      : pid_(pid), deadline_s_(deadline_s), fd_(fd) {}
   absl::StatusOr<std::string> Ask(const std::string& request);
 
   const pid_t pid_;
