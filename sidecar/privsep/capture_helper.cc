@@ -24,8 +24,9 @@ namespace {
 constexpr int kCapKill = 5;
 constexpr int kCapDacReadSearch = 2;
 constexpr int kCapSysPtrace = 19;
-constexpr uint64_t kHelperCaps =
-    (uint64_t{1} << kCapKill) | (uint64_t{1} << kCapDacReadSearch) | (uint64_t{1} << kCapSysPtrace);
+constexpr uint64_t kLookupCaps =
+    (uint64_t{1} << kCapDacReadSearch) | (uint64_t{1} << kCapSysPtrace);
+constexpr uint64_t kCaptureCaps = kLookupCaps | (uint64_t{1} << kCapKill);
 
 std::string What(const wire::Request& q) {
   switch (q.kind) {
@@ -103,19 +104,28 @@ std::string RunInChild(const wire::Request& q, const CaptureHelperOptions& o, pi
                    reply.status().message(), ")")));
 }
 
-[[noreturn]] void HelperMain(int fd, const CaptureHelperOptions& o, pid_t sidecar) {
+// `captures`: the capture helper; else the look-up helper, which refuses captures.
+[[noreturn]] void HelperMain(int fd, const CaptureHelperOptions& o, pid_t sidecar, bool captures) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != sidecar) _exit(0);
   prctl(PR_SET_DUMPABLE, 0);  // The network process may not ptrace or read the helper.
   signal(SIGPIPE, SIG_IGN);
-  if (absl::Status st = KeepOnlyCapabilities(kHelperCaps); !st.ok()) {
+  if (absl::Status st = KeepOnlyCapabilities(captures ? kCaptureCaps : kLookupCaps); !st.ok()) {
     spdlog::warn("trainscope-sidecar: capture helper: {}", std::string(st.message()));
   }
   while (true) {
     absl::StatusOr<std::string> frame = wire::ReadFrame(fd, -1);
     if (!frame.ok()) _exit(0);  // The sidecar closed its end, or is gone.
     absl::StatusOr<wire::Request> q = wire::DecodeRequest(*frame);
-    const std::string reply = q.ok() ? RunInChild(*q, o, sidecar) : wire::EncodeError(q.status());
+    std::string reply;
+    if (!q.ok()) {
+      reply = wire::EncodeError(q.status());
+    } else if ((q->kind == wire::Kind::kCapture) != captures) {
+      reply = wire::EncodeError(absl::InvalidArgumentError(
+          absl::StrCat("the ", captures ? "capture" : "look-up", " helper does no ", What(*q))));
+    } else {
+      reply = RunInChild(*q, o, sidecar);
+    }
     if (!wire::WriteFrame(fd, reply)) _exit(0);
   }
 }
@@ -155,65 +165,98 @@ absl::Status CheckCaptureTarget(const CaptureTarget& t, pid_t self, pid_t parent
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<CaptureHelper>> CaptureHelper::Start(CaptureHelperOptions options) {
+namespace {
+
+// Forks one helper; its pid and this process's end of its socket. The child closes `other`
+// (this process's end of the other helper's socket).
+absl::Status Fork(const CaptureHelperOptions& options, bool captures, int other, pid_t* pid,
+                  int* fd) {
   int fds[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
     return absl::InternalError(absl::StrCat("capture helper: socketpair: ", strerror(errno)));
   }
   const pid_t sidecar = getpid();
-  const pid_t pid = fork();
-  if (pid == 0) {
+  *pid = fork();
+  if (*pid == 0) {
     close(fds[0]);
-    HelperMain(fds[1], options, sidecar);
+    if (other >= 0) close(other);
+    HelperMain(fds[1], options, sidecar, captures);
   }
   close(fds[1]);
-  if (pid < 0) {
+  if (*pid < 0) {
     close(fds[0]);
     return absl::InternalError(absl::StrCat("capture helper: fork: ", strerror(errno)));
   }
-  return std::unique_ptr<CaptureHelper>(new CaptureHelper(pid, fds[0], options.deadline_s));
+  *fd = fds[0];
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CaptureHelper>> CaptureHelper::Start(CaptureHelperOptions options) {
+  std::unique_ptr<CaptureHelper> h(new CaptureHelper(options.deadline_s));
+  int capture_fd = -1;
+  {
+    std::lock_guard lock(h->capture_.mu);
+    absl::Status st = Fork(options, true, -1, &h->capture_.pid, &h->capture_.fd);
+    if (!st.ok()) return st;
+    capture_fd = h->capture_.fd;
+  }
+  std::lock_guard lock(h->lookup_.mu);
+  absl::Status st = Fork(options, false, capture_fd, &h->lookup_.pid, &h->lookup_.fd);
+  if (!st.ok()) return st;
+  return h;
+}
+
+void CaptureHelper::Close(Channel& c) {
+  {
+    std::lock_guard lock(c.mu);
+    if (c.fd >= 0) close(c.fd);
+    c.fd = -1;
+  }
+  if (c.pid <= 0) return;
+  // A helper exits when its socket closes; one that does not within a second is killed.
+  for (int i = 0; i < 100; ++i) {
+    if (waitpid(c.pid, nullptr, WNOHANG) != 0) return;
+    usleep(10'000);
+  }
+  kill(c.pid, SIGKILL);
+  waitpid(c.pid, nullptr, 0);
 }
 
 CaptureHelper::~CaptureHelper() {
-  {
-    std::lock_guard lock(mu_);
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-  }
-  // The helper exits when its socket closes; one that does not within a second is killed.
-  for (int i = 0; i < 100; ++i) {
-    if (waitpid(pid_, nullptr, WNOHANG) != 0) return;
-    usleep(10'000);
-  }
-  kill(pid_, SIGKILL);
-  waitpid(pid_, nullptr, 0);
+  Close(capture_);
+  Close(lookup_);
 }
 
-absl::StatusOr<std::string> CaptureHelper::Ask(const std::string& request) {
-  std::lock_guard lock(mu_);
-  if (!dead_.empty()) return absl::UnavailableError(dead_);
+absl::StatusOr<std::string> CaptureHelper::Ask(Channel& c, const std::string& request) {
+  std::lock_guard lock(c.mu);
+  if (!c.dead.empty()) return absl::UnavailableError(c.dead);
   absl::StatusOr<std::string> reply = absl::UnavailableError("cannot write to it");
-  if (wire::WriteFrame(fd_, request)) {
-    reply = wire::ReadFrame(fd_, static_cast<int>((deadline_s_ + 5) * 1000));
+  if (wire::WriteFrame(c.fd, request)) {
+    reply = wire::ReadFrame(c.fd, static_cast<int>((deadline_s_ + 5) * 1000));
   }
   if (reply.ok()) return reply;
-  // The helper answers within its own deadline; silence or EOF means it is gone or wedged.
-  kill(pid_, SIGKILL);
+  // A helper answers within its own deadline; silence or EOF means it is gone or wedged.
+  kill(c.pid, SIGKILL);
   int status = 0;
-  const pid_t r = waitpid(pid_, &status, 0);
+  const pid_t r = waitpid(c.pid, &status, 0);
   std::string how = std::string(reply.status().message());
-  if (r == pid_ && WIFSIGNALED(status)) how = absl::StrCat("killed by signal ", WTERMSIG(status));
-  if (r == pid_ && WIFEXITED(status)) how = absl::StrCat("exited with ", WEXITSTATUS(status));
-  dead_ = absl::StrCat(
-      "stack captures are unavailable: the capture helper (pid ", pid_, ") is gone (", how,
-      "); it cannot be started again, since this process dropped the capabilities it needs: "
-      "restart the sidecar");
-  spdlog::error("trainscope-sidecar: {}", dead_);
-  return absl::UnavailableError(dead_);
+  if (r == c.pid && WIFSIGNALED(status)) how = absl::StrCat("killed by signal ", WTERMSIG(status));
+  if (r == c.pid && WIFEXITED(status)) how = absl::StrCat("exited with ", WEXITSTATUS(status));
+  const bool captures = &c == &capture_;
+  c.dead =
+      absl::StrCat(captures ? "stack captures" : "process look-ups", " are unavailable: the ",
+                   captures ? "capture" : "look-up", " helper (pid ", c.pid, ") is gone (", how,
+                   "); it cannot be started again, since this process dropped the "
+                   "capabilities it needs: restart the sidecar");
+  spdlog::error("trainscope-sidecar: {}", c.dead);
+  return absl::UnavailableError(c.dead);
 }
 
 absl::StatusOr<forensics::ProcessSnapshot> CaptureHelper::Capture(const CaptureTarget& target) {
-  absl::StatusOr<std::string> reply = Ask(wire::EncodeRequest({wire::Kind::kCapture, target}));
+  absl::StatusOr<std::string> reply =
+      Ask(capture_, wire::EncodeRequest({wire::Kind::kCapture, target}));
   if (!reply.ok()) return reply.status();
   return wire::DecodeSnapshot(*reply);
 }
@@ -221,14 +264,14 @@ absl::StatusOr<forensics::ProcessSnapshot> CaptureHelper::Capture(const CaptureT
 absl::StatusOr<ProcessIdentity> CaptureHelper::FindTask(int64_t reported_pid,
                                                         const std::string& host, int port) {
   absl::StatusOr<std::string> reply =
-      Ask(wire::EncodeRequest({wire::Kind::kFindTask, {reported_pid, 0, host, port}}));
+      Ask(lookup_, wire::EncodeRequest({wire::Kind::kFindTask, {reported_pid, 0, host, port}}));
   if (!reply.ok()) return reply.status();
   return wire::DecodeIdentity(*reply);
 }
 
 absl::StatusOr<ProcessIdentity> CaptureHelper::FindPort(const std::string& host, int port) {
   absl::StatusOr<std::string> reply =
-      Ask(wire::EncodeRequest({wire::Kind::kFindPort, {0, 0, host, port}}));
+      Ask(lookup_, wire::EncodeRequest({wire::Kind::kFindPort, {0, 0, host, port}}));
   if (!reply.ok()) return reply.status();
   return wire::DecodeIdentity(*reply);
 }

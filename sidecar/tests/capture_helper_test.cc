@@ -147,6 +147,10 @@ TEST(CaptureHelper, KeepsOnlyTheCaptureCapabilitiesAndCapturesTheTask) {
   ASSERT_NE(helper, nullptr);
   ASSERT_TRUE(WaitFor([&] { return EffectiveCapabilities(helper->pid()) == kHelperCaps; }))
       << std::hex << EffectiveCapabilities(helper->pid()).value_or(0);
+  // The look-up helper: SYS_PTRACE and DAC_READ_SEARCH only (it reads fds, never attaches).
+  const uint64_t lookup_caps = kHelperCaps & ~(uint64_t{1} << 5);
+  EXPECT_TRUE(WaitFor([&] { return EffectiveCapabilities(helper->lookup_pid()) == lookup_caps; }))
+      << std::hex << EffectiveCapabilities(helper->lookup_pid()).value_or(0);
   absl::StatusOr<forensics::ProcessSnapshot> s = helper->Capture(wedge.Target());
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->pid, wedge.pid());
@@ -230,6 +234,10 @@ TEST(CaptureHelper, KilledMidCaptureLeavesNoTaskStoppedAndSaysCapturesAreGone) {
   ASSERT_FALSE(again.ok());
   EXPECT_NE(again.status().message().find("cannot be started again"), std::string::npos)
       << again.status();
+  // The look-up helper lives on: the poll loop still verifies tasks.
+  absl::StatusOr<ProcessIdentity> owner = helper->FindPort("127.0.0.1", wedge.Target().port);
+  ASSERT_TRUE(owner.ok()) << owner.status();
+  EXPECT_EQ(owner->pid, wedge.pid());
 }
 
 TEST(CaptureHelper, ADeadlineStopsTheCaptureAndLetsTheTaskGo) {

@@ -40,33 +40,40 @@ struct CaptureHelperOptions {
   forensics::CaptureOptions capture;
 };
 
-// The network process's end of the helper. Thread-safe (requests are serialized). The helper
-// cannot be started again once this process has dropped its capabilities: when it has died,
-// every request fails with Unavailable and says so.
+// The network process's end of the helpers: two processes, one for captures and one for the
+// look-ups, so that the poll loop's look-up never waits behind a capture. Thread-safe (the
+// requests to one helper are serialized). A helper cannot be started again once this process
+// has dropped its capabilities: when one has died, its requests fail with Unavailable and say so.
 class CaptureHelper {
  public:
-  // Forks the helper. Call before any thread is started (fork copies only the caller's thread).
-  // The helper keeps only CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and CAP_KILL of what this process
-  // has, and dies with it (PR_SET_PDEATHSIG).
+  // Forks the helpers. Call before any thread is started (fork copies only the caller's thread).
+  // The capture helper keeps only CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and CAP_KILL of what this
+  // process has, the look-up helper only the first two (it never ptraces: it reads tasks' fds);
+  // both die with this process (PR_SET_PDEATHSIG).
   static absl::StatusOr<std::unique_ptr<CaptureHelper>> Start(CaptureHelperOptions options);
-  ~CaptureHelper();  // Closes the socket (the helper exits) and reaps it.
+  ~CaptureHelper();  // Closes the sockets (the helpers exit) and reaps them.
 
   absl::StatusOr<forensics::ProcessSnapshot> Capture(const CaptureTarget& target);
   absl::StatusOr<ProcessIdentity> FindTask(int64_t reported_pid, const std::string& host, int port);
   absl::StatusOr<ProcessIdentity> FindPort(const std::string& host, int port);
 
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return capture_.pid; }        // The capture helper's.
+  pid_t lookup_pid() const { return lookup_.pid; }  // The look-up helper's.
 
  private:
-  CaptureHelper(pid_t pid, int fd, double deadline_s)
-      : pid_(pid), deadline_s_(deadline_s), fd_(fd) {}
-  absl::StatusOr<std::string> Ask(const std::string& request);
+  struct Channel {
+    pid_t pid = -1;
+    std::mutex mu;  // Guards fd and dead.
+    int fd ABSL_GUARDED_BY(mu) = -1;
+    std::string dead ABSL_GUARDED_BY(mu);  // Why the helper is gone; empty while it runs.
+  };
+  explicit CaptureHelper(double deadline_s) : deadline_s_(deadline_s) {}
+  absl::StatusOr<std::string> Ask(Channel& channel, const std::string& request);
+  static void Close(Channel& channel);
 
-  const pid_t pid_;
   const double deadline_s_;
-  std::mutex mu_;  // Guards the socket and dead_.
-  int fd_ ABSL_GUARDED_BY(mu_);
-  std::string dead_ ABSL_GUARDED_BY(mu_);  // Why the helper is gone; empty while it runs.
+  Channel capture_;
+  Channel lookup_;
 };
 
 // The helper's own check, before any capture: OK when `target` names a process that is not
