@@ -1,16 +1,16 @@
 #pragma once
-// Privilege separation of the sidecar (docs/security.md, "What runs privileged and why"): a
-// small helper process, forked before any thread, keeps CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and
-// CAP_KILL and answers three questions over a socketpair; the process that talks to the network
-// then drops every capability. The helper's whole vocabulary:
+// Privilege separation of the sidecar (docs/security.md, "What runs privileged and why"): two
+// small helper processes, forked before any thread, answer three questions over a socketpair
+// each; the process that talks to the network then drops every capability. Their vocabulary:
 //   capture   pid P, which must hold the TCP socket listening on host:port and have started at
-//             start_ticks: its threads and stacks (forensics::Capture), or why not;
+//             start_ticks: its threads and stacks (forensics::Capture), or why not (the capture
+//             helper: CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH, CAP_KILL);
 //   find_task the process of a task that reported pid R and listens on host:port
-//             (FindTaskProcess);
-//   find_port the process that listens on host:port (FindListeningProcess).
-// It never captures PID 1, itself or its parent, checks the identity itself, and runs each
-// request in a child of its own killed at a deadline (a capture holds threads with
-// PTRACE_SEIZE: a killed tracer leaves no task stopped).
+//             (FindTaskProcess; the look-up helper: CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH);
+//   find_port the process that listens on host:port (FindListeningProcess; the same).
+// A capture is never of PID 1, the helper or its parent; the helper checks the identity itself,
+// and runs each request in a child of its own killed at a deadline (a capture holds threads
+// with PTRACE_SEIZE: a killed tracer leaves no task stopped).
 
 #include <sys/types.h>
 
