@@ -27,7 +27,26 @@ sigset_t BlockStopSignals() {
   return signals;
 }
 
-int Run(const trainscope::sidecar::SidecarOptions& o, const sigset_t& signals) {
+// Privilege separation (capture_helper.h): with stack snapshots, fork the helper that keeps
+// CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and CAP_KILL, before any thread; then this process, which
+// talks to the network, drops every capability.
+absl::Status SeparatePrivileges(trainscope::sidecar::SidecarOptions& o) {
+  using trainscope::sidecar::CaptureHelper;
+  if (o.stack_snapshots) {
+    trainscope::sidecar::CaptureHelperOptions h;
+    h.capture.stacks = true;
+    auto helper = CaptureHelper::Start(h);
+    if (!helper.ok()) return helper.status();
+    o.capture_helper = std::move(*helper);
+  }
+  return trainscope::sidecar::KeepOnlyCapabilities(0);
+}
+
+int Run(trainscope::sidecar::SidecarOptions& o, const sigset_t& signals) {
+  if (absl::Status st = SeparatePrivileges(o); !st.ok()) {
+    std::cerr << "trainscope-sidecar: cannot drop privileges: " << st.message() << "\n";
+    return 1;
+  }
   auto sidecar = trainscope::sidecar::Sidecar::Create(o);
   if (!sidecar.ok()) {
     std::cerr << "trainscope-sidecar: " << sidecar.status().message() << "\n";
@@ -38,6 +57,7 @@ int Run(const trainscope::sidecar::SidecarOptions& o, const sigset_t& signals) {
   sigwait(&signals, &sig);
   (*sidecar)->Stop();
   sidecar->reset();
+  o.capture_helper.reset();
   // Everything is stopped and its ports closed. Returning would run the libraries' static
   // teardown, which takes gRPC a further 2 s here: a sidecar must stop within a second of
   // SIGTERM, so flush and leave.

@@ -39,6 +39,20 @@
 namespace trainscope::sidecar {
 namespace {
 
+// What the capture helper checks a local task's process against: its pid and start time, and
+// the socket it listens on (the spec's host, the port it says it listens on), as the poller
+// verified it (poller.cc, IdentityCache).
+CaptureTarget CaptureTargetOf(const TaskView& v) {
+  CaptureTarget t;
+  t.pid = v.pid;
+  t.start_ticks = v.pid_start_ticks;
+  auto spec = ParseHostPort(v.address);
+  auto listen = ParseHostPort(v.listen_address);
+  t.host = spec.ok() ? spec->host : "";
+  t.port = listen.ok() ? listen->port : spec.ok() ? spec->port : 0;
+  return t;
+}
+
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read cluster spec file ", path));
@@ -303,6 +317,14 @@ class Sidecar::Impl {
     w.hostname = plan_.hostname;
     w.start_unix = UnixSeconds();
     w.credentials = channel_credentials_;
+    if (const std::shared_ptr<CaptureHelper> helper = options_.capture_helper) {
+      w.finder.find_task = [helper](int64_t pid, const std::string& host, int port) {
+        return helper->FindTask(pid, host, port);
+      };
+      w.finder.find_listening = [helper](const std::string& host, int port) {
+        return helper->FindPort(host, port);
+      };
+    }
     watcher_ = std::make_unique<TaskWatcher>(std::move(w), [this] {
       if (exchange_) exchange_->Poke();
       if (notifier_) notifier_->Poke();
@@ -477,8 +499,13 @@ class Sidecar::Impl {
     k.memory_bytes = options_.snapshot_memory_bytes;
     k.blocked_after_s = options_.snapshot_blocked_after_s;
     k.capture.stacks = options_.stack_snapshots;
+    StackKeeper::Capturer capture;
+    if (const std::shared_ptr<CaptureHelper> helper = options_.capture_helper) {
+      capture = [helper](const TaskView& v) { return helper->Capture(CaptureTargetOf(v)); };
+    }
     keeper_ = std::make_unique<StackKeeper>(
-        std::move(k), [this] { return LocalViews(false); }, [this] { return CurrentView().tasks; });
+        std::move(k), [this] { return LocalViews(false); }, [this] { return CurrentView().tasks; },
+        std::move(capture));
     if (exchange_) {
       exchange_->SetStacksProvider(
           [this](const std::string& task, bool fresh) { return keeper_->Stacks(task, fresh); });

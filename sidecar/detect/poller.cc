@@ -179,7 +179,8 @@ struct PortOwnerCache {
   double next_scan_s = 0;
 
   // The owner's /proc reading now, or nullopt when none is seen.
-  std::optional<ProcStat> Read(const std::string& address, double now_s) {
+  std::optional<ProcStat> Read(const std::string& address, double now_s,
+                               const ProcessFinder& finder) {
     if (pid > 0) {
       std::optional<ProcStat> st = ReadProcStat(pid);
       // A zombie holds no port: whoever answers now is another process.
@@ -190,8 +191,10 @@ struct PortOwnerCache {
     if (now_s < next_scan_s) return std::nullopt;
     // In whichever network namespace holds it: a pod's own, or this node's.
     auto hp = ParseHostPort(address);
-    absl::StatusOr<ProcessIdentity> owner =
-        hp.ok() ? FindListeningProcess(hp->host, hp->port) : absl::NotFoundError("no address");
+    absl::StatusOr<ProcessIdentity> owner = !hp.ok() ? absl::NotFoundError("no address")
+                                            : finder.find_listening
+                                                ? finder.find_listening(hp->host, hp->port)
+                                                : FindListeningProcess(hp->host, hp->port);
     std::optional<ProcStat> st = owner.ok() ? ReadProcStat(owner->pid) : std::nullopt;
     if (!st || st->start_ticks != owner->start_ticks) {
       next_scan_s = now_s + 1;
@@ -216,7 +219,8 @@ struct IdentityCache {
   double next_try_s = 0;
 
   // Puts the verified process into `hb` (pid, ns_pid, start time), or pid 0 and why not.
-  void Apply(HeartbeatInfo& hb, const std::string& target_address, double now_s) {
+  void Apply(HeartbeatInfo& hb, const std::string& target_address, double now_s,
+             const ProcessFinder& finder) {
     const bool same_task = incarnation == hb.incarnation && reported == hb.pid;
     if (id && same_task && !StillSameProcess(*id)) {
       spdlog::info(
@@ -228,7 +232,7 @@ struct IdentityCache {
       id.reset();
       next_try_s = 0;
     }
-    if (!id && now_s >= next_try_s) Verify(hb, target_address, now_s);
+    if (!id && now_s >= next_try_s) Verify(hb, target_address, now_s, finder);
     incarnation = hb.incarnation;
     reported = hb.pid;
     hb.ns_pid = hb.pid;
@@ -242,13 +246,15 @@ struct IdentityCache {
     }
   }
 
-  void Verify(const HeartbeatInfo& hb, const std::string& target_address, double now_s) {
+  void Verify(const HeartbeatInfo& hb, const std::string& target_address, double now_s,
+              const ProcessFinder& finder) {
     auto listen = ParseHostPort(hb.listen_address);
     auto target = ParseHostPort(target_address);
     const int port = listen.ok() ? listen->port : target.ok() ? target->port : 0;
     // The spec's host: where the task is reached (it may listen on every address).
-    absl::StatusOr<ProcessIdentity> found =
-        FindTaskProcess(hb.pid, target.ok() ? target->host : "", port);
+    const std::string host = target.ok() ? target->host : "";
+    absl::StatusOr<ProcessIdentity> found = finder.find_task ? finder.find_task(hb.pid, host, port)
+                                                             : FindTaskProcess(hb.pid, host, port);
     if (found.ok()) {
       id = *found;
       error.clear();
@@ -268,7 +274,7 @@ struct IdentityCache {
 // An answer from a task that speaks gRPC but not trainscope's Heartbeat: its round trip, and
 // for a local one the /proc facts of the process holding its port.
 PollResult OutsideAnswer(const std::string& address, bool local, PortOwnerCache& owner,
-                         double sent_s, double received_s) {
+                         const ProcessFinder& finder, double sent_s, double received_s) {
   PollResult r;
   r.sent_s = sent_s;
   r.received_s = received_s;
@@ -278,7 +284,7 @@ PollResult OutsideAnswer(const std::string& address, bool local, PortOwnerCache&
   hb.listen_address = address;
   hb.unix_seconds = UnixSeconds();
   if (!local) return r;
-  std::optional<ProcStat> st = owner.Read(address, received_s);
+  std::optional<ProcStat> st = owner.Read(address, received_s, finder);
   if (!st) return r;
   hb.pid = owner.pid;
   hb.ns_pid = owner.ns_pid;
@@ -452,6 +458,7 @@ struct HeartbeatPoller::Impl {
   grpc::CompletionQueue cq;
   std::unique_ptr<DeathWatch> deaths;
   int deadline_ms = 2000;
+  ProcessFinder finder;
   pb::HeartbeatRequest request;
   bool shut_down = false;
 
@@ -463,12 +470,13 @@ struct HeartbeatPoller::Impl {
     const bool server_answered = s.ok() || FromTheServer(s.error_code());
     if (server_answered) slot.spoke_grpc = true;
     if (outside) {
-      return OutsideAnswer(slot.target.address, slot.target.local, slot.owner, call->sent_s, now_s);
+      return OutsideAnswer(slot.target.address, slot.target.local, slot.owner, finder, call->sent_s,
+                           now_s);
     }
     if (s.ok()) {
       PollResult r = DecodeAnswer(call->response, call->sent_s, now_s);
       if (r.ok && slot.target.local) {
-        slot.identity.Apply(r.heartbeat, slot.target.address, now_s);
+        slot.identity.Apply(r.heartbeat, slot.target.address, now_s, finder);
         WatchDeath(call->target, r.heartbeat);
       }
       return r;
@@ -502,7 +510,7 @@ struct HeartbeatPoller::Impl {
   // trainscope task; say how to watch it from outside.
   void NameOtherServer(Slot& slot, double now_s, PollResult& r) {
     std::optional<ProcStat> st =
-        slot.target.local ? slot.owner.Read(slot.target.address, now_s) : std::nullopt;
+        slot.target.local ? slot.owner.Read(slot.target.address, now_s, finder) : std::nullopt;
     absl::StrAppend(&r.error, "; ",
                     st ? absl::StrCat("pid ", slot.owner.pid, " (", slot.owner.command, ")")
                        : std::string("a gRPC server"),
@@ -513,7 +521,7 @@ struct HeartbeatPoller::Impl {
   // A local port that never answered gRPC: when a process holds it, say which, and that it does
   // not speak gRPC (a plain TCP listener, an HTTP/1 server, or a process stopped from the start).
   void NameSilentListener(Slot& slot, double now_s, PollResult& r) {
-    std::optional<ProcStat> st = slot.owner.Read(slot.target.address, now_s);
+    std::optional<ProcStat> st = slot.owner.Read(slot.target.address, now_s, finder);
     if (!st) return;
     absl::StrAppend(&r.error, "; the port is held by pid ", slot.owner.pid, " (",
                     slot.owner.command, ", state ", std::string(1, st->state),
@@ -555,9 +563,11 @@ struct HeartbeatPoller::Impl {
 };
 
 HeartbeatPoller::HeartbeatPoller(std::vector<Target> targets, int deadline_ms, std::string watcher,
-                                 std::shared_ptr<grpc::ChannelCredentials> credentials)
+                                 std::shared_ptr<grpc::ChannelCredentials> credentials,
+                                 ProcessFinder finder)
     : impl_(std::make_unique<Impl>()) {
   if (!credentials) credentials = grpc::InsecureChannelCredentials();
+  impl_->finder = std::move(finder);
   impl_->deadline_ms = deadline_ms;
   impl_->request.set_watcher(watcher);
   for (Target& t : targets) {

@@ -13,6 +13,7 @@
 
 #include "absl/strings/string_view.h"
 #include "trainscope/common/clock.h"
+#include "trainscope/common/process_identity.h"
 #include "trainscope/sidecar/task_tracker.h"
 
 namespace grpc {
@@ -37,9 +38,11 @@ class HeartbeatPoller {
     // UNIMPLEMENTED, which makes any task watched from outside) proves it serves.
     bool black_box = false;
   };
-  // `credentials`: of every channel (plain text when null).
+  // `credentials`: of every channel (plain text when null). `finder`: how local tasks'
+  // processes are found (process_identity.h; empty members: this process's /proc).
   HeartbeatPoller(std::vector<Target> targets, int deadline_ms, std::string watcher,
-                  std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+                  std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+                  ProcessFinder finder = {});
   ~HeartbeatPoller();
 
   // Starts a call to target `i` unless one is in flight. `now_s` is monotonic seconds.

@@ -45,8 +45,8 @@ StackKeeper::StackKeeper(KeeperOptions options, Views local, Views cluster, Capt
     : options_(std::move(options)),
       local_(std::move(local)),
       cluster_(std::move(cluster)),
-      capture_(capture ? std::move(capture) : [o = options_.capture](int64_t pid) {
-        return forensics::Capture(pid, o);
+      capture_(capture ? std::move(capture) : [o = options_.capture](const TaskView& view) {
+        return forensics::Capture(view.pid, o);
       }) {}
 
 StackKeeper::~StackKeeper() { Stop(); }
@@ -201,7 +201,7 @@ absl::Status StackKeeper::Take(const TaskView& view, const std::string& trigger)
     attempts_[name] = Attempt{view.pid, MonotonicSeconds(), false, absl::OkStatus()};
   }
   absl::StatusOr<forensics::ProcessSnapshot> s =
-      before.ok() ? capture_(view.pid) : absl::StatusOr<forensics::ProcessSnapshot>(before);
+      before.ok() ? capture_(view) : absl::StatusOr<forensics::ProcessSnapshot>(before);
   if (s.ok()) {
     if (absl::Status after = SameProcess(view); !after.ok()) s = after;
   }

@@ -62,7 +62,8 @@ struct DemandOptions {
 class StackKeeper {
  public:
   using Views = std::function<std::vector<TaskView>()>;
-  using Capturer = std::function<absl::StatusOr<forensics::ProcessSnapshot>(int64_t pid)>;
+  // Captures a local task's process (view.pid, verified with view.pid_start_ticks).
+  using Capturer = std::function<absl::StatusOr<forensics::ProcessSnapshot>(const TaskView& view)>;
 
   // `local`: this node's tasks (the watcher's views); `cluster`: every task's view, for blame
   // across tasks. `capture` defaults to forensics::Capture with options.capture.

@@ -63,7 +63,7 @@ void TaskWatcher::Loop() {
   std::vector<HeartbeatPoller::Target> targets;
   for (const WatchedTask& t : options_.tasks) targets.push_back({t.address, t.local, t.black_box});
   HeartbeatPoller poller(targets, options_.heartbeat_deadline_ms, options_.watcher_name,
-                         options_.credentials);
+                         options_.credentials, options_.finder);
   const double interval = options_.tracker.interval_s;
   const double pause_threshold = std::max(1.0, 10 * interval);
   // Adaptive polling: a task that is up, regular and checkable in /proc is asked only every

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "trainscope/common/process_identity.h"
 #include "trainscope/sidecar/task_tracker.h"
 #include "trainscope/sidecar/task_view.h"
 
@@ -37,6 +38,9 @@ struct WatcherOptions {
   double start_unix = 0;
   // Of the channels to the tasks: plain text when null, else TLS (--tls_*).
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // How local tasks' processes are found (the capture helper's, once the sidecar has dropped
+  // its capabilities); empty members: this process's /proc.
+  ProcessFinder finder;
 };
 
 // What the watcher decided at its last tick.

@@ -27,7 +27,8 @@ class Fixture {
           return views_;
         },
         nullptr,
-        [this](int64_t pid) -> absl::StatusOr<forensics::ProcessSnapshot> {
+        [this](const TaskView& view) -> absl::StatusOr<forensics::ProcessSnapshot> {
+          const int64_t pid = view.pid;
           ++captures_;
           if (pid == 666) return absl::NotFoundError("no process 666");
           forensics::ProcessSnapshot s;

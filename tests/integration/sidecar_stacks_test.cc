@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "sidecar_harness.h"
@@ -88,6 +89,23 @@ char ProcState(pid_t pid) {
   return close == std::string::npos || close + 2 >= line.size() ? '?' : line[close + 2];
 }
 
+// The CapEff line of /proc/PID/status ("" when unreadable).
+std::string CapEff(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("CapEff:", 0) == 0) return line.substr(line.find_first_not_of(" \t", 7));
+  }
+  return "";
+}
+
+// The children of `pid` (its main thread's), from /proc.
+std::vector<pid_t> Children(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  std::vector<pid_t> out;
+  for (pid_t c; in >> c;) out.push_back(c);
+  return out;
+}
+
 class SidecarStacks : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -118,6 +136,13 @@ TEST_F(SidecarStacks, DeadlockedWorkerNamesBothThreadsAndTheirLocks) {
   ASSERT_TRUE(snap) << sidecar.Get("/api/v1/stacks?task=worker:0");
   EXPECT_TRUE(snap->stacks()) << snap->stacks_error();
   EXPECT_EQ(snap->pid(), worker->pid());
+  // Taken by its capture helper: the sidecar, which listens, has no capability left.
+  EXPECT_EQ(CapEff(sidecar.process().pid()), "0000000000000000");
+  // Its helpers: captures (SYS_PTRACE, KILL, DAC_READ_SEARCH), look-ups (the first and last).
+  const std::vector<pid_t> helpers = Children(sidecar.process().pid());
+  ASSERT_EQ(helpers.size(), 2u);
+  std::set<std::string> caps = {CapEff(helpers[0]), CapEff(helpers[1])};
+  EXPECT_EQ(caps, (std::set<std::string>{"0000000000080024", "0000000000080004"}));
   const pb::ThreadStack* a = ThreadWith(*snap, "FaultInjector::TakeAThenB");
   const pb::ThreadStack* b = ThreadWith(*snap, "FaultInjector::TakeBThenA");
   ASSERT_TRUE(a != nullptr && b != nullptr) << snap->DebugString();
@@ -158,6 +183,25 @@ TEST_F(SidecarStacks, DeadlockedWorkerNamesBothThreadsAndTheirLocks) {
   EXPECT_NE(metrics.find("trainscope_sidecar_snapshots_total "), std::string::npos) << metrics;
   EXPECT_EQ(metrics.find("trainscope_sidecar_snapshots_total 0"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("trainscope_sidecar_snapshot_bytes "), std::string::npos);
+}
+
+// --stack_snapshots=false: no helper and no capability. The sidecar still tells a dead task
+// (its port refuses). Run as root, the tasks keep every capability, so the sidecar may no
+// longer read their fds: their processes are not verified, and their reasons say so (a
+// stopped task then reads as unreachable, not hung: docs/security.md).
+TEST_F(SidecarStacks, WithoutSnapshotsNoCapabilityIsLeftAndDeathsAreStillSeen) {
+  Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
+  auto ps = StartTask(cluster, "ps", 0);
+  auto worker = StartTask(cluster, "worker", 0, LongTraining());
+  Sidecar sidecar(cluster, {"--stack_snapshots=false"});
+  auto up = sidecar.WaitForState("worker:0", TaskState::kUp, seconds(20), "training");
+  ASSERT_TRUE(up) << sidecar.Describe();
+  EXPECT_EQ(CapEff(sidecar.process().pid()), "0000000000000000");
+  EXPECT_TRUE(Children(sidecar.process().pid()).empty());
+  EXPECT_EQ(up->pid, 0);  // Not verified (its reason says why).
+  worker->Signal(SIGKILL);
+  EXPECT_TRUE(sidecar.WaitForState("worker:0", TaskState::kDead, seconds(10)))
+      << sidecar.Describe();
 }
 
 TEST_F(SidecarStacks, BlockedParameterServiceIsBlamedByItsWorker) {

@@ -4,7 +4,8 @@
 # inside it: trainscopectl --version, and train_watched.sh: fit_line (examples/out_of_tree)
 # built against libtrainscope-dev and trained with the sidecar started as its systemd unit
 # would start it (its ExecStart and /etc/default/trainscope-sidecar, as an unprivileged user
-# with the unit's capabilities only, as DynamicUser= and AmbientCapabilities= give it).
+# with the unit's capabilities only, as DynamicUser= and AmbientCapabilities= give it), and
+# `systemd-analyze security` of the installed unit (unit_security.sh).
 #
 # The root is made once (packaging/debian-root.sh, shared with the OCI image) and cached outside
 # the clone ($TRAINSCOPE_ROOT_CACHE, default
@@ -70,4 +71,6 @@ unshare -m --propagation private bash -c '
   mount --rbind /dev "$root/dev"
   mount --bind /var/cache/apt/archives "$root/var/cache/apt/archives"  # packages already fetched
   exec chroot "$root" /bin/bash -s' _ "$root" < "$work/inside.sh"
+# The installed unit's exposure (systemd-analyze of this machine, on the root's unit files).
+"$src/tests/package/unit_security.sh" --root "$root" || [ $? = 77 ]
 echo "fresh_root: passed in $((SECONDS - t0)) s"

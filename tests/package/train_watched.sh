@@ -64,9 +64,10 @@ if [ "${!#}" = unit ]; then
   (set -a; . /etc/default/trainscope-sidecar; set +a
    eval "exec \"\${wrapper[@]}\" $exec_start") > "$work/sidecar.log" 2>&1 &
 else
-  ("$@" "${sidecar_flags[@]}") > "$work/sidecar.log" 2>&1 &
+  (exec "$@" "${sidecar_flags[@]}") > "$work/sidecar.log" 2>&1 &
 fi
 pids+=($!)
+sidecar_pid=$!
 ctl() { trainscopectl "$@" --sidecar "127.0.0.1:$http"; }
 
 # Waits up to $1 seconds for `trainscopectl status` to show 3 tasks whose line matches $2 after
@@ -103,6 +104,12 @@ ctl stacks worker:0 --fresh > "$work/stacks.txt" 2>&1 || fail "trainscopectl sta
 grep -q "FitLine" "$work/stacks.txt" || fail "no FitLine in worker:0's stacks: $(cat "$work/stacks.txt")"
 say "worker:0's stacks on demand:"
 grep -m1 -B3 "FitLine" "$work/stacks.txt" | sed 's/^/  /'
+# The process that listens has no capability left; its helpers (captures, look-ups) keep theirs.
+capeff=$(awk '/^CapEff:/ { print $2 }' "/proc/$sidecar_pid/status")
+[ "$capeff" = 0000000000000000 ] || fail "the sidecar (pid $sidecar_pid) has CapEff $capeff, not 0"
+helpers=$(cat "/proc/$sidecar_pid/task/$sidecar_pid/children" 2>/dev/null || true)
+say "the sidecar's CapEff: $capeff; its helpers': $(for h in $helpers; do
+  awk '/^CapEff:/ { printf "%s ", $2 }' "/proc/$h/status"; done)"
 
 # SIGUSR1: finish training now (the runtime's signal), so the run is short whatever the machine.
 kill -USR1 "$pid_worker_0" "$pid_worker_1"

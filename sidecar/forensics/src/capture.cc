@@ -10,7 +10,9 @@
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <fcntl.h>
+#include <sys/ptrace.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -303,7 +306,8 @@ DwflPtr OpenDwfl(int64_t pid, int* err, std::string* error) {
   const auto tgid = static_cast<pid_t>(pid);
   int rc = dwfl_linux_proc_report(dwfl.get(), tgid);
   if (rc == 0 && dwfl_report_end(dwfl.get(), nullptr, nullptr) != 0) rc = -1;
-  if (rc == 0) rc = dwfl_linux_proc_attach(dwfl.get(), tgid, false);
+  // The threads are seized by Hold below, not attached by libdwfl (assume_ptrace_stopped).
+  if (rc == 0) rc = dwfl_linux_proc_attach(dwfl.get(), tgid, true);
   if (rc == 0) return dwfl;
   *err = rc > 0 ? rc : 0;
   *error = rc > 0 ? ErrnoText(rc) : DwflError();
@@ -349,6 +353,29 @@ int OnFrame(Dwfl_Frame* frame, void* arg) {
   walk->frames.push_back(raw);
   return DWARF_CB_OK;
 }
+
+// Holds thread `tid` for a walk: PTRACE_SEIZE, then PTRACE_INTERRUPT and wait for its stop.
+// Unlike PTRACE_ATTACH (libdwfl's own), no SIGSTOP is sent: if the tracer dies while holding
+// it (killed, or past the helper's deadline), the kernel detaches the thread and it runs on; a
+// thread already stopped (SIGSTOP, state T) stays stopped after Release. 0 or the errno.
+int Hold(pid_t tid) {
+  if (ptrace(PTRACE_SEIZE, tid, nullptr, nullptr) != 0) return errno;
+  if (ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr) != 0) {
+    const int err = errno;
+    ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
+    return err;
+  }
+  while (true) {
+    int status = 0;
+    const pid_t r = waitpid(tid, &status, __WALL);
+    if (r == tid && WIFSTOPPED(status)) return 0;
+    if (r == tid) return ESRCH;  // Exited (or killed) before it stopped.
+    if (errno != EINTR) return errno;
+  }
+}
+
+// Lets a held thread go (a thread that was group-stopped before stays stopped).
+void Release(pid_t tid) { ptrace(PTRACE_DETACH, tid, nullptr, nullptr); }
 
 // Why a walk ended early, in words (empty when the stack is whole).
 std::string WalkError(int rc, const Walk& walk, const std::string& dwfl_error) {
@@ -496,13 +523,21 @@ void UnwindAll(const CaptureOptions& options, ProcessSnapshot* snapshot) {
     Walk walk;
     walk.max_frames = max_frames;
     walk.frames.reserve(max_frames);  // No allocation while the thread is held.
+    const auto tid = static_cast<pid_t>(threads[i].tid);
     const Clock::time_point start = Clock::now();
-    int rc = dwfl_getthread_frames(dwfl.get(), static_cast<pid_t>(threads[i].tid), OnFrame, &walk);
+    const int hold_errno = Hold(tid);
+    int rc = hold_errno == 0 ? dwfl_getthread_frames(dwfl.get(), tid, OnFrame, &walk) : -1;
+    if (hold_errno == 0 && options.hold_ms_for_tests > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(options.hold_ms_for_tests));
+    }
+    if (hold_errno == 0) Release(tid);
     last_end = Clock::now();
     if (!first_start) first_start = start;
     snapshot->pause_ms_max = std::max(snapshot->pause_ms_max, Ms(last_end - start));
-    const std::string dwfl_error = rc == -1 ? DwflError() : "";
-    const int walk_errno = ErrnoOfMessage(dwfl_error);
+    const std::string dwfl_error = hold_errno != 0 ? ErrnoText(hold_errno)
+                                   : rc == -1      ? DwflError()
+                                                   : "";
+    const int walk_errno = hold_errno != 0 ? hold_errno : ErrnoOfMessage(dwfl_error);
     if (walk.frames.empty() && !any_walked && (walk_errno == EPERM || walk_errno == EACCES)) {
       snapshot->stacks_error = PermissionMessage(snapshot->pid, walk_errno);
       for (ThreadSnapshot& thread : threads) thread.stack_error.clear();

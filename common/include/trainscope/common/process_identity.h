@@ -8,6 +8,7 @@
 // a fake one.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,17 @@ absl::StatusOr<ProcessIdentity> FindTaskProcess(int64_t reported_pid, const std:
 // no process here listens there; PermissionDenied when the holder's fds cannot be read.
 absl::StatusOr<ProcessIdentity> FindListeningProcess(const std::string& host, int port,
                                                      const std::string& proc_root = "/proc");
+
+// How the sidecar finds tasks' processes: FindTaskProcess and FindListeningProcess on this
+// process's /proc, or through a process that may read every task's fds (the sidecar's capture
+// helper, when the sidecar has dropped its capabilities). Either member may be empty: the
+// function above is used. Each must be thread-safe.
+struct ProcessFinder {
+  std::function<absl::StatusOr<ProcessIdentity>(int64_t reported_pid, const std::string& host,
+                                                int port)>
+      find_task;
+  std::function<absl::StatusOr<ProcessIdentity>(const std::string& host, int port)> find_listening;
+};
 
 // Whether `id` still names the same process: its /proc/PID/stat exists, is not a zombie, and
 // has the start time it was verified with.

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "trainscope/common/tls.h"
+#include "trainscope/sidecar/capture_helper.h"
 
 namespace trainscope::sidecar {
 
@@ -86,6 +87,9 @@ struct SidecarOptions {
   // snapshots_per_task of each kept within snapshot_memory_bytes. stack_snapshots=false: /proc
   // only, no ptrace.
   bool stack_snapshots = true;
+  // The privileged helper that captures and finds tasks' processes for this process, which has
+  // dropped its capabilities (main.cc); null: this process does both itself (tests).
+  std::shared_ptr<CaptureHelper> capture_helper;
   int snapshots_per_task = 4;
   int64_t snapshot_memory_bytes = 8 << 20;
   double snapshot_blocked_after_s = 2;

@@ -49,14 +49,16 @@ struct ProcessSnapshot {
 
 // What a capture does. Values out of range are clamped.
 struct CaptureOptions {
-  bool stacks = true;     // False: /proc only, no ptrace.
-  int max_threads = 512;  // Threads beyond are listed without a stack (stack_error says so).
-  int max_frames = 64;    // Per thread; a longer stack is cut (stack_error says so).
+  bool stacks = true;         // False: /proc only, no ptrace.
+  int max_threads = 512;      // Threads beyond are listed without a stack (stack_error says so).
+  int max_frames = 64;        // Per thread; a longer stack is cut (stack_error says so).
+  int hold_ms_for_tests = 0;  // Tests only: hold each thread this much longer (kill tests).
 };
 
 // Snapshot of every thread of `pid` (a thread id is taken as its process). Reads /proc for all
-// threads first, then attaches to one thread at a time (PTRACE_ATTACH), unwinds it and
-// detaches it, so each thread is held only for its own walk; a process that was stopped
+// threads first, then holds one thread at a time (PTRACE_SEIZE and PTRACE_INTERRUPT, never
+// SIGSTOP: if the caller dies mid-capture, the kernel detaches and the thread runs on), unwinds
+// it and lets it go, so each thread is held only for its own walk; a process that was stopped
 // (SIGSTOP, state T) stays stopped. Symbols and lines are looked up after the thread is let go.
 // Threads in uninterruptible sleep (D) are not attached: ptrace would wait until they wake.
 //
