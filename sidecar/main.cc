@@ -43,6 +43,11 @@ absl::Status SeparatePrivileges(trainscope::sidecar::SidecarOptions& o) {
 }
 
 int Run(trainscope::sidecar::SidecarOptions& o, const sigset_t& signals) {
+  // The cluster key is read while this process may still read a root-only file.
+  if (absl::Status st = trainscope::sidecar::ReadExchangeKeys(o); !st.ok()) {
+    std::cerr << "trainscope-sidecar: " << st.message() << "\n";
+    return 2;
+  }
   if (absl::Status st = SeparatePrivileges(o); !st.ok()) {
     std::cerr << "trainscope-sidecar: cannot drop privileges: " << st.message() << "\n";
     return 1;

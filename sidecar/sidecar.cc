@@ -470,7 +470,9 @@ class Sidecar::Impl {
     x.max_message_bytes = static_cast<size_t>(options_.otlp_max_request_bytes);
     x.mutual_tls = !options_.tls.cert_file.empty() && !options_.tls.ca_file.empty();
     if (!options_.exchange_key_files.empty()) {
-      auto keys = ExchangeKeys::Load(options_.exchange_key_files);
+      auto keys = options_.exchange_keys.empty()
+                      ? ExchangeKeys::Load(options_.exchange_key_files)
+                      : ExchangeKeys::FromSecrets(options_.exchange_keys);
       if (!keys.ok()) return keys.status();
       x.keys = *std::move(keys);
       spdlog::info(
@@ -704,5 +706,15 @@ int Sidecar::http_port() const { return impl_->http_port(); }
 int Sidecar::grpc_port() const { return impl_->grpc_port(); }
 const std::string& Sidecar::node() const { return impl_->node(); }
 const std::string& Sidecar::summary() const { return impl_->summary(); }
+
+absl::Status ReadExchangeKeys(SidecarOptions& options) {
+  options.exchange_keys.clear();
+  for (const std::string& path : options.exchange_key_files) {
+    auto key = ReadExchangeKeyFile(path);
+    if (!key.ok()) return key.status();
+    options.exchange_keys.push_back(*std::move(key));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace trainscope::sidecar

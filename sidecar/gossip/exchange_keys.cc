@@ -63,7 +63,9 @@ std::string Mac(const google::protobuf::Message& m, const std::string& secret) {
   return std::string(reinterpret_cast<const char*>(mac), length);
 }
 
-absl::StatusOr<std::string> ReadKeyFile(const std::string& path) {
+}  // namespace
+
+absl::StatusOr<std::string> ReadExchangeKeyFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -84,8 +86,6 @@ absl::StatusOr<std::string> ReadKeyFile(const std::string& path) {
   }
   return key;
 }
-
-}  // namespace
 
 std::string_view RefusalName(Refusal refusal) {
   switch (refusal) {
@@ -115,7 +115,7 @@ absl::StatusOr<std::shared_ptr<ExchangeKeys>> ExchangeKeys::Load(
     const std::vector<std::string>& files) {
   std::vector<std::string> secrets;
   for (const std::string& path : files) {
-    auto key = ReadKeyFile(path);
+    auto key = ReadExchangeKeyFile(path);
     if (!key.ok()) return key.status();
     secrets.push_back(*std::move(key));
   }

@@ -60,6 +60,10 @@ struct Verdict {
   bool ok() const { return refusal == Refusal::kNone; }
 };
 
+// One key file's key: its content without surrounding white space, at least kMinKeyBytes.
+// Errors name the file and the fix.
+absl::StatusOr<std::string> ReadExchangeKeyFile(const std::string& path);
+
 class ExchangeKeys {
  public:
   // Reads each file: the key is its content without surrounding white space (e.g.

@@ -62,6 +62,9 @@ struct SidecarOptions {
   // The cluster key of the exchange (docs/security.md): files of the same key(s) on every node;
   // the first signs, each verifies (rotation). Empty: the exchange is not authenticated.
   std::vector<std::string> exchange_key_files;
+  // Their contents, when read already (ReadExchangeKeys: before the process gives up the
+  // capabilities that let it read a root-only file); else the files are read at Create.
+  std::vector<std::string> exchange_keys;
   // The exchange's protocol period (one probe each), and how often it compares a slice of its
   // records with one peer.
   int gossip_interval_ms = 200;
@@ -129,5 +132,9 @@ class Sidecar {
 // Checks the options and the cluster spec without binding anything; the summary line when
 // they are valid.
 absl::StatusOr<std::string> CheckConfig(const SidecarOptions& options);
+
+// Reads options.exchange_key_files into options.exchange_keys (main.cc: before it drops its
+// capabilities, so that a key file readable by root only is read). Errors name the file.
+absl::Status ReadExchangeKeys(SidecarOptions& options);
 
 }  // namespace trainscope::sidecar
