@@ -179,7 +179,8 @@ class SlowCaptures {
     }
     keeper_ = std::make_unique<StackKeeper>(
         o, [this] { return views_; }, nullptr,
-        [this](int64_t pid) -> absl::StatusOr<forensics::ProcessSnapshot> {
+        [this](const TaskView& view) -> absl::StatusOr<forensics::ProcessSnapshot> {
+          const int64_t pid = view.pid;
           ++(pid == 100 ? captures0_ : captures1_);
           while (!released_) std::this_thread::sleep_for(milliseconds(2));
           forensics::ProcessSnapshot s;
