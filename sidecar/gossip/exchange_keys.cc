@@ -44,18 +44,39 @@ v1::Header* MutableHeaderOf(google::protobuf::Message* m) {
   return static_cast<v1::Header*>(m->GetReflection()->MutableMessage(m, field));
 }
 
-// HMAC-SHA256 of the message's deterministic serialization with the header's `mac` empty.
-std::string Mac(const google::protobuf::Message& m, const std::string& secret) {
-  std::unique_ptr<google::protobuf::Message> copy(m.New());
-  copy->CopyFrom(m);
-  MutableHeaderOf(copy.get())->clear_mac();
+std::string Deterministic(const google::protobuf::Message& m) {
   std::string bytes;
+  google::protobuf::io::StringOutputStream out(&bytes);
+  google::protobuf::io::CodedOutputStream coded(&out);
+  coded.SetSerializationDeterministic(true);
+  m.SerializeToCodedStream(&coded);
+  coded.Trim();
+  return bytes;
+}
+
+// HMAC-SHA256 of the message's deterministic serialization with the header's `mac` empty. The
+// header is field 1, written first, so that is the header without `mac` as field 1, then the
+// rest of the message's own serialization: no copy of the message (a Sync answer holds every
+// record) is made, only of its header.
+std::string Mac(const google::protobuf::Message& m, const std::string& secret) {
+  const v1::Header* header = HeaderOf(m);
+  v1::Header bare = *header;
+  bare.clear_mac();
+  const std::string whole = Deterministic(m);
+  const size_t header_bytes = header->ByteSizeLong();
+  const size_t prefix =
+      1 + google::protobuf::io::CodedOutputStream::VarintSize64(header_bytes) + header_bytes;
+  std::string bytes;
+  bytes.reserve(whole.size());
+  bytes.push_back(static_cast<char>(0x0a));  // Field 1, length-delimited.
+  const std::string bare_bytes = Deterministic(bare);
   {
     google::protobuf::io::StringOutputStream out(&bytes);
     google::protobuf::io::CodedOutputStream coded(&out);
-    coded.SetSerializationDeterministic(true);
-    copy->SerializeToCodedStream(&coded);
+    coded.WriteVarint64(bare_bytes.size());
   }
+  bytes += bare_bytes;
+  bytes.append(whole, std::min(prefix, whole.size()), std::string::npos);
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
