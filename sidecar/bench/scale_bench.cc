@@ -156,9 +156,9 @@ RealRow RunReal(int n, double window_s, int changes, std::mt19937& rng,
   }
   for (int i = 0; i < n; ++i) {
     nodes[i].http = Host(i) + ":" + std::to_string(http_port);
-    std::vector<std::string> args{"--cluster_spec", path, "--http_address", Host(i), "--http_port",
-                                  std::to_string(http_port), "--grpc_port",
-                                  std::to_string(grpc_port)};
+    std::vector<std::string> args{
+        "--cluster_spec",          path,          "--http_address",         Host(i), "--http_port",
+        std::to_string(http_port), "--grpc_port", std::to_string(grpc_port)};
     if (!key_file.empty()) args.insert(args.end(), {"--exchange_key_file", key_file});
     nodes[i].sidecar = std::make_unique<Process>(BinPath("trainscope-sidecar"), args);
   }
@@ -274,6 +274,22 @@ void Simulate(int n, int trials, int retransmit_mult, int sync_every, uint64_t s
 
 }  // namespace
 
+// The real mode's table: one row per size (and key setting).
+void PrintRealRows(const std::vector<RealRow>& rows) {
+  std::printf("\n%6s %5s %9s %12s %12s %9s %14s %14s %18s %9s\n", "nodes", "key", "joined s",
+              "CPU% busiest", "CPU% median", "RSS MiB", "B/s sent med", "B/s sent max",
+              "change->all ms", "stop ms");
+  for (const RealRow& r : rows) {
+    std::string changes_text;
+    for (double c : r.change_ms) {
+      changes_text += (changes_text.empty() ? "" : "/") + std::to_string(static_cast<int>(c));
+    }
+    std::printf("%6d %5s %9.1f %12.2f %12.2f %9.1f %14.0f %14.0f %18s %9.0f\n", r.nodes,
+                r.keyed ? "on" : "off", r.converge_s, r.cpu_max, r.cpu_median, r.rss_max_mib,
+                r.bytes_median, r.bytes_max, changes_text.c_str(), r.stop_max_ms);
+  }
+}
+
 // A cluster key for --key on/both, in a file only this user reads.
 std::string KeyFile() {
   static std::string path;
@@ -291,11 +307,12 @@ void PrintKeyRatios(const std::vector<RealRow>& rows) {
   for (const RealRow& off : rows) {
     for (const RealRow& on : rows) {
       if (off.keyed || !on.keyed || off.nodes != on.nodes || off.cpu_max <= 0) continue;
-      std::printf("keyed / unkeyed at %d nodes: busiest CPU %.2f, median CPU %.2f, bytes sent "
-                  "%.2f\n",
-                  on.nodes, on.cpu_max / off.cpu_max,
-                  off.cpu_median > 0 ? on.cpu_median / off.cpu_median : 0,
-                  off.bytes_median > 0 ? on.bytes_median / off.bytes_median : 0);
+      std::printf(
+          "keyed / unkeyed at %d nodes: busiest CPU %.2f, median CPU %.2f, bytes sent "
+          "%.2f\n",
+          on.nodes, on.cpu_max / off.cpu_max,
+          off.cpu_median > 0 ? on.cpu_median / off.cpu_median : 0,
+          off.bytes_median > 0 ? on.bytes_median / off.bytes_median : 0);
     }
   }
 }
@@ -339,18 +356,7 @@ int main(int argc, char** argv) {
       if (key != "on") rows.push_back(RunReal(n, window_s, changes, rng, ""));
       if (key != "off") rows.push_back(RunReal(n, window_s, changes, rng, KeyFile()));
     }
-    std::printf("\n%6s %5s %9s %12s %12s %9s %14s %14s %18s %9s\n", "nodes", "key", "joined s", "CPU% busiest",
-                "CPU% median", "RSS MiB", "B/s sent med", "B/s sent max", "change->all ms",
-                "stop ms");
-    for (const RealRow& r : rows) {
-      std::string changes_text;
-      for (double c : r.change_ms) {
-        changes_text += (changes_text.empty() ? "" : "/") + std::to_string(static_cast<int>(c));
-      }
-      std::printf("%6d %5s %9.1f %12.2f %12.2f %9.1f %14.0f %14.0f %18s %9.0f\n", r.nodes, r.keyed ? "on" : "off", r.converge_s,
-                  r.cpu_max, r.cpu_median, r.rss_max_mib, r.bytes_median, r.bytes_max,
-                  changes_text.c_str(), r.stop_max_ms);
-    }
+    PrintRealRows(rows);
     PrintKeyRatios(rows);
     for (const RealRow& r : rows) {
       if (r.nodes == 40 && rows.front().cpu_max > 0) {

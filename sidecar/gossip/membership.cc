@@ -280,14 +280,18 @@ void Membership::OnIndirectResult(const std::string& id, bool reached, double no
   }
 }
 
+void Membership::OnUpdateOfSelf(const MemberUpdate& u) {
+  const bool doubted = u.status() == MemberUpdate::SUSPECT || u.status() == MemberUpdate::SILENT;
+  // Refuted whatever generation the doubt names: only this node says what it is.
+  if (doubted && u.generation() >= generation_ && u.incarnation() >= incarnation_) {
+    Refute(u.incarnation() + 1);
+  }
+}
+
 void Membership::OnUpdate(const MemberUpdate& u, double now_s, const std::string& from) {
   if (u.node().empty()) return;
   if (u.node() == self_) {
-    bool doubted = u.status() == MemberUpdate::SUSPECT || u.status() == MemberUpdate::SILENT;
-    // Refuted whatever generation the doubt names: only this node says what it is.
-    if (doubted && u.generation() >= generation_ && u.incarnation() >= incarnation_) {
-      Refute(u.incarnation() + 1);
-    }
+    OnUpdateOfSelf(u);
     return;
   }
   Member& m = Get(u.node());

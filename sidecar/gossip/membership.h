@@ -179,6 +179,8 @@ class Membership {
   void SetStatus(Member& m, MemberStatus status, double now_s, bool announce);
   void Announce(const Member& m);
   void Refute(uint64_t at_least);
+  // What another node says of this one: a doubt is refuted.
+  void OnUpdateOfSelf(const v1::MemberUpdate& update);
   // A later call to `id` failed with `error`: its last error, when it is already in doubt.
   void NoteLaterError(const std::string& id, const std::string& error);
   // This node heard from nobody since `since_s` (cut off, or its link flapped) and reaches a
