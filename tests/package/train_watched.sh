@@ -49,8 +49,13 @@ fit_line=$work/build/fit_line
 read -r ps w0 w1 http grpc <<<"$(free_ports 5)"
 cluster="{\"cluster\": {\"ps\": [\"127.0.0.1:$ps\"], \"worker\": [\"127.0.0.1:$w0\", \"127.0.0.1:$w1\"]}}"
 echo "$cluster" > "$work/cluster_spec.json"
+# The API token a fresh capture needs (docs/security.md, "Credentials for actions"); readable by
+# the sidecar's user under the unit too (a test token).
+token=$work/api.token
+od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "$token"
+chmod 644 "$token"
 sidecar_flags=(--cluster_spec "$work/cluster_spec.json" --cluster_name fit-line
-  --http_address 127.0.0.1 --http_port "$http" --grpc_port "$grpc")
+  --http_address 127.0.0.1 --http_port "$http" --grpc_port "$grpc" --api_token_file "$token")
 [ $# -gt 0 ] || { echo "usage: $0 EXAMPLE_SRC WORK_DIR SIDECAR_COMMAND... | [WRAPPER...] unit"; exit 2; }
 if [ "${!#}" = unit ]; then
   wrapper=("${@:1:$#-1}")
@@ -58,6 +63,9 @@ if [ "${!#}" = unit ]; then
   mkdir -p /etc/trainscope
   cp "$work/cluster_spec.json" /etc/trainscope/cluster_spec.json
   sidecar_flags[1]=/etc/trainscope/cluster_spec.json
+  cp "$token" /etc/trainscope/api.token
+  token=/etc/trainscope/api.token
+  sidecar_flags[11]=$token
   sed -i "s|^ARGS=.*|ARGS=\"${sidecar_flags[*]}\"|" /etc/default/trainscope-sidecar
   exec_start=$(sed -n 's/^ExecStart=//p' /lib/systemd/system/trainscope-sidecar.service)
   say "sidecar as its unit starts it: ${wrapper[*]} $exec_start, with $(grep '^ARGS=' /etc/default/trainscope-sidecar)"
@@ -100,7 +108,7 @@ wait_states 30 "up\s.*(serving|training)" > "$work/status-up.txt" || fail "the s
 say "every task up, the ps serving and the workers training:"
 sed 's/^/  /' "$work/status-up.txt"
 # The stacks of a running worker, on demand: the sidecar may attach (root, or CAP_SYS_PTRACE).
-ctl stacks worker:0 --fresh > "$work/stacks.txt" 2>&1 || fail "trainscopectl stacks: $(cat "$work/stacks.txt")"
+ctl stacks worker:0 --fresh --api_token_file "$token" > "$work/stacks.txt" 2>&1 || fail "trainscopectl stacks: $(cat "$work/stacks.txt")"
 grep -q "FitLine" "$work/stacks.txt" || fail "no FitLine in worker:0's stacks: $(cat "$work/stacks.txt")"
 say "worker:0's stacks on demand:"
 grep -m1 -B3 "FitLine" "$work/stacks.txt" | sed 's/^/  /'
