@@ -46,9 +46,9 @@ struct ClusterView {
   std::vector<TaskView> tasks;  // The whole cluster, problems first.
   std::vector<NodeInfo> nodes;  // This node first.
   std::vector<PartitionInfo> partitions;
-  std::optional<double> isolated_since;  // This node is cut off from every other, since then.
+  std::optional<double> isolated_since;   // This node is cut off from every other, since then.
   bool exchange_unauthenticated = false;  // Its exchange runs without a cluster key.
-  std::vector<TaskRef> local;            // The tasks this node watches first-hand.
+  std::vector<TaskRef> local;             // The tasks this node watches first-hand.
   std::string self;
   std::string self_hostname;
 };
