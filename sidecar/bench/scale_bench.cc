@@ -1,7 +1,8 @@
 // sidecar_scale_bench: what the cluster view costs each sidecar as the cluster grows.
 //   real:     for each N of --nodes, N nodes as the loopback addresses 127.0.0.2..N+1, each with
 //             one scripted task (sidecar_fake_task) and one trainscope-sidecar bound to its
-//             address with default flags (the peers derived from the spec). Over --window_s it
+//             address with default flags (the peers derived from the spec), started one every
+//             --start_gap_s; once every view has every task up, over --window_s it
 //             measures every sidecar's CPU share, RSS and exchange bytes sent per second; then
 //             it kills --changes tasks one by one and measures, for each, the time until every
 //             sidecar's view has it dead; finally how long the sidecars take to stop.
@@ -129,12 +130,75 @@ double ChangeToEveryView(std::vector<Node>& nodes, int victim) {
   return worst * 1000;
 }
 
-// `key_file`: the cluster key every sidecar signs its exchange with ("": unkeyed).
-RealRow RunReal(int n, double window_s, int changes, std::mt19937& rng,
-                const std::string& key_file) {
+// How a real-mode run is set up.
+struct RealSetup {
+  double window_s = 20;  // Measurement window.
+  int changes = 3;       // Task deaths timed.
+  // Between two sidecars' starts. Forty sidecars and forty tasks started at once on two cores
+  // starve every one of them for seconds: probes time out, and the suspicions, reconnections and
+  // indirect probes that follow keep the machine starved (a node of a real cluster starts one
+  // sidecar, not forty).
+  double start_gap_s = 0.25;
+  double join_s = 300;   // Longest wait for every view to have every task up.
+  std::string key_file;  // The cluster key every sidecar signs its exchange with ("": unkeyed).
+};
+
+// Starts n tasks, then n sidecars (one every setup.start_gap_s) watching the spec at `spec_path`.
+std::vector<Node> StartCluster(int n, const RealSetup& setup, const std::string& spec_path,
+                               int task_port, int http_port, int grpc_port) {
+  std::vector<Node> nodes(n);
+  for (int i = 0; i < n; ++i) {
+    nodes[i].task = std::make_unique<Process>(
+        BinPath("sidecar_fake_task"),
+        std::vector<std::string>{"--host", Host(i), "--port", std::to_string(task_port), "--role",
+                                 "worker", "--index", std::to_string(i), "--phase", "training",
+                                 "--steps_per_s", "10"});
+  }
+  for (int i = 0; i < n; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::duration<double>(setup.start_gap_s));
+    nodes[i].http = Host(i) + ":" + std::to_string(http_port);
+    std::vector<std::string> args{
+        "--cluster_spec",          spec_path,     "--http_address",         Host(i), "--http_port",
+        std::to_string(http_port), "--grpc_port", std::to_string(grpc_port)};
+    if (!setup.key_file.empty()) args.insert(args.end(), {"--exchange_key_file", setup.key_file});
+    nodes[i].sidecar = std::make_unique<Process>(BinPath("trainscope-sidecar"), args);
+  }
+  return nodes;
+}
+
+// Every sidecar's CPU share, RSS and exchange bytes sent per second, over `window_s`.
+void MeasureWindow(std::vector<Node>& nodes, double window_s, RealRow& row) {
+  const std::string sent = "trainscope_sidecar_exchange_bytes_total{direction=\"sent\"}";
+  const size_t n = nodes.size();
+  std::vector<double> cpu0(n), bytes0(n);
+  for (size_t i = 0; i < n; ++i) {
+    cpu0[i] = trainscope::ReadProcStat(nodes[i].sidecar->pid())->cpu_seconds;
+    auto m = trainscope::HttpGet(nodes[i].http, "/metrics", 3000);
+    bytes0[i] = m.ok() ? CounterValue(m->body, sent) : 0;
+  }
+  const double w0 = MonotonicSeconds();
+  std::this_thread::sleep_for(std::chrono::duration<double>(window_s));
+  const double elapsed = MonotonicSeconds() - w0;
+  std::vector<double> cpu, bytes;
+  for (size_t i = 0; i < n; ++i) {
+    auto stat = trainscope::ReadProcStat(nodes[i].sidecar->pid());
+    cpu.push_back(100 * (stat->cpu_seconds - cpu0[i]) / elapsed);
+    row.rss_max_mib = std::max(row.rss_max_mib, stat->resident_bytes / 1048576.0);
+    auto m = trainscope::HttpGet(nodes[i].http, "/metrics", 3000);
+    bytes.push_back(((m.ok() ? CounterValue(m->body, sent) : 0) - bytes0[i]) / elapsed);
+  }
+  row.cpu_max = *std::max_element(cpu.begin(), cpu.end());
+  row.cpu_median = Median(cpu);
+  row.bytes_max = *std::max_element(bytes.begin(), bytes.end());
+  row.bytes_median = Median(bytes);
+}
+
+// One cluster of n nodes: joined (timed from the last sidecar's start), measured, changed,
+// stopped.
+RealRow RunReal(int n, const RealSetup& setup, std::mt19937& rng) {
   RealRow row;
   row.nodes = n;
-  row.keyed = !key_file.empty();
+  row.keyed = !setup.key_file.empty();
   const int task_port = PortFreeOnAll(n, rng);
   const int http_port = PortFreeOnAll(n, rng);
   const int grpc_port = PortFreeOnAll(n, rng);
@@ -146,51 +210,15 @@ RealRow RunReal(int n, double window_s, int changes, std::mt19937& rng,
   char path[] = "/tmp/trainscope-scale-spec-XXXXXX";
   close(mkstemp(path));
   std::ofstream(path) << spec;
-  std::vector<Node> nodes(n);
-  for (int i = 0; i < n; ++i) {
-    nodes[i].task = std::make_unique<Process>(
-        BinPath("sidecar_fake_task"),
-        std::vector<std::string>{"--host", Host(i), "--port", std::to_string(task_port), "--role",
-                                 "worker", "--index", std::to_string(i), "--phase", "training",
-                                 "--steps_per_s", "10"});
-  }
-  for (int i = 0; i < n; ++i) {
-    nodes[i].http = Host(i) + ":" + std::to_string(http_port);
-    std::vector<std::string> args{
-        "--cluster_spec",          path,          "--http_address",         Host(i), "--http_port",
-        std::to_string(http_port), "--grpc_port", std::to_string(grpc_port)};
-    if (!key_file.empty()) args.insert(args.end(), {"--exchange_key_file", key_file});
-    nodes[i].sidecar = std::make_unique<Process>(BinPath("trainscope-sidecar"), args);
-  }
+  std::vector<Node> nodes = StartCluster(n, setup, path, task_port, http_port, grpc_port);
   const double start = MonotonicSeconds();
-  while (!AllUp(nodes, n) && MonotonicSeconds() - start < 120) {
+  while (!AllUp(nodes, n) && MonotonicSeconds() - start < setup.join_s) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
   row.converge_s = MonotonicSeconds() - start;
   std::this_thread::sleep_for(std::chrono::seconds(3));
-  const std::string sent = "trainscope_sidecar_exchange_bytes_total{direction=\"sent\"}";
-  std::vector<double> cpu0(n), bytes0(n);
-  for (int i = 0; i < n; ++i) {
-    cpu0[i] = trainscope::ReadProcStat(nodes[i].sidecar->pid())->cpu_seconds;
-    auto m = trainscope::HttpGet(nodes[i].http, "/metrics", 3000);
-    bytes0[i] = m.ok() ? CounterValue(m->body, sent) : 0;
-  }
-  const double w0 = MonotonicSeconds();
-  std::this_thread::sleep_for(std::chrono::duration<double>(window_s));
-  const double elapsed = MonotonicSeconds() - w0;
-  std::vector<double> cpu, bytes;
-  for (int i = 0; i < n; ++i) {
-    auto stat = trainscope::ReadProcStat(nodes[i].sidecar->pid());
-    cpu.push_back(100 * (stat->cpu_seconds - cpu0[i]) / elapsed);
-    row.rss_max_mib = std::max(row.rss_max_mib, stat->resident_bytes / 1048576.0);
-    auto m = trainscope::HttpGet(nodes[i].http, "/metrics", 3000);
-    bytes.push_back(((m.ok() ? CounterValue(m->body, sent) : 0) - bytes0[i]) / elapsed);
-  }
-  row.cpu_max = *std::max_element(cpu.begin(), cpu.end());
-  row.cpu_median = Median(cpu);
-  row.bytes_max = *std::max_element(bytes.begin(), bytes.end());
-  row.bytes_median = Median(bytes);
-  for (int c = 0; c < changes; ++c) {
+  MeasureWindow(nodes, setup.window_s, row);
+  for (int c = 0; c < setup.changes; ++c) {
     row.change_ms.push_back(ChangeToEveryView(nodes, (c * 7 + 1) % n));
   }
   for (Node& node : nodes) node.sidecar->Signal(SIGTERM);
@@ -320,8 +348,7 @@ void PrintKeyRatios(const std::vector<RealRow>& rows) {
 int main(int argc, char** argv) {
   std::string mode = "real";
   std::string nodes_list = "8,16,32,40,64";
-  double window_s = 20;
-  int changes = 3;
+  RealSetup setup;
   int sim_nodes = 1100;
   int sim_trials = 5;
   int sim_retransmit = ts::MembershipOptions{}.retransmit_mult;
@@ -330,13 +357,20 @@ int main(int argc, char** argv) {
   CLI::App app{"sidecar_scale_bench: the cluster view's cost per sidecar as the cluster grows"};
   app.add_option("--mode", mode, "real | simulate | all")->capture_default_str();
   app.add_option("--nodes", nodes_list, "Cluster sizes for the real mode")->capture_default_str();
-  app.add_option("--window_s", window_s, "Measurement window per size")->capture_default_str();
-  app.add_option("--changes", changes, "Task deaths timed per size")->capture_default_str();
+  app.add_option("--window_s", setup.window_s, "Measurement window per size")
+      ->capture_default_str();
+  app.add_option("--changes", setup.changes, "Task deaths timed per size")->capture_default_str();
+  app.add_option("--start_gap_s", setup.start_gap_s,
+                 "Between two sidecars' starts (0: all at once, which starves 40 on 2 cores)")
+      ->capture_default_str();
   std::string key = "off";
   app.add_option("--key", key,
                  "The exchange's cluster key: off, on, or both (each size unkeyed, then keyed, "
                  "with their ratios)")
       ->check(CLI::IsMember({"off", "on", "both"}))
+      ->capture_default_str();
+  app.add_option("--join_s", setup.join_s,
+                 "Longest wait for every view to have every task up (then measured anyway)")
       ->capture_default_str();
   app.add_option("--sim_nodes", sim_nodes)->capture_default_str();
   app.add_option("--sim_trials", sim_trials)->capture_default_str();
@@ -353,8 +387,10 @@ int main(int argc, char** argv) {
       int n = std::stoi(std::string(part));
       std::printf("running %d nodes ...\n", n);
       std::fflush(stdout);
-      if (key != "on") rows.push_back(RunReal(n, window_s, changes, rng, ""));
-      if (key != "off") rows.push_back(RunReal(n, window_s, changes, rng, KeyFile()));
+      RealSetup run = setup;
+      if (key != "on") rows.push_back(RunReal(n, run, rng));
+      run.key_file = KeyFile();
+      if (key != "off") rows.push_back(RunReal(n, run, rng));
     }
     PrintRealRows(rows);
     PrintKeyRatios(rows);
