@@ -245,6 +245,88 @@ int Fault(const std::string& task, const trainscope::v1::InjectFaultRequest& req
   return 0;
 }
 
+// What the flags of every subcommand fill in.
+struct CtlFlags {
+  std::string sidecar = "127.0.0.1:9400";
+  bool json = false;
+  std::string task;
+  int64_t parameter_delay_ms = 0;
+  int64_t heartbeat_delay_ms = 0;
+  bool deadlock_training = false;
+  bool block_parameter_service = false;
+  std::string stacks_task;
+  bool fresh = false;
+  std::string token_file;
+};
+
+// The `status` subcommand and its flags.
+CLI::App* AddStatusCommand(CLI::App& app, CtlFlags& f) {
+  auto* status = app.add_subcommand(
+      "status",
+      "The cluster view as a table, problems first; exit 1 when a task is neither up nor done");
+  status
+      ->add_option("--sidecar", f.sidecar,
+                   "HOST:PORT of a sidecar's HTTP port, or https://HOST:PORT (a sidecar started "
+                   "with --tls_cert_file; verified against --tls_ca_file, else the system's CAs)")
+      ->capture_default_str();
+  status->add_flag("--json", f.json, "Print the sidecar's JSON instead of a table");
+  return status;
+}
+
+// The `fault` subcommand and its flags.
+CLI::App* AddFaultCommand(CLI::App& app, CtlFlags& f) {
+  auto* fault = app.add_subcommand(
+      "fault", "Set delays on a task started with --enable_fault_injection (0 clears)");
+  fault->add_option("--task", f.task, "HOST:PORT of the task's gRPC address")->required();
+  fault
+      ->add_option("--parameter_delay_ms", f.parameter_delay_ms,
+                   "Delay added to every ParameterService call")
+      ->capture_default_str();
+  fault
+      ->add_option("--heartbeat_delay_ms", f.heartbeat_delay_ms,
+                   "Delay added to every Heartbeat answer")
+      ->capture_default_str();
+  fault->add_flag("--deadlock_training", f.deadlock_training,
+                  "Wedge: the training thread's next parameter call deadlocks with a second "
+                  "thread on two mutexes (a worker; restart the task to undo)");
+  fault->add_flag("--block_parameter_service", f.block_parameter_service,
+                  "Wedge: the next ParameterService call blocks forever and every later one waits "
+                  "behind it (a ps; restart the task to undo)");
+  return fault;
+}
+
+// The `stacks` subcommand and its flags; --api_token_file defaults to
+// $TRAINSCOPE_API_TOKEN_FILE.
+CLI::App* AddStacksCommand(CLI::App& app, CtlFlags& f) {
+  auto* stacks = app.add_subcommand(
+      "stacks",
+      "Where a task is stuck: every thread's state and stack (innermost frame first) and the "
+      "calls in flight, from the snapshots its node's sidecar took when it turned hung, stalled "
+      "or blocked; any node's sidecar answers for any task");
+  stacks->add_option("task", f.stacks_task, "The task, e.g. worker:0")->required();
+  stacks->add_option("--sidecar", f.sidecar, "HOST:PORT of a sidecar's HTTP port (or https://)")
+      ->capture_default_str();
+  stacks->add_flag("--fresh", f.fresh,
+                   "Take a snapshot now first (needs the sidecar's token: --api_token_file, or "
+                   "a client certificate over mutual TLS)");
+  if (const char* env = std::getenv("TRAINSCOPE_API_TOKEN_FILE")) f.token_file = env;
+  stacks->add_option("--api_token_file", f.token_file,
+                     "File holding the sidecar's API token (its --api_token_file), sent as "
+                     "Authorization: Bearer (default: $TRAINSCOPE_API_TOKEN_FILE)");
+  stacks->add_flag("--json", f.json, "Print the sidecar's JSON");
+  return stacks;
+}
+
+// The InjectFault request the `fault` flags ask for.
+trainscope::v1::InjectFaultRequest FaultRequest(const CtlFlags& f) {
+  trainscope::v1::InjectFaultRequest req;
+  req.set_parameter_delay_ms(f.parameter_delay_ms);
+  req.set_heartbeat_delay_ms(f.heartbeat_delay_ms);
+  req.set_deadlock_training(f.deadlock_training);
+  req.set_block_parameter_service(f.block_parameter_service);
+  return req;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -254,58 +336,10 @@ int main(int argc, char** argv) {
   CLI::App app{"trainscopectl: ask a trainscope sidecar about the cluster, or inject faults."};
   app.set_version_flag("--version", "trainscopectl " TRAINSCOPE_VERSION);
   app.require_subcommand(1);
-  std::string sidecar = "127.0.0.1:9400";
-  bool json = false;
-  auto* status = app.add_subcommand(
-      "status",
-      "The cluster view as a table, problems first; exit 1 when a task is neither up nor done");
-  status
-      ->add_option("--sidecar", sidecar,
-                   "HOST:PORT of a sidecar's HTTP port, or https://HOST:PORT (a sidecar started "
-                   "with --tls_cert_file; verified against --tls_ca_file, else the system's CAs)")
-      ->capture_default_str();
-  status->add_flag("--json", json, "Print the sidecar's JSON instead of a table");
-  std::string task;
-  int64_t parameter_delay_ms = 0;
-  int64_t heartbeat_delay_ms = 0;
-  bool deadlock_training = false;
-  bool block_parameter_service = false;
-  auto* fault = app.add_subcommand(
-      "fault", "Set delays on a task started with --enable_fault_injection (0 clears)");
-  fault->add_option("--task", task, "HOST:PORT of the task's gRPC address")->required();
-  fault
-      ->add_option("--parameter_delay_ms", parameter_delay_ms,
-                   "Delay added to every ParameterService call")
-      ->capture_default_str();
-  fault
-      ->add_option("--heartbeat_delay_ms", heartbeat_delay_ms,
-                   "Delay added to every Heartbeat answer")
-      ->capture_default_str();
-  fault->add_flag("--deadlock_training", deadlock_training,
-                  "Wedge: the training thread's next parameter call deadlocks with a second "
-                  "thread on two mutexes (a worker; restart the task to undo)");
-  fault->add_flag("--block_parameter_service", block_parameter_service,
-                  "Wedge: the next ParameterService call blocks forever and every later one waits "
-                  "behind it (a ps; restart the task to undo)");
-  std::string stacks_task;
-  bool fresh = false;
-  auto* stacks = app.add_subcommand(
-      "stacks",
-      "Where a task is stuck: every thread's state and stack (innermost frame first) and the "
-      "calls in flight, from the snapshots its node's sidecar took when it turned hung, stalled "
-      "or blocked; any node's sidecar answers for any task");
-  stacks->add_option("task", stacks_task, "The task, e.g. worker:0")->required();
-  stacks->add_option("--sidecar", sidecar, "HOST:PORT of a sidecar's HTTP port (or https://)")
-      ->capture_default_str();
-  stacks->add_flag("--fresh", fresh,
-                   "Take a snapshot now first (needs the sidecar's token: --api_token_file, or "
-                   "a client certificate over mutual TLS)");
-  std::string token_file;
-  if (const char* env = std::getenv("TRAINSCOPE_API_TOKEN_FILE")) token_file = env;
-  stacks->add_option("--api_token_file", token_file,
-                     "File holding the sidecar's API token (its --api_token_file), sent as "
-                     "Authorization: Bearer (default: $TRAINSCOPE_API_TOKEN_FILE)");
-  stacks->add_flag("--json", json, "Print the sidecar's JSON");
+  CtlFlags f;
+  auto* status = AddStatusCommand(app, f);
+  auto* fault = AddFaultCommand(app, f);
+  auto* stacks = AddStacksCommand(app, f);
   trainscope::TlsFiles tls;
   trainscope::AddTlsFlags(app, tls);
   // The --tls_* flags may also follow the subcommand.
@@ -313,12 +347,7 @@ int main(int argc, char** argv) {
   fault->fallthrough();
   stacks->fallthrough();
   CLI11_PARSE(app, argc, argv);
-  if (status->parsed()) return Status(sidecar, json, tls);
-  if (stacks->parsed()) return Stacks(stacks_task, sidecar, fresh, json, tls, token_file);
-  trainscope::v1::InjectFaultRequest req;
-  req.set_parameter_delay_ms(parameter_delay_ms);
-  req.set_heartbeat_delay_ms(heartbeat_delay_ms);
-  req.set_deadlock_training(deadlock_training);
-  req.set_block_parameter_service(block_parameter_service);
-  return Fault(task, req, tls);
+  if (status->parsed()) return Status(f.sidecar, f.json, tls);
+  if (stacks->parsed()) return Stacks(f.stacks_task, f.sidecar, f.fresh, f.json, tls, f.token_file);
+  return Fault(f.task, FaultRequest(f), tls);
 }

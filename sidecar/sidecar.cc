@@ -199,9 +199,9 @@ absl::StatusOr<std::vector<TaskRef>> ParseBlackBoxTasks(const std::string& list,
   return out;
 }
 
-absl::StatusOr<Plan> MakePlan(const SidecarOptions& o) {
-  if (absl::Status s = Validate(o); !s.ok()) return s;
-  Plan plan;
+// The cluster spec the options point at (--cluster_spec or TF_CONFIG), parsed into
+// plan.config; plan.spec_origin says where it came from.
+absl::Status PlanSpec(const SidecarOptions& o, Plan& plan) {
   std::string text;
   if (!o.cluster_spec_file.empty()) {
     auto read = ReadFile(o.cluster_spec_file);
@@ -221,20 +221,33 @@ absl::StatusOr<Plan> MakePlan(const SidecarOptions& o) {
         absl::StrCat(plan.spec_origin, ": ", config.status().message()));
   }
   plan.config = *std::move(config);
-  const ClusterSpec& spec = plan.config.cluster;
-  const bool bound = !IsWildcard(o.http_address);
-  LocalHosts hosts = bound ? LocalHosts::Bound(o.http_address) : LocalHosts();
-  plan.hostname = LocalHosts().hostname();
-  std::vector<TaskRef> chosen;
+  return absl::OkStatus();
+}
+
+// What the spec's addresses say of this machine: the tasks on it, the other hosts, and the
+// first of its own hosts the spec names.
+struct SpecHosts {
+  std::vector<TaskRef> local_tasks;
   std::set<std::string> remote_hosts;
   std::string first_local_host;
+};
+SpecHosts ScanSpecHosts(const ClusterSpec& spec, const LocalHosts& hosts) {
+  SpecHosts out;
   for (const TaskRef& t : spec.AllTasks()) {
     auto hp = ParseHostPort(*spec.FindAddress(t));
     bool local = hp.ok() && hosts.IsLocal(hp->host);
-    if (!local && hp.ok()) remote_hosts.insert(hp->host);
-    if (local && first_local_host.empty()) first_local_host = hp->host;
-    if (o.local_tasks.empty() && local) chosen.push_back(t);
+    if (!local && hp.ok()) out.remote_hosts.insert(hp->host);
+    if (local && out.first_local_host.empty()) out.first_local_host = hp->host;
+    if (local) out.local_tasks.push_back(t);
   }
+  return out;
+}
+
+// The tasks this node watches (--local_tasks, else `chosen`: those on this machine), each marked
+// local and black-box as the options say, into plan.tasks.
+absl::Status PlanTasks(const SidecarOptions& o, const LocalHosts& hosts,
+                       std::vector<TaskRef> chosen, Plan& plan) {
+  const ClusterSpec& spec = plan.config.cluster;
   if (!o.local_tasks.empty()) {
     auto list = ParseTaskList(o.local_tasks, spec);
     if (!list.ok()) {
@@ -256,7 +269,13 @@ absl::StatusOr<Plan> MakePlan(const SidecarOptions& o) {
     const bool local = !o.local_tasks.empty() || (hp.ok() && hosts.IsLocal(hp->host));
     plan.tasks.push_back({t, address, local, outside});
   }
-  plan.bind = BindAddresses(o, plan.tasks, hosts);
+  return absl::OkStatus();
+}
+
+// This node's id for its peers, into plan.self: --advertise_address, else the bound HTTP
+// address or the first local host of the spec (or the hostname) with the gRPC port.
+absl::Status PlanSelf(const SidecarOptions& o, bool bound, const std::string& first_local_host,
+                      Plan& plan) {
   if (!o.advertise_address.empty()) {
     if (auto hp = ParseHostPort(o.advertise_address); !hp.ok()) {
       return absl::InvalidArgumentError(
@@ -268,7 +287,21 @@ absl::StatusOr<Plan> MakePlan(const SidecarOptions& o) {
     if (host.empty()) host = plan.hostname;
     plan.self = JoinHostPort(host, std::max(0, o.grpc_port));
   }
-  if (absl::Status s = PlanPeers(o, remote_hosts, plan); !s.ok()) return s;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Plan> MakePlan(const SidecarOptions& o) {
+  if (absl::Status s = Validate(o); !s.ok()) return s;
+  Plan plan;
+  if (absl::Status s = PlanSpec(o, plan); !s.ok()) return s;
+  const bool bound = !IsWildcard(o.http_address);
+  LocalHosts hosts = bound ? LocalHosts::Bound(o.http_address) : LocalHosts();
+  plan.hostname = LocalHosts().hostname();
+  SpecHosts scan = ScanSpecHosts(plan.config.cluster, hosts);
+  if (absl::Status s = PlanTasks(o, hosts, std::move(scan.local_tasks), plan); !s.ok()) return s;
+  plan.bind = BindAddresses(o, plan.tasks, hosts);
+  if (absl::Status s = PlanSelf(o, bound, scan.first_local_host, plan); !s.ok()) return s;
+  if (absl::Status s = PlanPeers(o, scan.remote_hosts, plan); !s.ok()) return s;
   return plan;
 }
 
@@ -308,27 +341,7 @@ class Sidecar::Impl {
 
   absl::Status Build() {
     if (absl::Status s = SetUpTls(); !s.ok()) return s;
-    WatcherOptions w;
-    w.cluster = options_.cluster_name;
-    w.tasks = plan_.tasks;
-    w.tracker = TrackerOptionsFrom(options_);
-    w.heartbeat_deadline_ms = options_.heartbeat_deadline_ms;
-    w.watcher_name = absl::StrCat("trainscope-sidecar@", plan_.hostname);
-    w.hostname = plan_.hostname;
-    w.start_unix = UnixSeconds();
-    w.credentials = channel_credentials_;
-    if (const std::shared_ptr<CaptureHelper> helper = options_.capture_helper) {
-      w.finder.find_task = [helper](int64_t pid, const std::string& host, int port) {
-        return helper->FindTask(pid, host, port);
-      };
-      w.finder.find_listening = [helper](const std::string& host, int port) {
-        return helper->FindPort(host, port);
-      };
-    }
-    watcher_ = std::make_unique<TaskWatcher>(std::move(w), [this] {
-      if (exchange_) exchange_->Poke();
-      if (notifier_) notifier_->Poke();
-    });
+    BuildWatcher();
     if (plan_.exchange) {
       if (absl::Status s = MakeExchange(); !s.ok()) return s;
     }
@@ -345,27 +358,7 @@ class Sidecar::Impl {
     auth_ = std::move(*auth);
     BuildKeeper();
     AddRoutes();
-    if (!options_.tls.cert_file.empty()) {
-      auto tls = HttpTls::Create(options_.tls, [](const std::string& m) {
-        spdlog::info("trainscope-sidecar: HTTP listener: {}", m);
-      });
-      if (!tls.ok()) return absl::InvalidArgumentError(tls.status().message());
-      http_tls_ = std::move(*tls);
-    }
-    // The limits are HttpServerOptions' defaults (docs/security.md, "HTTP listeners"), but
-    // more handler threads, and stacks on a pool of their own: a stack capture takes 100+ ms,
-    // a remote snapshot seconds, and neither may hold up /metrics, /healthz or the API.
-    HttpServerOptions limits;
-    limits.handler_threads = 8;
-    limits.slow_paths = {std::string(names::kPathStacks)};
-    limits.slow_handler_threads = 2;
-    limits.slow_queue_limit = 16;
-    limits.slow_queue_timeout_ms = 10000;
-    auto http = HttpServer::Start(
-        ForPort(plan_.bind, options_.http_port), options_.http_port,
-        [this](const HttpServer::Request& r) { return routes_.Serve(r); }, http_tls_.get(), limits);
-    if (!http.ok()) return http.status();
-    http_ = std::move(*http);
+    if (absl::Status s = StartHttp(); !s.ok()) return s;
     if (absl::Status s = StartGrpc(); !s.ok()) return s;
     BuildNotifier();
     return absl::OkStatus();
@@ -413,6 +406,57 @@ class Sidecar::Impl {
     t.slow_window_s = options_.slow_window_s;
     t.slow_per_key = options_.slow_per_key;
     return t;
+  }
+
+  // The watcher of this node's tasks; its changes poke the exchange and the notifier.
+  void BuildWatcher() {
+    WatcherOptions w;
+    w.cluster = options_.cluster_name;
+    w.tasks = plan_.tasks;
+    w.tracker = TrackerOptionsFrom(options_);
+    w.heartbeat_deadline_ms = options_.heartbeat_deadline_ms;
+    w.watcher_name = absl::StrCat("trainscope-sidecar@", plan_.hostname);
+    w.hostname = plan_.hostname;
+    w.start_unix = UnixSeconds();
+    w.credentials = channel_credentials_;
+    if (const std::shared_ptr<CaptureHelper> helper = options_.capture_helper) {
+      w.finder.find_task = [helper](int64_t pid, const std::string& host, int port) {
+        return helper->FindTask(pid, host, port);
+      };
+      w.finder.find_listening = [helper](const std::string& host, int port) {
+        return helper->FindPort(host, port);
+      };
+    }
+    watcher_ = std::make_unique<TaskWatcher>(std::move(w), [this] {
+      if (exchange_) exchange_->Poke();
+      if (notifier_) notifier_->Poke();
+    });
+  }
+
+  // The HTTP server on the bind addresses (HTTPS with --tls_cert_file), serving routes_.
+  absl::Status StartHttp() {
+    if (!options_.tls.cert_file.empty()) {
+      auto tls = HttpTls::Create(options_.tls, [](const std::string& m) {
+        spdlog::info("trainscope-sidecar: HTTP listener: {}", m);
+      });
+      if (!tls.ok()) return absl::InvalidArgumentError(tls.status().message());
+      http_tls_ = std::move(*tls);
+    }
+    // The limits are HttpServerOptions' defaults (docs/security.md, "HTTP listeners"), but
+    // more handler threads, and stacks on a pool of their own: a stack capture takes 100+ ms,
+    // a remote snapshot seconds, and neither may hold up /metrics, /healthz or the API.
+    HttpServerOptions limits;
+    limits.handler_threads = 8;
+    limits.slow_paths = {std::string(names::kPathStacks)};
+    limits.slow_handler_threads = 2;
+    limits.slow_queue_limit = 16;
+    limits.slow_queue_timeout_ms = 10000;
+    auto http = HttpServer::Start(
+        ForPort(plan_.bind, options_.http_port), options_.http_port,
+        [this](const HttpServer::Request& r) { return routes_.Serve(r); }, http_tls_.get(), limits);
+    if (!http.ok()) return http.status();
+    http_ = std::move(*http);
+    return absl::OkStatus();
   }
 
   // Alerts of what this sidecar knows first-hand, straight to Alertmanager (alert_notifier.h).

@@ -74,6 +74,84 @@ TaskCgroup CgroupFromProto(const pb::CgroupFacts& p) {
   return c;
 }
 
+// One blocked-on peer, cleaned for the wire.
+void BlockedOnToProto(const BlockedPeer& b, pb::BlockedOn* o) {
+  o->set_peer(CleanText(b.peer.ShortName()));
+  o->set_address(CleanText(b.address));
+  o->set_seconds(Finite(b.seconds));
+  o->set_last_error(CleanText(b.last_error));
+}
+
+// One peer's state as the task sees it, cleaned for the wire.
+void PeerToProto(const PeerInfo& p, pb::PeerState* o) {
+  o->set_peer(CleanText(p.peer.ShortName()));
+  o->set_address(CleanText(p.address));
+  o->set_connected(p.connected);
+  o->set_consecutive_failures(
+      static_cast<int32_t>(std::min<int64_t>(p.consecutive_failures, 1 << 30)));
+  o->set_last_error(CleanText(p.last_error));
+  o->set_seconds_since_success(Finite(p.seconds_since_success, -1));
+  o->set_peer_listen_address(CleanText(p.peer_listen_address));
+  o->set_network_failure(p.network_failure);
+  o->set_latency_seconds(Finite(p.latency_seconds));
+  o->set_step_share(Finite(p.step_share));
+  o->set_seconds_failing(Finite(p.seconds_failing));
+}
+
+// The fields that name a task and its state, checked: an error for a role that is not a job
+// name, an index out of range or an unknown state; `*state` is set from the state's name.
+absl::Status CheckIdentity(const pb::TaskView& p, TaskState* state) {
+  if (!IsValidJobName(p.role())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("task with role \"", CleanText(p.role(), 40), "\" (not a job name)"));
+  }
+  if (p.task() < 0 || p.task() > 1000000) {
+    return absl::InvalidArgumentError(absl::StrCat("task index ", p.task(), " out of range"));
+  }
+  if (!ParseStateName(p.state(), state)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown state \"", CleanText(p.state(), 40), "\""));
+  }
+  return absl::OkStatus();
+}
+
+// The peers the task is blocked on (at most kMaxListItems; unparsable names are skipped).
+std::vector<BlockedPeer> BlockedOnFromProto(const pb::TaskView& p) {
+  std::vector<BlockedPeer> out;
+  for (int i = 0; i < std::min(p.blocked_on_size(), kMaxListItems); ++i) {
+    const pb::BlockedOn& b = p.blocked_on(i);
+    auto ref = ParseTaskRef(b.peer());
+    if (!ref.ok()) continue;
+    out.push_back({*ref, CleanText(b.address()), Finite(b.seconds()), CleanText(b.last_error())});
+  }
+  if (p.blocked_on_size() == 0) {  // Older sidecars sent names only.
+    for (int i = 0; i < std::min(p.waiting_on_size(), kMaxListItems); ++i) {
+      auto ref = ParseTaskRef(p.waiting_on(i));
+      if (ref.ok()) out.push_back({*ref, "", 0, ""});
+    }
+  }
+  return out;
+}
+
+// One peer's state from the wire, clamped to sane ranges; nullopt when its name does not parse.
+std::optional<PeerInfo> PeerFromProto(const pb::PeerState& s) {
+  auto ref = ParseTaskRef(s.peer());
+  if (!ref.ok()) return std::nullopt;
+  PeerInfo info;
+  info.peer = *ref;
+  info.address = CleanText(s.address());
+  info.connected = s.connected();
+  info.consecutive_failures = std::max(0, s.consecutive_failures());
+  info.last_error = CleanText(s.last_error());
+  info.seconds_since_success = Finite(s.seconds_since_success(), -1);
+  info.peer_listen_address = CleanText(s.peer_listen_address());
+  info.network_failure = s.network_failure();
+  info.latency_seconds = std::max(0.0, Finite(s.latency_seconds()));
+  info.step_share = std::clamp(Finite(s.step_share()), 0.0, 1.0);
+  info.seconds_failing = std::max(0.0, Finite(s.seconds_failing()));
+  return info;
+}
+
 }  // namespace
 
 std::string CleanText(std::string_view text, size_t max) {
@@ -116,11 +194,7 @@ void ToProto(const TaskView& v, bool full_peers, pb::TaskView* out) {
   out->set_since(Finite(v.since));
   for (const BlockedPeer& b : v.blocked_on) {
     out->add_waiting_on(CleanText(b.peer.ShortName()));
-    pb::BlockedOn* o = out->add_blocked_on();
-    o->set_peer(CleanText(b.peer.ShortName()));
-    o->set_address(CleanText(b.address));
-    o->set_seconds(Finite(b.seconds));
-    o->set_last_error(CleanText(b.last_error));
+    BlockedOnToProto(b, out->add_blocked_on());
   }
   out->set_source(CleanText(v.source));
   out->set_phase(CleanText(v.phase));
@@ -136,19 +210,7 @@ void ToProto(const TaskView& v, bool full_peers, pb::TaskView* out) {
   out->set_expects_progress(v.expects_progress);
   for (const PeerInfo& p : v.peers) {
     if (!full_peers && !IsFailingOrSlow(p)) continue;
-    pb::PeerState* o = out->add_peers();
-    o->set_peer(CleanText(p.peer.ShortName()));
-    o->set_address(CleanText(p.address));
-    o->set_connected(p.connected);
-    o->set_consecutive_failures(
-        static_cast<int32_t>(std::min<int64_t>(p.consecutive_failures, 1 << 30)));
-    o->set_last_error(CleanText(p.last_error));
-    o->set_seconds_since_success(Finite(p.seconds_since_success, -1));
-    o->set_peer_listen_address(CleanText(p.peer_listen_address));
-    o->set_network_failure(p.network_failure);
-    o->set_latency_seconds(Finite(p.latency_seconds));
-    o->set_step_share(Finite(p.step_share));
-    o->set_seconds_failing(Finite(p.seconds_failing));
+    PeerToProto(p, out->add_peers());
   }
   out->set_cpu_seconds(Finite(v.cpu_seconds));
   out->set_resident_bytes(static_cast<double>(v.resident_bytes));
@@ -170,35 +232,13 @@ void ToProto(const TaskView& v, bool full_peers, pb::TaskView* out) {
 
 absl::StatusOr<TaskView> FromProto(const pb::TaskView& p) {
   TaskView v;
-  if (!IsValidJobName(p.role())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("task with role \"", CleanText(p.role(), 40), "\" (not a job name)"));
-  }
-  if (p.task() < 0 || p.task() > 1000000) {
-    return absl::InvalidArgumentError(absl::StrCat("task index ", p.task(), " out of range"));
-  }
-  if (!ParseStateName(p.state(), &v.state)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown state \"", CleanText(p.state(), 40), "\""));
-  }
+  if (absl::Status s = CheckIdentity(p, &v.state); !s.ok()) return s;
   v.task = {p.role(), p.task()};
   v.cluster = CleanText(p.cluster());
   v.address = CleanText(p.address());
   v.reason = CleanText(p.reason(), 4 * kMaxText);
   v.since = Finite(p.since());
-  for (int i = 0; i < std::min(p.blocked_on_size(), kMaxListItems); ++i) {
-    const pb::BlockedOn& b = p.blocked_on(i);
-    auto ref = ParseTaskRef(b.peer());
-    if (!ref.ok()) continue;
-    v.blocked_on.push_back(
-        {*ref, CleanText(b.address()), Finite(b.seconds()), CleanText(b.last_error())});
-  }
-  if (p.blocked_on_size() == 0) {  // Older sidecars sent names only.
-    for (int i = 0; i < std::min(p.waiting_on_size(), kMaxListItems); ++i) {
-      auto ref = ParseTaskRef(p.waiting_on(i));
-      if (ref.ok()) v.blocked_on.push_back({*ref, "", 0, ""});
-    }
-  }
+  v.blocked_on = BlockedOnFromProto(p);
   v.source = CleanText(p.source());
   v.phase = CleanText(p.phase());
   v.pid = p.pid();
@@ -212,22 +252,8 @@ absl::StatusOr<TaskView> FromProto(const pb::TaskView& p) {
   v.last_step_seconds = Finite(p.last_step_seconds());
   v.expects_progress = p.expects_progress();
   for (int i = 0; i < std::min(p.peers_size(), kMaxListItems); ++i) {
-    const pb::PeerState& s = p.peers(i);
-    auto ref = ParseTaskRef(s.peer());
-    if (!ref.ok()) continue;
-    PeerInfo info;
-    info.peer = *ref;
-    info.address = CleanText(s.address());
-    info.connected = s.connected();
-    info.consecutive_failures = std::max(0, s.consecutive_failures());
-    info.last_error = CleanText(s.last_error());
-    info.seconds_since_success = Finite(s.seconds_since_success(), -1);
-    info.peer_listen_address = CleanText(s.peer_listen_address());
-    info.network_failure = s.network_failure();
-    info.latency_seconds = std::max(0.0, Finite(s.latency_seconds()));
-    info.step_share = std::clamp(Finite(s.step_share()), 0.0, 1.0);
-    info.seconds_failing = std::max(0.0, Finite(s.seconds_failing()));
-    v.peers.push_back(std::move(info));
+    if (std::optional<PeerInfo> info = PeerFromProto(p.peers(i)))
+      v.peers.push_back(*std::move(info));
   }
   v.cpu_seconds = std::max(0.0, Finite(p.cpu_seconds()));
   v.resident_bytes = Count(p.resident_bytes());

@@ -42,80 +42,102 @@ ClientMetric LatencyHistogram(std::vector<ClientMetric::Label> labels, const Tas
 
 }  // namespace
 
-void AddTaskFamilies(const LocalSnapshot& local, const std::map<TaskRef, TaskState>& decided,
-                     std::vector<MetricFamily>* out_families) {
-  std::vector<MetricFamily>& out = *out_families;
-  auto up = MakeFamily(
+namespace {
+
+// The families of AddTaskFamilies, in the order they are exported.
+struct TaskFamilies {
+  MetricFamily up, state, transitions, blocked, age, restarts, phi, latency, last_latency, steps,
+      step_time, cpu, rss, threads, fds;
+};
+
+// The task families, empty: their names, helps and types.
+TaskFamilies MakeTaskFamilies() {
+  TaskFamilies f;
+  f.up = MakeFamily(
       names::kTaskUp,
       "1 when the task is up (answers on time, makes progress); 0 otherwise, done included.",
       MetricType::Gauge);
-  auto state = MakeFamily(names::kTaskState, "1 for the task's current state, 0 for the others.",
-                          MetricType::Gauge);
-  auto transitions = MakeFamily(names::kTaskTransitions, "Times the task entered each state.",
-                                MetricType::Counter);
-  auto blocked = MakeFamily(names::kTaskBlockedSeconds,
-                            "Seconds the task has been waiting on each peer (while blocked).",
-                            MetricType::Gauge);
-  auto age = MakeFamily(names::kTaskHeartbeatAge,
-                        "Seconds since the task's last valid heartbeat answer.", MetricType::Gauge);
-  auto restarts = MakeFamily(names::kTaskRestarts, "Restarts of the task (incarnation changes).",
+  f.state = MakeFamily(names::kTaskState, "1 for the task's current state, 0 for the others.",
+                       MetricType::Gauge);
+  f.transitions = MakeFamily(names::kTaskTransitions, "Times the task entered each state.",
                              MetricType::Counter);
-  auto phi = MakeFamily(names::kTaskSuspicion,
-                        "Phi-accrual suspicion that the task failed (0 while answers are on time).",
-                        MetricType::Gauge);
-  auto latency = MakeFamily(names::kTaskHeartbeatLatency,
-                            "Heartbeat round-trip latency in seconds.", MetricType::Histogram);
-  auto last_latency =
-      MakeFamily(names::kTaskHeartbeatLastLatency,
-                 "Latest heartbeat round-trip latency in seconds.", MetricType::Gauge);
-  auto steps = MakeFamily(names::kTaskSteps, "The task's progress counter (steps or updates).",
+  f.blocked = MakeFamily(names::kTaskBlockedSeconds,
+                         "Seconds the task has been waiting on each peer (while blocked).",
+                         MetricType::Gauge);
+  f.age = MakeFamily(names::kTaskHeartbeatAge,
+                     "Seconds since the task's last valid heartbeat answer.", MetricType::Gauge);
+  f.restarts = MakeFamily(names::kTaskRestarts, "Restarts of the task (incarnation changes).",
                           MetricType::Counter);
-  auto step_time = MakeFamily(names::kTaskLastStepSeconds, "Duration of the task's last step.",
-                              MetricType::Gauge);
-  auto cpu = MakeFamily(names::kTaskCpuSeconds, "CPU seconds the task reports having used.",
-                        MetricType::Counter);
-  auto rss = MakeFamily(names::kTaskResidentBytes, "Resident memory the task reports, in bytes.",
-                        MetricType::Gauge);
-  auto threads = MakeFamily(names::kTaskThreads, "Threads the task reports.", MetricType::Gauge);
-  auto fds =
+  f.phi = MakeFamily(names::kTaskSuspicion,
+                     "Phi-accrual suspicion that the task failed (0 while answers are on time).",
+                     MetricType::Gauge);
+  f.latency = MakeFamily(names::kTaskHeartbeatLatency, "Heartbeat round-trip latency in seconds.",
+                         MetricType::Histogram);
+  f.last_latency = MakeFamily(names::kTaskHeartbeatLastLatency,
+                              "Latest heartbeat round-trip latency in seconds.", MetricType::Gauge);
+  f.steps = MakeFamily(names::kTaskSteps, "The task's progress counter (steps or updates).",
+                       MetricType::Counter);
+  f.step_time = MakeFamily(names::kTaskLastStepSeconds, "Duration of the task's last step.",
+                           MetricType::Gauge);
+  f.cpu = MakeFamily(names::kTaskCpuSeconds, "CPU seconds the task reports having used.",
+                     MetricType::Counter);
+  f.rss = MakeFamily(names::kTaskResidentBytes, "Resident memory the task reports, in bytes.",
+                     MetricType::Gauge);
+  f.threads = MakeFamily(names::kTaskThreads, "Threads the task reports.", MetricType::Gauge);
+  f.fds =
       MakeFamily(names::kTaskOpenFds, "Open file descriptors the task reports.", MetricType::Gauge);
+  return f;
+}
+
+// One task's series: its state `now` (as decided), transitions, blocked peers, restarts, and,
+// once it has answered, its heartbeat and resource facts.
+void AddTaskSeries(const TaskView& v, const TaskCounters& c, TaskState now, TaskFamilies& f) {
+  auto labels = TaskLabels(v);
+  AddMetric(f.up, labels).gauge.value = now == TaskState::kUp ? 1 : 0;
+  for (int s = 0; s < kNumTaskStates; ++s) {
+    auto l = labels;
+    l.push_back(
+        {std::string(names::kLabelState), std::string(StateName(static_cast<TaskState>(s)))});
+    AddMetric(f.state, l).gauge.value = static_cast<int>(now) == s ? 1 : 0;
+    AddMetric(f.transitions, l).counter.value = static_cast<double>(c.transitions[s]);
+  }
+  for (const BlockedPeer& b : v.blocked_on) {
+    auto l = labels;
+    l.push_back({std::string(names::kLabelPeerRole), b.peer.role});
+    l.push_back({std::string(names::kLabelPeerTask), std::to_string(b.peer.index)});
+    AddMetric(f.blocked, l).gauge.value = b.seconds;
+  }
+  AddMetric(f.restarts, labels).counter.value = static_cast<double>(v.restarts);
+  if (v.heartbeat_age_seconds >= 0) {
+    AddMetric(f.age, labels).gauge.value = v.heartbeat_age_seconds;
+    AddMetric(f.phi, labels).gauge.value = v.phi;
+    AddMetric(f.last_latency, labels).gauge.value = v.latency_seconds;
+    f.latency.metric.push_back(LatencyHistogram(labels, c));
+    AddMetric(f.steps, labels).counter.value = static_cast<double>(v.steps);
+    AddMetric(f.step_time, labels).gauge.value = v.last_step_seconds;
+    AddMetric(f.cpu, labels).counter.value = v.cpu_seconds;
+    AddMetric(f.rss, labels).gauge.value = static_cast<double>(v.resident_bytes);
+    AddMetric(f.threads, labels).gauge.value = v.threads;
+    AddMetric(f.fds, labels).gauge.value = v.open_fds;
+  }
+}
+
+}  // namespace
+
+void AddTaskFamilies(const LocalSnapshot& local, const std::map<TaskRef, TaskState>& decided,
+                     std::vector<MetricFamily>* out_families) {
+  std::vector<MetricFamily>& out = *out_families;
+  TaskFamilies f = MakeTaskFamilies();
   for (size_t i = 0; i < local.views.size(); ++i) {
     const TaskView& v = local.views[i];
-    const TaskCounters& c = local.counters[i];
-    auto labels = TaskLabels(v);
     const auto it = decided.find(v.task);
     const TaskState now = it != decided.end() ? it->second : v.state;
-    AddMetric(up, labels).gauge.value = now == TaskState::kUp ? 1 : 0;
-    for (int s = 0; s < kNumTaskStates; ++s) {
-      auto l = labels;
-      l.push_back(
-          {std::string(names::kLabelState), std::string(StateName(static_cast<TaskState>(s)))});
-      AddMetric(state, l).gauge.value = static_cast<int>(now) == s ? 1 : 0;
-      AddMetric(transitions, l).counter.value = static_cast<double>(c.transitions[s]);
-    }
-    for (const BlockedPeer& b : v.blocked_on) {
-      auto l = labels;
-      l.push_back({std::string(names::kLabelPeerRole), b.peer.role});
-      l.push_back({std::string(names::kLabelPeerTask), std::to_string(b.peer.index)});
-      AddMetric(blocked, l).gauge.value = b.seconds;
-    }
-    AddMetric(restarts, labels).counter.value = static_cast<double>(v.restarts);
-    if (v.heartbeat_age_seconds >= 0) {
-      AddMetric(age, labels).gauge.value = v.heartbeat_age_seconds;
-      AddMetric(phi, labels).gauge.value = v.phi;
-      AddMetric(last_latency, labels).gauge.value = v.latency_seconds;
-      latency.metric.push_back(LatencyHistogram(labels, c));
-      AddMetric(steps, labels).counter.value = static_cast<double>(v.steps);
-      AddMetric(step_time, labels).gauge.value = v.last_step_seconds;
-      AddMetric(cpu, labels).counter.value = v.cpu_seconds;
-      AddMetric(rss, labels).gauge.value = static_cast<double>(v.resident_bytes);
-      AddMetric(threads, labels).gauge.value = v.threads;
-      AddMetric(fds, labels).gauge.value = v.open_fds;
-    }
+    AddTaskSeries(v, local.counters[i], now, f);
   }
-  for (auto* f : {&up, &state, &transitions, &blocked, &age, &restarts, &phi, &latency,
-                  &last_latency, &steps, &step_time, &cpu, &rss, &threads, &fds}) {
-    out.push_back(std::move(*f));
+  for (auto* fam :
+       {&f.up, &f.state, &f.transitions, &f.blocked, &f.age, &f.restarts, &f.phi, &f.latency,
+        &f.last_latency, &f.steps, &f.step_time, &f.cpu, &f.rss, &f.threads, &f.fds}) {
+    out.push_back(std::move(*fam));
   }
 }
 

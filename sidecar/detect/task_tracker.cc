@@ -295,30 +295,37 @@ void TaskTracker::OnPollSkipped() { skipped_s_ += options_.interval_s; }
 
 double TaskTracker::UsualLatency() const { return std::max(0.0, usual_latency_); }
 
-TaskTracker::Decision TaskTracker::DecideAnswering(double now_s, double now_unix) {
+// Blocked: waiting on peers for at least blocked_after_s (they are added to the view's
+// blocked_on); else none.
+std::optional<TaskTracker::Decision> TaskTracker::DecideBlocked(double age) {
   const HeartbeatInfo& hb = last_hb_;
-  double age = now_s - last_answer_s_;
-  if (hb.waiting && !hb.waiting_on.empty()) {
-    double waited = std::max(0.0, hb.unix_seconds - hb.waiting_since_unix) + age;
-    if (hb.waiting_since_unix <= 0) waited = 0;
-    if (waited >= options_.blocked_after_s) {
-      std::vector<std::string> parts;
-      for (const PeerInfo& p : hb.waiting_on) {
-        view_.blocked_on.push_back({p.peer, p.address, waited, p.last_error});
-        parts.push_back(absl::StrCat(p.peer.ShortName(), " at ", p.address,
-                                     p.last_error.empty() ? "" : " (" + p.last_error + ")"));
-      }
-      return {TaskState::kBlocked,
-              absl::StrCat("waiting ", HumanDuration(waited), " in ",
-                           hb.waiting_what.empty() ? "CreateSession" : hb.waiting_what, " for ",
-                           absl::StrJoin(parts, ", "))};
+  if (!hb.waiting || hb.waiting_on.empty()) return std::nullopt;
+  double waited = std::max(0.0, hb.unix_seconds - hb.waiting_since_unix) + age;
+  if (hb.waiting_since_unix <= 0) waited = 0;
+  if (waited >= options_.blocked_after_s) {
+    std::vector<std::string> parts;
+    for (const PeerInfo& p : hb.waiting_on) {
+      view_.blocked_on.push_back({p.peer, p.address, waited, p.last_error});
+      parts.push_back(absl::StrCat(p.peer.ShortName(), " at ", p.address,
+                                   p.last_error.empty() ? "" : " (" + p.last_error + ")"));
     }
+    return Decision{TaskState::kBlocked,
+                    absl::StrCat("waiting ", HumanDuration(waited), " in ",
+                                 hb.waiting_what.empty() ? "CreateSession" : hb.waiting_what,
+                                 " for ", absl::StrJoin(parts, ", "))};
   }
+  return std::nullopt;
+}
+
+// Stalled: no progress for stall_after_s, or a call it serves running that long; else none.
+std::optional<TaskTracker::Decision> TaskTracker::DecideStalled(double now_s, double age) const {
+  const HeartbeatInfo& hb = last_hb_;
   if (expecting_ && now_s - last_progress_s_ >= options_.stall_after_s) {
-    return {TaskState::kStalled, absl::StrCat("steps stuck at ", hb.steps, " for ",
-                                              HumanDuration(now_s - last_progress_s_), " while ",
-                                              hb.phase.empty() ? "training" : hb.phase,
-                                              " (answers heartbeats, makes no progress)")};
+    return Decision{
+        TaskState::kStalled,
+        absl::StrCat("steps stuck at ", hb.steps, " for ", HumanDuration(now_s - last_progress_s_),
+                     " while ", hb.phase.empty() ? "training" : hb.phase,
+                     " (answers heartbeats, makes no progress)")};
   }
   // A call this task serves (a ps's Pull) that has run as long as a stall: its serving is stuck,
   // and the callers wait behind it; the blame is this task's.
@@ -331,32 +338,46 @@ TaskTracker::Decision TaskTracker::DecideAnswering(double now_s, double now_unix
   if (stuck_call != nullptr && stuck_call->age_seconds + age >= options_.stall_after_s) {
     int served = 0;
     for (const CallInFlight& c : hb.inflight) served += c.served;
-    return {
+    return Decision{
         TaskState::kStalled,
         absl::StrCat("a ", stuck_call->method, " it serves (from ", stuck_call->peer.ShortName(),
                      ") has run ", HumanDuration(stuck_call->age_seconds + age), "; ", served,
                      " call(s) in flight (answers heartbeats, its serving is stuck)")};
   }
-  if (latency_samples_ >= 10 && !recent_latency_.empty()) {
-    double recent = Median(recent_latency_);
-    double usual = UsualLatency();
-    if (recent >
-        std::max(usual * options_.slow_latency_factor, usual + options_.slow_latency_min_s)) {
-      return {TaskState::kSlow, absl::StrCat("heartbeat latency ", HumanDuration(recent),
-                                             ", usually ", HumanDuration(usual))};
-    }
+  return std::nullopt;
+}
+
+// Slow: heartbeat latency well above its usual value; else none.
+std::optional<TaskTracker::Decision> TaskTracker::DecideSlowLatency() const {
+  if (latency_samples_ < 10 || recent_latency_.empty()) return std::nullopt;
+  double recent = Median(recent_latency_);
+  double usual = UsualLatency();
+  if (recent >
+      std::max(usual * options_.slow_latency_factor, usual + options_.slow_latency_min_s)) {
+    return Decision{TaskState::kSlow, absl::StrCat("heartbeat latency ", HumanDuration(recent),
+                                                   ", usually ", HumanDuration(usual))};
   }
-  if (auto serving = DecideServing(now_s)) return *serving;
+  return std::nullopt;
+}
+
+// Slow: the last step well above the usual step time; else none.
+std::optional<TaskTracker::Decision> TaskTracker::DecideSlowStep() const {
+  const HeartbeatInfo& hb = last_hb_;
   // A step that recovered from a failure (retried calls, a restarted ps) took the recovery's time:
   // the failure was named as such while it lasted.
   if (usual_step_ > 0 && expecting_ && hb.last_step_seconds > 0 && !hb.last_step_recovered &&
       hb.last_step_seconds > std::max(usual_step_ * options_.slow_step_factor,
                                       usual_step_ + options_.slow_step_min_s)) {
-    return {TaskState::kSlow,
-            absl::StrCat("last step took ", HumanDuration(hb.last_step_seconds), ", usually ",
-                         HumanDuration(usual_step_), SlowestPeer(hb.peers))};
+    return Decision{TaskState::kSlow,
+                    absl::StrCat("last step took ", HumanDuration(hb.last_step_seconds),
+                                 ", usually ", HumanDuration(usual_step_), SlowestPeer(hb.peers))};
   }
-  if (hb.outside) return {TaskState::kUp, OutsideUpReason()};
+  return std::nullopt;
+}
+
+// The reason of a task that answers and is up: its phase, answer rate, latency, step, restarts.
+std::string TaskTracker::AnsweringUpReason() const {
+  const HeartbeatInfo& hb = last_hb_;
   std::string what = hb.phase.empty() ? "answering" : hb.phase;
   std::string reason = absl::StrCat(what, ", answers every ", HumanDuration(detector_.MeanGap()),
                                     " (latency ", HumanDuration(view_.latency_seconds), ")");
@@ -370,7 +391,18 @@ TaskTracker::Decision TaskTracker::DecideAnswering(double now_s, double now_unix
     absl::StrAppend(&reason, view_.restarts > 0 ? ", " : "; ",
                     "restored its variables from the checkpoint of step ", hb.restored_step);
   }
-  return {TaskState::kUp, reason};
+  return reason;
+}
+
+TaskTracker::Decision TaskTracker::DecideAnswering(double now_s, double now_unix) {
+  double age = now_s - last_answer_s_;
+  if (auto blocked = DecideBlocked(age)) return *std::move(blocked);
+  if (auto stalled = DecideStalled(now_s, age)) return *std::move(stalled);
+  if (auto slow = DecideSlowLatency()) return *std::move(slow);
+  if (auto serving = DecideServing(now_s)) return *serving;
+  if (auto slow = DecideSlowStep()) return *std::move(slow);
+  if (last_hb_.outside) return {TaskState::kUp, OutsideUpReason()};
+  return {TaskState::kUp, AnsweringUpReason()};
 }
 
 std::string TaskTracker::ProcessWords() const {

@@ -10,6 +10,59 @@
 
 namespace trainscope::sidecar {
 
+namespace {
+
+// Adaptive polling: a task that is up, regular and checkable in /proc is asked only every
+// `relax_ticks`-th tick; on the ticks between, /proc/<pid>/stat (a few microseconds, against
+// ~100 us of CPU for a heartbeat round trip) tells gone, zombie and stopped, and any of those,
+// a failure, a late or slow answer, waiting, done, ... puts it back to every tick at once. The
+// relaxed gap stays <= 250 ms: the runtime answers for 300 ms after it reaches phase done, and
+// the sidecar must see that phase before the process goes (done, not dead).
+int RelaxTicks(double interval) { return std::max(1, static_cast<int>(0.25 / interval + 1e-9)); }
+
+// At tick `tick_no`: polls every task not in flight, except a relaxed one that may skip it.
+void PollDue(std::vector<TaskTracker>& trackers, HeartbeatPoller& poller, double now,
+             uint64_t tick_no, int relax_ticks, const ProcReader& proc) {
+  for (size_t i = 0; i < trackers.size(); ++i) {
+    if (poller.InFlight(i)) continue;
+    if (relax_ticks > 1 && (tick_no + i) % relax_ticks != 0 && trackers[i].MaySkipPoll(now, proc)) {
+      trackers[i].OnPollSkipped();
+      continue;
+    }
+    poller.Poll(i, now);
+  }
+}
+
+// Every tracker's view and counters now, its events logged; true when there was an event.
+bool EvaluateAll(std::vector<TaskTracker>& trackers, double now, const ProcReader& proc,
+                 std::vector<TaskView>& views, std::vector<TaskCounters>& counters) {
+  const double unix_now = UnixSeconds();
+  bool changed = false;
+  for (size_t i = 0; i < trackers.size(); ++i) {
+    views[i] = trackers[i].Evaluate(now, unix_now, proc);
+    counters[i] = trackers[i].counters();
+    for (const std::string& e : trackers[i].TakeEvents()) {
+      spdlog::info("{}", e);
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+// Turns an up task slower than the others of its role into a slow one (StragglerReason).
+void MarkStragglers(std::vector<TaskView>& views, const TrackerOptions& options) {
+  for (TaskView& v : views) {
+    if (v.state != TaskState::kUp) continue;
+    std::string straggler = StragglerReason(v, views, options);
+    if (!straggler.empty()) {
+      v.state = TaskState::kSlow;
+      v.reason = straggler;
+    }
+  }
+}
+
+}  // namespace
+
 TaskWatcher::TaskWatcher(WatcherOptions options, std::function<void()> on_change)
     : options_(std::move(options)), on_change_(std::move(on_change)) {
   const double now = MonotonicSeconds();
@@ -66,13 +119,7 @@ void TaskWatcher::Loop() {
                          options_.credentials, options_.finder);
   const double interval = options_.tracker.interval_s;
   const double pause_threshold = std::max(1.0, 10 * interval);
-  // Adaptive polling: a task that is up, regular and checkable in /proc is asked only every
-  // `relax_ticks`-th tick; on the ticks between, /proc/<pid>/stat (a few microseconds, against
-  // ~100 us of CPU for a heartbeat round trip) tells gone, zombie and stopped, and any of those,
-  // a failure, a late or slow answer, waiting, done, ... puts it back to every tick at once. The
-  // relaxed gap stays <= 250 ms: the runtime answers for 300 ms after it reaches phase done, and
-  // the sidecar must see that phase before the process goes (done, not dead).
-  const int relax_ticks = std::max(1, static_cast<int>(0.25 / interval + 1e-9));
+  const int relax_ticks = RelaxTicks(interval);
   const ProcReader proc = [](int64_t pid) { return ReadProcStat(pid); };
   uint64_t tick_no = 0;
   double next_tick = MonotonicSeconds();
@@ -100,36 +147,9 @@ void TaskWatcher::Loop() {
                    now - next_tick);
       for (auto& t : trackers_) t.OnSidecarPause(now);
     }
-    if (tick) {
-      ++tick_no;
-      for (size_t i = 0; i < trackers_.size(); ++i) {
-        if (poller.InFlight(i)) continue;
-        if (relax_ticks > 1 && (tick_no + i) % relax_ticks != 0 &&
-            trackers_[i].MaySkipPoll(now, proc)) {
-          trackers_[i].OnPollSkipped();
-          continue;
-        }
-        poller.Poll(i, now);
-      }
-    }
-    const double unix_now = UnixSeconds();
-    bool changed = false;
-    for (size_t i = 0; i < trackers_.size(); ++i) {
-      views[i] = trackers_[i].Evaluate(now, unix_now, proc);
-      counters[i] = trackers_[i].counters();
-      for (const std::string& e : trackers_[i].TakeEvents()) {
-        spdlog::info("{}", e);
-        changed = true;
-      }
-    }
-    for (TaskView& v : views) {
-      if (v.state != TaskState::kUp) continue;
-      std::string straggler = StragglerReason(v, views, options_.tracker);
-      if (!straggler.empty()) {
-        v.state = TaskState::kSlow;
-        v.reason = straggler;
-      }
-    }
+    if (tick) PollDue(trackers_, poller, now, ++tick_no, relax_ticks, proc);
+    const bool changed = EvaluateAll(trackers_, now, proc, views, counters);
+    MarkStragglers(views, options_.tracker);
     Publish(views, counters, paused, changed);
     if (tick) {
       next_tick += interval;

@@ -211,20 +211,20 @@ class PeerExchange::Impl {
 
   // ---- The timer thread. ----
 
+  // What one round of the timer thread sends once mu_ is released.
+  struct Round {
+    std::vector<std::pair<std::string, Kind>> pings;
+    std::optional<std::string> sync_target;
+    bool changed = false;  // The published snapshot changed: on_change_ runs.
+  };
+
   void Loop() {
     double next_period = MonotonicSeconds();
     double next_sync = next_period + core_.options().sync_interval_s;
     double published_at = 0;
     double relayed_at = 0;
     while (true) {
-      {
-        std::unique_lock lock(wake_mu_);
-        double wait = std::max(0.0, next_period - MonotonicSeconds());
-        wake_cv_.wait_for(lock, std::chrono::duration<double>(wait),
-                          [&] { return stop_ || poked_; });
-        if (stop_) return;
-        poked_ = false;
-      }
+      if (!WaitForWake(next_period)) return;
       const Now now = Clock();
       const bool tick = now.s >= next_period;
       if (tick) {
@@ -238,45 +238,66 @@ class PeerExchange::Impl {
       const bool sync = tick && now.s >= next_sync;
       if (sync) next_sync = now.s + core_.options().sync_interval_s;
       std::vector<TaskView> views = local_();
-      std::vector<std::pair<std::string, Kind>> pings;
-      std::optional<std::string> sync_target;
-      bool changed = false;
+      const Round round = PlanRound(views, now, tick, sync, published_at, relayed_at);
+      SendRound(round);
+    }
+  }
+
+  // Waits until `next_period` or a poke; false when asked to stop.
+  bool WaitForWake(double next_period) {
+    std::unique_lock lock(wake_mu_);
+    double wait = std::max(0.0, next_period - MonotonicSeconds());
+    wake_cv_.wait_for(lock, std::chrono::duration<double>(wait), [&] { return stop_ || poked_; });
+    if (stop_) return false;
+    poked_ = false;
+    return true;
+  }
+
+  // Under mu_: takes this node's `views`, and says whom to ping and sync with this round (news,
+  // the period's probe and gossip, urgent probes); publishes the snapshot when it changed or
+  // every second, and logs.
+  Round PlanRound(const std::vector<TaskView>& views, Now now, bool tick, bool sync,
+                  double& published_at, double& relayed_at) {
+    Round round;
+    std::lock_guard lock(mu_);
+    // This node's own news goes out at once; news just learned from others too (each hop of
+    // the epidemic then costs a round trip, not a period), at most every 50 ms.
+    const bool own_news = core_.UpdateOwn(views, now);
+    const bool relay = core_.HasFreshNews() && now.s - relayed_at >= 0.05;
+    if (!tick && (own_news || relay)) {
+      relayed_at = now.s;
+      const Kind kind = own_news ? Kind::kGossip : Kind::kRelay;
+      for (std::string& t : core_.NewsTargets()) round.pings.push_back({std::move(t), kind});
+    }
+    if (tick) {
+      ExchangeCore::Period p = core_.OnPeriod(now, sync);
+      if (p.probe) round.pings.push_back({*p.probe, Kind::kProbe});
+      for (std::string& t : p.gossip) round.pings.push_back({std::move(t), Kind::kGossip});
+      round.sync_target = p.sync;
+    }
+    while (auto urgent = core_.UrgentProbe(now)) round.pings.push_back({*urgent, Kind::kProbe});
+    if (core_.dirty() || now.s - published_at >= 1.0) {
+      round.changed = core_.dirty();
+      Publish(now);
+      published_at = now.s;
+    }
+    Log();
+    return round;
+  }
+
+  // Sends the round's pings (each with its target's probe timeout) and sync, then tells
+  // on_change_ when the snapshot changed.
+  void SendRound(const Round& round) {
+    for (const auto& [target, kind] : round.pings) {
+      int timeout_ms = 0;
       {
         std::lock_guard lock(mu_);
-        // This node's own news goes out at once; news just learned from others too (each hop of
-        // the epidemic then costs a round trip, not a period), at most every 50 ms.
-        const bool own_news = core_.UpdateOwn(views, now);
-        const bool relay = core_.HasFreshNews() && now.s - relayed_at >= 0.05;
-        if (!tick && (own_news || relay)) {
-          relayed_at = now.s;
-          const Kind kind = own_news ? Kind::kGossip : Kind::kRelay;
-          for (std::string& t : core_.NewsTargets()) pings.push_back({std::move(t), kind});
-        }
-        if (tick) {
-          ExchangeCore::Period p = core_.OnPeriod(now, sync);
-          if (p.probe) pings.push_back({*p.probe, Kind::kProbe});
-          for (std::string& t : p.gossip) pings.push_back({std::move(t), Kind::kGossip});
-          sync_target = p.sync;
-        }
-        while (auto urgent = core_.UrgentProbe(now)) pings.push_back({*urgent, Kind::kProbe});
-        if (core_.dirty() || now.s - published_at >= 1.0) {
-          changed = core_.dirty();
-          Publish(now);
-          published_at = now.s;
-        }
-        Log();
+        timeout_ms = core_.ProbeTimeoutMs(target);
       }
-      for (const auto& [target, kind] : pings) {
-        int timeout_ms = 0;
-        {
-          std::lock_guard lock(mu_);
-          timeout_ms = core_.ProbeTimeoutMs(target);
-        }
-        SendPing(target, kind, timeout_ms);
-      }
-      if (sync_target) SendSync(*sync_target);
-      if (changed && on_change_) on_change_();
+      SendPing(target, kind, timeout_ms);
     }
+    if (round.sync_target) SendSync(*round.sync_target);
+    if (round.changed && on_change_) on_change_();
   }
 
   // Caller holds mu_.

@@ -53,6 +53,59 @@ int HttpStatusOf(const absl::Status& s) {
   }
 }
 
+// /api/v1/tasks: the cluster view's tasks (?local=1: this node's), or only ?task=NAME.
+HttpServer::Response ServeTasks(const ApiSources& s, const HttpServer::Request& r) {
+  pb::TaskList list = ToTaskList(s.cluster_name, s.view(), QueryParam(r.query, "local") == "1");
+  const std::string task = QueryParam(r.query, "task");
+  if (!task.empty()) {
+    auto* tasks = list.mutable_tasks();
+    tasks->erase(std::remove_if(tasks->begin(), tasks->end(),
+                                [&](const pb::TaskView& t) { return t.name() != task; }),
+                 tasks->end());
+  }
+  return Json(ToJson(list));
+}
+
+// /api/v1/traces/<trace id>: one kept trace, 400 for a malformed id, 404 for one not kept.
+HttpServer::Response ServeTrace(const ApiSources& s, const HttpServer::Request& r) {
+  std::string id = absl::AsciiStrToLower(r.path.substr(names::kPathTracesPrefix.size()));
+  if (!IsTraceId(id)) {
+    return HttpServer::Response{400, "text/plain; charset=utf-8",
+                                "a trace id is 32 hex digits: /api/v1/traces/<trace id>\n"};
+  }
+  auto detail = s.traces->Trace(id, MonotonicSeconds());
+  if (!detail) {
+    return HttpServer::Response{
+        404, "text/plain; charset=utf-8",
+        absl::StrCat("trace ", id,
+                     " is not kept here (neither slow nor failed, or already forgotten)\n")};
+  }
+  return Json(ApiJson(ToProto(*detail)));
+}
+
+// /api/v1/stacks: a task's snapshots as JSON (or ?format=text); ?fresh=1 takes one first and
+// needs a credential.
+HttpServer::Response ServeStacks(const ApiSources& s, const HttpServer::Request& r) {
+  const bool fresh = QueryParam(r.query, "fresh") == "1";
+  if (fresh) {
+    if (s.auth == nullptr) {
+      return HttpServer::Response{403, "text/plain; charset=utf-8",
+                                  "fresh captures need a credential\n"};
+    }
+    if (auto refusal = s.auth->Refusal(r, "fresh captures")) return *std::move(refusal);
+  }
+  auto list = s.stacks(QueryParam(r.query, "task"), fresh, [r] { return r.Gone(); });
+  if (!list.ok()) {
+    return HttpServer::Response{HttpStatusOf(list.status()), "text/plain; charset=utf-8",
+                                absl::StrCat(list.status().message(), "\n")};
+  }
+  if (QueryParam(r.query, "format") == "text") {
+    return HttpServer::Response{200, "text/plain; charset=utf-8",
+                                StacksToText(*list, UnixSeconds())};
+  }
+  return Json(ToJson(*list));
+}
+
 }  // namespace
 
 void AddApiRoutes(ApiSources sources, HttpRoutes* routes) {
@@ -60,17 +113,8 @@ void AddApiRoutes(ApiSources sources, HttpRoutes* routes) {
   routes->Exact(std::string(names::kPathMetrics), [s](const HttpServer::Request&) {
     return HttpServer::Response{200, "text/plain; version=0.0.4; charset=utf-8", s->metrics()};
   });
-  routes->Exact(std::string(names::kPathTasks), [s](const HttpServer::Request& r) {
-    pb::TaskList list = ToTaskList(s->cluster_name, s->view(), QueryParam(r.query, "local") == "1");
-    const std::string task = QueryParam(r.query, "task");
-    if (!task.empty()) {
-      auto* tasks = list.mutable_tasks();
-      tasks->erase(std::remove_if(tasks->begin(), tasks->end(),
-                                  [&](const pb::TaskView& t) { return t.name() != task; }),
-                   tasks->end());
-    }
-    return Json(ToJson(list));
-  });
+  routes->Exact(std::string(names::kPathTasks),
+                [s](const HttpServer::Request& r) { return ServeTasks(*s, r); });
   routes->Exact(std::string(names::kPathSd), [s](const HttpServer::Request& r) {
     ClusterView view = s->view();
     return Json(SdJson(view.tasks, QueryParam(r.query, "local") == "1"));
@@ -82,41 +126,10 @@ void AddApiRoutes(ApiSources sources, HttpRoutes* routes) {
   routes->Exact(std::string(names::kPathTracesErrors), [s](const HttpServer::Request& r) {
     return Json(ApiJson(ToRequestList(s->traces->Errors(FilterFrom(r.query), MonotonicSeconds()))));
   });
-  routes->Prefix(std::string(names::kPathTracesPrefix), [s](const HttpServer::Request& r) {
-    std::string id = absl::AsciiStrToLower(r.path.substr(names::kPathTracesPrefix.size()));
-    if (!IsTraceId(id)) {
-      return HttpServer::Response{400, "text/plain; charset=utf-8",
-                                  "a trace id is 32 hex digits: /api/v1/traces/<trace id>\n"};
-    }
-    auto detail = s->traces->Trace(id, MonotonicSeconds());
-    if (!detail) {
-      return HttpServer::Response{
-          404, "text/plain; charset=utf-8",
-          absl::StrCat("trace ", id,
-                       " is not kept here (neither slow nor failed, or already forgotten)\n")};
-    }
-    return Json(ApiJson(ToProto(*detail)));
-  });
-  routes->Exact(std::string(names::kPathStacks), [s](const HttpServer::Request& r) {
-    const bool fresh = QueryParam(r.query, "fresh") == "1";
-    if (fresh) {
-      if (s->auth == nullptr) {
-        return HttpServer::Response{403, "text/plain; charset=utf-8",
-                                    "fresh captures need a credential\n"};
-      }
-      if (auto refusal = s->auth->Refusal(r, "fresh captures")) return *std::move(refusal);
-    }
-    auto list = s->stacks(QueryParam(r.query, "task"), fresh, [r] { return r.Gone(); });
-    if (!list.ok()) {
-      return HttpServer::Response{HttpStatusOf(list.status()), "text/plain; charset=utf-8",
-                                  absl::StrCat(list.status().message(), "\n")};
-    }
-    if (QueryParam(r.query, "format") == "text") {
-      return HttpServer::Response{200, "text/plain; charset=utf-8",
-                                  StacksToText(*list, UnixSeconds())};
-    }
-    return Json(ToJson(*list));
-  });
+  routes->Prefix(std::string(names::kPathTracesPrefix),
+                 [s](const HttpServer::Request& r) { return ServeTrace(*s, r); });
+  routes->Exact(std::string(names::kPathStacks),
+                [s](const HttpServer::Request& r) { return ServeStacks(*s, r); });
   routes->Exact(std::string(names::kPathHealthz), [](const HttpServer::Request&) {
     return HttpServer::Response{200, "text/plain; charset=utf-8", "ok\n"};
   });

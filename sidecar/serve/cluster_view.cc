@@ -311,77 +311,116 @@ bool SeenBeforeRejoin(const Merge& m, const std::string& node, double observed_a
          m.in.now_unix - mem->back_since < kStaleRecordS;
 }
 
+// The notes FindPartitions adds to the reasons of the two sides of failures, once it has
+// looked at every task (the tasks are not changed while it looks).
+struct PartitionNotes {
+  std::vector<std::pair<TaskRef, std::string>> a;  // Of the tasks that cannot reach a peer.
+  std::vector<std::pair<TaskRef, std::string>> b;  // Of the peers they cannot reach.
+};
+
+// One network failure of task `ta` (its view `a`) to reach the peer `b`, described by `where`
+// ("ps:0 at host:port on node").
+struct Failure {
+  const TaskRef& ta;
+  const TaskView& a;
+  const TaskView& b;
+  const Evidence& e;
+  std::string where;
+};
+
+// True when the failure `f` is not to be named a partition now. It is named at once
+// when the two nodes' sidecars reach each other only through others (the probe the
+// failure set off says so: the link is cut, neither node is); else once it had lasted
+// kPartitionAfterS when a's sidecar observed it (a record that came before the failure was that
+// old does not turn into a partition as this node's clock runs on: a's sidecar sends a new one
+// when it crosses, or when the failure ends). Not for a failure from before a node came back.
+bool NotAPartitionYet(const Merge& m, const Failure& f, bool nodes_cut) {
+  const TaskView& a = f.a;
+  const TaskView& b = f.b;
+  const Evidence& e = f.e;
+  return (!nodes_cut && a.observed_at - e.failing_since < kPartitionAfterS) ||
+         FromBeforeRejoin(m, a.node, e.since) || FromBeforeRejoin(m, b.node, e.since) ||
+         FromBeforeResume(m, a, e.since) || FromBeforeResume(m, b, e.since);
+}
+
+// Records the partition of `f`: in view.partitions, and a note for each side.
+void AddPartition(const Merge& m, const Failure& f, bool nodes_cut, PartitionNotes& notes,
+                  ClusterView& view) {
+  const TaskView& a = f.a;
+  const TaskView& b = f.b;
+  const Evidence& e = f.e;
+  PartitionInfo p{f.ta, e.peer, a.node, b.node, a.address, b.address, e.since, e.error, false};
+  p.nodes_cut = nodes_cut;
+  std::string cut = p.nodes_cut
+                        ? absl::StrCat("; the sidecars of ", m.NameOf(a.node), " and ",
+                                       m.NameOf(b.node), " cannot reach each other directly either")
+                        : "";
+  notes.a.push_back({f.ta, absl::StrCat("partition: cannot reach ", f.where, " for ",
+                                        m.Since(e.since), " (", Shorten(e.error, 80), "), though ",
+                                        e.peer.ShortName(), " answers its own sidecar", cut)});
+  notes.b.push_back({e.peer, absl::StrCat("partitioned from ", f.ta.ShortName(), " on ",
+                                          m.NameOf(a.node), " for ", m.Since(e.since), " (",
+                                          f.ta.ShortName(), " cannot reach it)")});
+  view.partitions.push_back(std::move(p));
+}
+
+// Looks at one network failure `e` of task `ta` (view `a`, on an alive node): a note when the
+// peer's node is not alive, a partition when both answer their sidecars and it is one now.
+void CheckFailure(Merge& m, const TaskRef& ta, const TaskView& a, const Evidence& e,
+                  PartitionNotes& notes, ClusterView& view) {
+  auto it = m.tasks.find(e.peer);
+  if (it == m.tasks.end()) return;
+  const TaskView& b = it->second;
+  const Failure f{
+      ta, a, b, e,
+      absl::StrCat(e.peer.ShortName(), " at ", e.address.empty() ? b.address : e.address, " on ",
+                   m.NameOf(b.node))};
+  const MemberStatus b_node = NodeStatus(m, b.node);
+  if (b_node != MemberStatus::kAlive) {
+    notes.a.push_back({ta, absl::StrCat("cannot reach ", f.where, " (", Shorten(e.error, 80), "): ",
+                                        b_node == MemberStatus::kSuspect
+                                            ? "that node's sidecar misses probes too"
+                                            : "that node is cut off from every other node")});
+    return;
+  }
+  if (!Answers(b.state)) return;  // b is dead, hung, missing...: not a partition.
+  // A record made before this node was back (its own link was down or flapped) of a failure
+  // to reach this node's task: stale at any age, as for another node's return.
+  if (b.node == m.in.self && m.in.exchange && m.in.exchange->back_since_unix &&
+      a.observed_at < *m.in.exchange->back_since_unix) {
+    return;
+  }
+  const bool nodes_cut = m.unreachable[a.node].count(b.node) || m.unreachable[b.node].count(a.node);
+  if (NotAPartitionYet(m, f, nodes_cut)) return;
+  AddPartition(m, f, nodes_cut, notes, view);
+}
+
+// Adds the notes to the reasons (before the reason of a task not up, after it otherwise), and
+// each partition's other side to partitioned_from.
+void ApplyPartitionNotes(Merge& m, const PartitionNotes& notes, const ClusterView& view) {
+  for (auto& [t, note] : notes.a) {
+    TaskView& v = m.tasks[t];
+    v.reason = v.state == TaskState::kUp ? absl::StrCat(v.reason, "; ", note)
+                                         : absl::StrCat(note, "; ", v.reason);
+  }
+  for (auto& [t, note] : notes.b) absl::StrAppend(&m.tasks[t].reason, "; ", note);
+  for (const PartitionInfo& p : view.partitions) {
+    m.tasks[p.a].partitioned_from.push_back(p.b.ShortName());
+    m.tasks[p.b].partitioned_from.push_back(p.a.ShortName());
+  }
+}
+
 void FindPartitions(Merge& m, ClusterView& view) {
   if (m.isolated_since) return;  // Nothing this node sees of others is current.
-  std::vector<std::pair<TaskRef, std::string>> notes_a;
-  std::vector<std::pair<TaskRef, std::string>> notes_b;
+  PartitionNotes notes;
   for (const auto& [ta, a] : m.tasks) {
     if (!Answers(a.state) || NodeStatus(m, a.node) != MemberStatus::kAlive ||
         SeenBeforeRejoin(m, a.node, a.observed_at)) {
       continue;
     }
-    for (const Evidence& e : NetworkFailures(a)) {
-      auto it = m.tasks.find(e.peer);
-      if (it == m.tasks.end()) continue;
-      const TaskView& b = it->second;
-      const std::string where =
-          absl::StrCat(e.peer.ShortName(), " at ", e.address.empty() ? b.address : e.address,
-                       " on ", m.NameOf(b.node));
-      const MemberStatus b_node = NodeStatus(m, b.node);
-      if (b_node != MemberStatus::kAlive) {
-        notes_a.push_back(
-            {ta, absl::StrCat("cannot reach ", where, " (", Shorten(e.error, 80), "): ",
-                              b_node == MemberStatus::kSuspect
-                                  ? "that node's sidecar misses probes too"
-                                  : "that node is cut off from every other node")});
-        continue;
-      }
-      if (!Answers(b.state)) continue;  // b is dead, hung, missing...: not a partition.
-      // A record made before this node was back (its own link was down or flapped) of a failure
-      // to reach this node's task: stale at any age, as for another node's return.
-      if (b.node == m.in.self && m.in.exchange && m.in.exchange->back_since_unix &&
-          a.observed_at < *m.in.exchange->back_since_unix) {
-        continue;
-      }
-      // Named at once when the two nodes' sidecars reach each other only through others (the
-      // probe the failure set off says so: the link is cut, neither node is); else once it had
-      // lasted kPartitionAfterS when a's sidecar observed it (a record that came before the
-      // failure was that old does not turn into a partition as this node's clock runs on: a's
-      // sidecar sends a new one when it crosses, or when the failure ends). Not for a failure from
-      // before a node came back.
-      const bool nodes_cut =
-          m.unreachable[a.node].count(b.node) || m.unreachable[b.node].count(a.node);
-      if ((!nodes_cut && a.observed_at - e.failing_since < kPartitionAfterS) ||
-          FromBeforeRejoin(m, a.node, e.since) || FromBeforeRejoin(m, b.node, e.since) ||
-          FromBeforeResume(m, a, e.since) || FromBeforeResume(m, b, e.since)) {
-        continue;
-      }
-      PartitionInfo p{ta, e.peer, a.node, b.node, a.address, b.address, e.since, e.error, false};
-      p.nodes_cut = nodes_cut;
-      std::string cut =
-          p.nodes_cut ? absl::StrCat("; the sidecars of ", m.NameOf(a.node), " and ",
-                                     m.NameOf(b.node), " cannot reach each other directly either")
-                      : "";
-      notes_a.push_back(
-          {ta, absl::StrCat("partition: cannot reach ", where, " for ", m.Since(e.since), " (",
-                            Shorten(e.error, 80), "), though ", e.peer.ShortName(),
-                            " answers its own sidecar", cut)});
-      notes_b.push_back({e.peer, absl::StrCat("partitioned from ", ta.ShortName(), " on ",
-                                              m.NameOf(a.node), " for ", m.Since(e.since), " (",
-                                              ta.ShortName(), " cannot reach it)")});
-      view.partitions.push_back(std::move(p));
-    }
+    for (const Evidence& e : NetworkFailures(a)) CheckFailure(m, ta, a, e, notes, view);
   }
-  for (auto& [t, note] : notes_a) {
-    TaskView& v = m.tasks[t];
-    v.reason = v.state == TaskState::kUp ? absl::StrCat(v.reason, "; ", note)
-                                         : absl::StrCat(note, "; ", v.reason);
-  }
-  for (auto& [t, note] : notes_b) absl::StrAppend(&m.tasks[t].reason, "; ", note);
-  for (const PartitionInfo& p : view.partitions) {
-    m.tasks[p.a].partitioned_from.push_back(p.b.ShortName());
-    m.tasks[p.b].partitioned_from.push_back(p.a.ShortName());
-  }
+  ApplyPartitionNotes(m, notes, view);
 }
 
 std::string Percent(double share) { return absl::StrCat(static_cast<int>(share * 100 + 0.5), "%"); }

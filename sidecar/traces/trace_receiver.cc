@@ -105,6 +105,69 @@ std::string Invalid(const otlp_trace::Span& s) {
   return "";
 }
 
+// The span attributes the store reads (at most kMaxAttributes looked at), into `r`.
+void ReadSpanAttributes(const otlp_trace::Span& s, SpanRecord& r) {
+  int n = 0;
+  for (const otlp_common::KeyValue& kv : s.attributes()) {
+    if (++n > kMaxAttributes) break;
+    const std::string& k = kv.key();
+    if (k == "rpc.grpc.status_code") {
+      int64_t code = IntValue(kv.value(), -1);
+      r.grpc_status_code = code >= 0 && code < 1000 ? static_cast<int>(code) : -1;
+    } else if (k == "trainscope.peer_task") {
+      r.peer_task = StringValue(kv.value());
+    } else if (k == "net.peer.name") {
+      r.net_peer_name = StringValue(kv.value());
+    } else if (k == "rpc.deadline_ms") {
+      r.deadline_ms = IntValue(kv.value(), -1);
+    } else if (k == "rpc.request.bytes") {
+      r.request_bytes = IntValue(kv.value(), -1);
+    } else if (k == "rpc.response.bytes") {
+      r.response_bytes = IntValue(kv.value(), -1);
+    } else if (k == "trainscope.kept") {
+      r.kept = StringValue(kv.value());
+    }
+  }
+}
+
+// The span's first kMaxEvents events, each with its name, time and duration_ns, into `r`.
+void ReadSpanEvents(const otlp_trace::Span& s, SpanRecord& r) {
+  for (const otlp_trace::Span::Event& e : s.events()) {
+    if (static_cast<int>(r.events.size()) >= kMaxEvents) break;
+    SpanEventRecord ev;
+    ev.name = Cut(e.name());
+    ev.time_unix_nano = e.time_unix_nano();
+    int m = 0;
+    for (const otlp_common::KeyValue& kv : e.attributes()) {
+      if (++m > kMaxAttributes) break;
+      if (kv.key() == "duration_ns") ev.duration_ns = IntValue(kv.value(), -1);
+    }
+    r.events.push_back(std::move(ev));
+  }
+}
+
+// A valid span (Invalid() said "") of `task`'s `service` as the store keeps it.
+SpanRecord ConvertSpan(const otlp_trace::Span& s, const std::string& task,
+                       const std::string& service) {
+  SpanRecord r;
+  r.trace_id = HexId(s.trace_id());
+  r.span_id = HexId(s.span_id());
+  if (!s.parent_span_id().empty() && !AllZero(s.parent_span_id())) {
+    r.parent_span_id = HexId(s.parent_span_id());
+  }
+  r.name = Cut(s.name());
+  r.kind = Kind(s.kind());
+  r.start_unix_nano = s.start_time_unix_nano();
+  r.end_unix_nano = s.end_time_unix_nano();
+  r.status_code = static_cast<int>(s.status().code());
+  r.status_message = Cut(s.status().message(), kMaxMessage);
+  r.task = task;
+  r.service_name = service;
+  ReadSpanAttributes(s, r);
+  ReadSpanEvents(s, r);
+  return r;
+}
+
 }  // namespace
 
 ConvertResult ConvertExport(const otlp::ExportTraceServiceRequest& request) {
@@ -120,54 +183,7 @@ ConvertResult ConvertExport(const otlp::ExportTraceServiceRequest& request) {
           if (out.first_error.empty()) out.first_error = absl::StrCat("span skipped: ", why);
           continue;
         }
-        SpanRecord r;
-        r.trace_id = HexId(s.trace_id());
-        r.span_id = HexId(s.span_id());
-        if (!s.parent_span_id().empty() && !AllZero(s.parent_span_id())) {
-          r.parent_span_id = HexId(s.parent_span_id());
-        }
-        r.name = Cut(s.name());
-        r.kind = Kind(s.kind());
-        r.start_unix_nano = s.start_time_unix_nano();
-        r.end_unix_nano = s.end_time_unix_nano();
-        r.status_code = static_cast<int>(s.status().code());
-        r.status_message = Cut(s.status().message(), kMaxMessage);
-        r.task = task;
-        r.service_name = service;
-        int n = 0;
-        for (const otlp_common::KeyValue& kv : s.attributes()) {
-          if (++n > kMaxAttributes) break;
-          const std::string& k = kv.key();
-          if (k == "rpc.grpc.status_code") {
-            int64_t code = IntValue(kv.value(), -1);
-            r.grpc_status_code = code >= 0 && code < 1000 ? static_cast<int>(code) : -1;
-          } else if (k == "trainscope.peer_task") {
-            r.peer_task = StringValue(kv.value());
-          } else if (k == "net.peer.name") {
-            r.net_peer_name = StringValue(kv.value());
-          } else if (k == "rpc.deadline_ms") {
-            r.deadline_ms = IntValue(kv.value(), -1);
-          } else if (k == "rpc.request.bytes") {
-            r.request_bytes = IntValue(kv.value(), -1);
-          } else if (k == "rpc.response.bytes") {
-            r.response_bytes = IntValue(kv.value(), -1);
-          } else if (k == "trainscope.kept") {
-            r.kept = StringValue(kv.value());
-          }
-        }
-        for (const otlp_trace::Span::Event& e : s.events()) {
-          if (static_cast<int>(r.events.size()) >= kMaxEvents) break;
-          SpanEventRecord ev;
-          ev.name = Cut(e.name());
-          ev.time_unix_nano = e.time_unix_nano();
-          int m = 0;
-          for (const otlp_common::KeyValue& kv : e.attributes()) {
-            if (++m > kMaxAttributes) break;
-            if (kv.key() == "duration_ns") ev.duration_ns = IntValue(kv.value(), -1);
-          }
-          r.events.push_back(std::move(ev));
-        }
-        out.spans.push_back(std::move(r));
+        out.spans.push_back(ConvertSpan(s, task, service));
       }
     }
   }

@@ -316,33 +316,45 @@ struct TraceStore::Impl {
       r.deadline_ms = client->deadline_ms;
       r.peer_address = client->net_peer_name;
     }
-    if (server != nullptr) {
-      r.server_span_id = server->span_id;
-      r.server_parent_span_id = server->parent_span_id;
-      r.server_ms = Ms(server->DurationNs());
-      if (client != nullptr) {
-        r.network_ms = Ms(std::max<int64_t>(0, client->DurationNs() - server->DurationNs()));
-      }
-      int64_t queue = -1, apply = -1, read = -1;
-      auto add = [](int64_t& total, int64_t d) { total = std::max<int64_t>(total, 0) + d; };
-      auto part = [&](std::string_view name, int64_t d) {
-        if (d < 0) return;
-        if (name == kQueue) add(queue, d);
-        if (name == kApply) add(apply, d);
-        if (name == kRead) add(read, d);
-      };
-      for (const SpanRecord& s : e.spans) {
-        if (s.kind != SpanKind::kClient && s.kind != SpanKind::kServer &&
-            s.parent_span_id == server->span_id) {
-          part(s.name, s.DurationNs());
-        }
-      }
-      for (const SpanEventRecord& ev : server->events) part(ev.name, ev.duration_ns);
-      if (queue >= 0) r.queue_ms = Ms(queue);
-      if (apply >= 0) r.apply_ms = Ms(apply);
-      if (read >= 0) r.read_ms = Ms(read);
-    }
+    if (server != nullptr) AddServerSide(e, client, *server, r);
     r.kept = KeptUnion(client, server);
+    SetOutcome(client, server, r);
+    return r;
+  }
+
+  // The server span's side of a request: its span ids and time, the network's share (with a
+  // client span), and the queue, apply and read parts from its child spans and events.
+  static void AddServerSide(const Entry& e, const SpanRecord* client, const SpanRecord& server,
+                            RequestSummary& r) {
+    r.server_span_id = server.span_id;
+    r.server_parent_span_id = server.parent_span_id;
+    r.server_ms = Ms(server.DurationNs());
+    if (client != nullptr) {
+      r.network_ms = Ms(std::max<int64_t>(0, client->DurationNs() - server.DurationNs()));
+    }
+    int64_t queue = -1, apply = -1, read = -1;
+    auto add = [](int64_t& total, int64_t d) { total = std::max<int64_t>(total, 0) + d; };
+    auto part = [&](std::string_view name, int64_t d) {
+      if (d < 0) return;
+      if (name == kQueue) add(queue, d);
+      if (name == kApply) add(apply, d);
+      if (name == kRead) add(read, d);
+    };
+    for (const SpanRecord& s : e.spans) {
+      if (s.kind != SpanKind::kClient && s.kind != SpanKind::kServer &&
+          s.parent_span_id == server.span_id) {
+        part(s.name, s.DurationNs());
+      }
+    }
+    for (const SpanEventRecord& ev : server.events) part(ev.name, ev.duration_ns);
+    if (queue >= 0) r.queue_ms = Ms(queue);
+    if (apply >= 0) r.apply_ms = Ms(apply);
+    if (read >= 0) r.read_ms = Ms(read);
+  }
+
+  // Failed (the client's error first, else the server's: its gRPC code name or ERROR, and its
+  // message), or OK.
+  static void SetOutcome(const SpanRecord* client, const SpanRecord* server, RequestSummary& r) {
     const SpanRecord* failed = client != nullptr && client->IsError()   ? client
                                : server != nullptr && server->IsError() ? server
                                                                         : nullptr;
@@ -353,7 +365,6 @@ struct TraceStore::Impl {
     } else {
       r.status = "OK";
     }
-    return r;
   }
 
   std::vector<std::string> Requests(const Entry& e) const {

@@ -127,6 +127,57 @@ void ToProto(const SpanData& span, otlp_trace::Span* out) {
   }
 }
 
+// The endpoint and timeout from OTEL_EXPORTER_OTLP_TRACES_* (else OTEL_EXPORTER_OTLP_*); a
+// timeout that is not a positive number is warned about and left at its default.
+void EndpointFromEnv(OtlpExporterOptions* options, std::string* warnings) {
+  if (const char* traces = GetEnv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")) {
+    options->endpoint = traces;
+  } else if (const char* endpoint = GetEnv("OTEL_EXPORTER_OTLP_ENDPOINT")) {
+    options->endpoint = endpoint;
+  }
+  for (const char* name : {"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"}) {
+    const char* timeout = GetEnv(name);
+    if (timeout == nullptr) continue;
+    int ms = 0;
+    if (absl::SimpleAtoi(timeout, &ms) && ms > 0) {
+      options->timeout_ms = ms;
+    } else {
+      AppendWarning(warnings, absl::StrCat(name, "=", Quoted(timeout),
+                                           " is not a positive number of milliseconds; using ",
+                                           options->timeout_ms));
+    }
+    break;
+  }
+}
+
+// OTEL_RESOURCE_ATTRIBUTES into options->resource_attributes, a malformed entry warned about and
+// skipped; returns its service.name ("" when it gives none), which is not an attribute here.
+std::string ResourceAttributesFromEnv(OtlpExporterOptions* options, std::string* warnings) {
+  std::string service_from_attributes;
+  const char* attributes = GetEnv("OTEL_RESOURCE_ATTRIBUTES");
+  if (attributes == nullptr) return service_from_attributes;
+  for (absl::string_view entry : absl::StrSplit(attributes, ',', absl::SkipWhitespace())) {
+    const size_t eq = entry.find('=');
+    std::optional<std::string> key;
+    std::optional<std::string> value;
+    if (eq != absl::string_view::npos) {
+      key = PercentDecode(absl::StripAsciiWhitespace(entry.substr(0, eq)));
+      value = PercentDecode(absl::StripAsciiWhitespace(entry.substr(eq + 1)));
+    }
+    if (!key || !value || key->empty()) {
+      AppendWarning(warnings, absl::StrCat("OTEL_RESOURCE_ATTRIBUTES: skipped ", Quoted(entry),
+                                           " (expected key=value, with %XX escapes only)"));
+      continue;
+    }
+    if (*key == "service.name") {
+      service_from_attributes = *value;
+    } else {
+      Upsert(&options->resource_attributes, {*key, *value});
+    }
+  }
+  return service_from_attributes;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> ParseOtlpEndpoint(absl::string_view endpoint) {
@@ -169,48 +220,8 @@ OtlpExporterOptions OtlpOptionsFromEnv(absl::string_view cluster, absl::string_v
                                        std::string* warning) {
   OtlpExporterOptions options;
   std::string warnings;
-  if (const char* traces = GetEnv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")) {
-    options.endpoint = traces;
-  } else if (const char* endpoint = GetEnv("OTEL_EXPORTER_OTLP_ENDPOINT")) {
-    options.endpoint = endpoint;
-  }
-  for (const char* name : {"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"}) {
-    const char* timeout = GetEnv(name);
-    if (timeout == nullptr) continue;
-    int ms = 0;
-    if (absl::SimpleAtoi(timeout, &ms) && ms > 0) {
-      options.timeout_ms = ms;
-    } else {
-      AppendWarning(&warnings, absl::StrCat(name, "=", Quoted(timeout),
-                                            " is not a positive number of milliseconds; using ",
-                                            options.timeout_ms));
-    }
-    break;
-  }
-
-  std::string service_from_attributes;
-  if (const char* attributes = GetEnv("OTEL_RESOURCE_ATTRIBUTES")) {
-    for (absl::string_view entry : absl::StrSplit(attributes, ',', absl::SkipWhitespace())) {
-      const size_t eq = entry.find('=');
-      std::optional<std::string> key;
-      std::optional<std::string> value;
-      if (eq != absl::string_view::npos) {
-        key = PercentDecode(absl::StripAsciiWhitespace(entry.substr(0, eq)));
-        value = PercentDecode(absl::StripAsciiWhitespace(entry.substr(eq + 1)));
-      }
-      if (!key || !value || key->empty()) {
-        AppendWarning(&warnings, absl::StrCat("OTEL_RESOURCE_ATTRIBUTES: skipped ", Quoted(entry),
-                                              " (expected key=value, with %XX escapes only)"));
-        continue;
-      }
-      if (*key == "service.name") {
-        service_from_attributes = *value;
-      } else {
-        Upsert(&options.resource_attributes, {*key, *value});
-      }
-    }
-  }
-
+  EndpointFromEnv(&options, &warnings);
+  const std::string service_from_attributes = ResourceAttributesFromEnv(&options, &warnings);
   if (const char* service = GetEnv("OTEL_SERVICE_NAME")) {
     options.service_name = service;
   } else if (!service_from_attributes.empty()) {

@@ -186,6 +186,13 @@ class TaskTracker {
   // from another host).
   std::string WhereItRan(absl::string_view lead) const;
   Decision DecideAnswering(double now_s, double now_unix);
+  // The verdicts DecideAnswering tries in turn; `age`: seconds since the last answer.
+  std::optional<Decision> DecideBlocked(double age);
+  std::optional<Decision> DecideStalled(double now_s, double age) const;
+  std::optional<Decision> DecideSlowLatency() const;
+  std::optional<Decision> DecideSlowStep() const;
+  // The reason of an answering task that is up (its phase, answers, latency, step, restarts).
+  std::string AnsweringUpReason() const;
   void ApplyHeartbeat(const HeartbeatInfo& hb, double received_s);
   double UsualLatency() const;
   // /proc evidence applies: local, pid known, and the task's hostname is ours.
