@@ -11,11 +11,13 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
 #include "grpcpp/grpcpp.h"
 #include "trainscope/common/grpc_tls.h"
 #include "trainscope/common/http_client.h"
@@ -215,6 +217,16 @@ int Stacks(const std::string& task, std::string sidecar, bool fresh, bool json,
   return list->snapshots_size() > 0 ? 0 : 1;
 }
 
+// " link_delay_ms=ps:1=80,..." when links are delayed.
+std::string LinkWords(const trainscope::v1::InjectFaultResponse& resp) {
+  std::map<std::string, int64_t> links(resp.link_delay_ms().begin(), resp.link_delay_ms().end());
+  std::string out;
+  for (const auto& [peer, ms] : links) {
+    out += (out.empty() ? " link_delay_ms=" : ",") + peer + "=" + std::to_string(ms);
+  }
+  return out;
+}
+
 int Fault(const std::string& task, const trainscope::v1::InjectFaultRequest& req,
           const trainscope::TlsFiles& tls) {
   auto credentials = trainscope::MakeChannelCredentials(tls);
@@ -239,7 +251,7 @@ int Fault(const std::string& task, const trainscope::v1::InjectFaultRequest& req
     return 1;
   }
   std::cout << task << ": parameter_delay_ms=" << resp.parameter_delay_ms()
-            << " heartbeat_delay_ms=" << resp.heartbeat_delay_ms()
+            << " heartbeat_delay_ms=" << resp.heartbeat_delay_ms() << LinkWords(resp)
             << (req.deadlock_training() ? " deadlock_training armed" : "")
             << (req.block_parameter_service() ? " block_parameter_service armed" : "") << "\n";
   return 0;
@@ -254,6 +266,7 @@ struct CtlFlags {
   int64_t heartbeat_delay_ms = 0;
   bool deadlock_training = false;
   bool block_parameter_service = false;
+  std::vector<std::string> link_delays;  // "ps:1=80"
   std::string stacks_task;
   bool fresh = false;
   std::string token_file;
@@ -286,6 +299,9 @@ CLI::App* AddFaultCommand(CLI::App& app, CtlFlags& f) {
       ->add_option("--heartbeat_delay_ms", f.heartbeat_delay_ms,
                    "Delay added to every Heartbeat answer")
       ->capture_default_str();
+  fault->add_option("--link_delay_ms", f.link_delays,
+                    "PEER=MS: a slow link; the task delays its own calls to PEER (e.g. ps:1=80) "
+                    "by MS, every other peer as before (repeatable)");
   fault->add_flag("--deadlock_training", f.deadlock_training,
                   "Wedge: the training thread's next parameter call deadlocks with a second "
                   "thread on two mutexes (a worker; restart the task to undo)");
@@ -317,13 +333,25 @@ CLI::App* AddStacksCommand(CLI::App& app, CtlFlags& f) {
   return stacks;
 }
 
-// The InjectFault request the `fault` flags ask for.
+// The InjectFault request the `fault` flags ask for; exits 2 with a clear message on a bad
+// --link_delay_ms.
 trainscope::v1::InjectFaultRequest FaultRequest(const CtlFlags& f) {
   trainscope::v1::InjectFaultRequest req;
   req.set_parameter_delay_ms(f.parameter_delay_ms);
   req.set_heartbeat_delay_ms(f.heartbeat_delay_ms);
   req.set_deadlock_training(f.deadlock_training);
   req.set_block_parameter_service(f.block_parameter_service);
+  for (const std::string& link : f.link_delays) {
+    const size_t eq = link.rfind('=');
+    int64_t ms = -1;
+    if (eq == std::string::npos || eq == 0 ||
+        !absl::SimpleAtoi(absl::string_view(link).substr(eq + 1), &ms) || ms < 0) {
+      std::cerr << "trainscopectl: --link_delay_ms " << link
+                << ": expected PEER=MS with MS >= 0, e.g. --link_delay_ms ps:1=80\n";
+      std::exit(2);
+    }
+    (*req.mutable_link_delay_ms())[link.substr(0, eq)] = ms;
+  }
   return req;
 }
 

@@ -34,6 +34,25 @@ FaultInjector::Delays FaultInjector::delays() const {
           random_delay_ms_.load()};
 }
 
+void FaultInjector::SetLinkDelays(std::map<std::string, int64_t> delays) {
+  std::erase_if(delays, [](const auto& d) { return d.second <= 0; });
+  std::lock_guard lock(link_mu_);
+  link_delay_ms_ = std::move(delays);
+  any_link_delay_.store(!link_delay_ms_.empty());
+}
+
+std::map<std::string, int64_t> FaultInjector::link_delays() const {
+  std::lock_guard lock(link_mu_);
+  return link_delay_ms_;
+}
+
+int64_t FaultInjector::LinkDelayMs(const std::string& peer) const {
+  if (!any_link_delay_.load(std::memory_order_relaxed)) return 0;
+  std::lock_guard lock(link_mu_);
+  auto it = link_delay_ms_.find(peer);
+  return it == link_delay_ms_.end() ? 0 : it->second;
+}
+
 void FaultInjector::BeforeParameterCall() {
   SleepMs(parameter_delay_ms_.load(std::memory_order_relaxed));
   MaybeBlockParameterCall();

@@ -11,7 +11,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <mutex>
+#include <string>
 
 namespace trainscope {
 
@@ -28,6 +30,13 @@ class FaultInjector {
   };
   void SetDelays(const Delays& delays);
   Delays delays() const;
+  // Slow links: the delay this task adds to its own calls to each peer named ("ps:1"), in ms.
+  // Replaces the links set before.
+  void SetLinkDelays(std::map<std::string, int64_t> delays);
+  std::map<std::string, int64_t> link_delays() const;
+  // The delay of the link to `peer` (a short name), 0 when none: one relaxed load when no link
+  // is delayed.
+  int64_t LinkDelayMs(const std::string& peer) const;
   // Calls delayed at random so far.
   int64_t random_delays() const { return random_delays_.load(); }
   // Before a ParameterService call: the delays asked (the random one logged, so that tests know
@@ -62,6 +71,9 @@ class FaultInjector {
   std::atomic<double> random_delay_probability_{0};
   std::atomic<int64_t> random_delay_ms_{0};
   std::atomic<int64_t> random_delays_{0};
+  std::atomic<bool> any_link_delay_{false};
+  mutable std::mutex link_mu_;                    // Guards link_delay_ms_.
+  std::map<std::string, int64_t> link_delay_ms_;  // Peer short name -> ms.
   std::atomic<int> drop_push_answers_;
   std::atomic<bool> deadlock_armed_{false};
   std::atomic<bool> block_armed_{false};

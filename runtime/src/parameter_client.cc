@@ -215,6 +215,18 @@ struct ParameterClient::Round {
   std::vector<uint64_t> inflight;  // Ids in `registry` by call index; 0: not listed.
 };
 
+std::vector<std::pair<size_t, int64_t>> ParameterClient::StartOrder(
+    const std::vector<Call>& calls, const std::vector<size_t>& pending) const {
+  std::vector<std::pair<size_t, int64_t>> order;
+  FaultInjector* faults = session_->faults();
+  for (size_t i : pending) {
+    order.push_back({i, faults ? faults->LinkDelayMs(calls[i].ps->peer->task.ShortName()) : 0});
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.second < b.second; });
+  return order;
+}
+
 void ParameterClient::RunRound(std::vector<Call>& calls, Round& round) {
   telemetry::Telemetry* telemetry = session_->telemetry();
   std::mutex mu;
@@ -224,13 +236,19 @@ void ParameterClient::RunRound(std::vector<Call>& calls, Round& round) {
   std::vector<std::unique_ptr<telemetry::ClientCall>> attempts;
   round.start = MonotonicSeconds();
   std::fill(round.ended.begin(), round.ended.end(), 0);
-  for (size_t i : round.pending) {
+  for (auto [i, delay_ms] : StartOrder(calls, round.pending)) {
     auto ctx = std::make_unique<grpc::ClientContext>();
     ctx->set_deadline(std::chrono::system_clock::now() +
                       std::chrono::milliseconds(rpc_deadline_ms_));
     auto attempt = std::make_unique<telemetry::ClientCall>(
         telemetry, calls[i].method_index, calls[i].ps->peer->index, rpc_deadline_ms_);
     calls[i].attempts++;
+    // An injected slow link: the call leaves `delay_ms` after the round began, and its time,
+    // its span and its deadline count from then, as over a slow network.
+    const double leave = round.start + static_cast<double>(delay_ms) / 1000;
+    if (const double wait = leave - MonotonicSeconds(); wait > 0) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+    }
     calls[i].start(ctx.get(), attempt.get(), [&, i](grpc::Status s) {
       std::lock_guard lock(mu);
       calls[i].status = std::move(s);

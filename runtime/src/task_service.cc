@@ -4,9 +4,12 @@
 
 #include <algorithm>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "net_util.h"
 #include "spdlog/spdlog.h"
 #include "task_impl.h"
+#include "trainscope/common/cluster_spec.h"
 #include "trainscope/common/proc.h"
 #include "trainscope/runtime/status_macros.h"
 #include "trainscope/telemetry/grpc_instrumentation.h"
@@ -15,6 +18,74 @@
 
 namespace trainscope {
 namespace {
+
+// Links a fault request may delay at once.
+constexpr int kMaxDelayedLinks = 64;
+
+// The link delays of a fault request, by peer short name, when every delay in it is in bounds
+// and every peer a task name; else why not.
+absl::StatusOr<std::map<std::string, int64_t>> CheckedFault(const v1::InjectFaultRequest& r) {
+  const double p = r.random_delay_probability();
+  auto bounded = [](int64_t ms) { return ms >= 0 && ms <= kMaxInjectedDelayMs; };
+  if (!(p >= 0 && p <= 1) || !bounded(r.random_delay_ms()) || !bounded(r.parameter_delay_ms()) ||
+      !bounded(r.heartbeat_delay_ms())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("random_delay_probability must be in [0, 1] and every delay in [0, ",
+                     kMaxInjectedDelayMs, "] ms"));
+  }
+  if (r.link_delay_ms_size() > kMaxDelayedLinks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "at most ", kMaxDelayedLinks, " links may be delayed, not ", r.link_delay_ms_size()));
+  }
+  std::map<std::string, int64_t> links;
+  for (const auto& [peer, ms] : r.link_delay_ms()) {
+    absl::StatusOr<TaskRef> ref = ParseTaskRef(peer);
+    if (!ref.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("link_delay_ms: '", absl::CHexEscape(peer.substr(0, 40)),
+                       "' is not a task (e.g. ps:1): ", ref.status().message()));
+    }
+    if (!bounded(ms)) {
+      return absl::InvalidArgumentError(absl::StrCat("link_delay_ms: the delay to ",
+                                                     ref->ShortName(), " must be in [0, ",
+                                                     kMaxInjectedDelayMs, "] ms, not ", ms));
+    }
+    links[ref->ShortName()] = ms;
+  }
+  return links;
+}
+
+// Arms what a checked fault request asks, logs it, and says what is now set.
+void ApplyFault(const v1::InjectFaultRequest& r, std::map<std::string, int64_t> links,
+                FaultInjector& faults, v1::InjectFaultResponse* response) {
+  const double p = r.random_delay_probability();
+  faults.SetDelays({r.parameter_delay_ms(), r.heartbeat_delay_ms(), r.random_delay_ms() > 0 ? p : 0,
+                    r.random_delay_ms()});
+  faults.SetLinkDelays(std::move(links));
+  if (r.deadlock_training()) faults.ArmDeadlock();
+  if (r.block_parameter_service()) faults.ArmBlockParameterService();
+  if (r.deadlock_training() || r.block_parameter_service()) {
+    spdlog::warn("fault injected: armed {}{}",
+                 r.deadlock_training() ? "a deadlock of the training thread " : "",
+                 r.block_parameter_service() ? "a ParameterService call that blocks" : "");
+  }
+  const FaultInjector::Delays now = faults.delays();
+  std::string link_words;
+  for (const auto& [peer, ms] : faults.link_delays()) {
+    absl::StrAppend(&link_words, ", calls to ", peer, " delayed ", ms, " ms (a slow link)");
+    (*response->mutable_link_delay_ms())[peer] = ms;
+  }
+  spdlog::warn(
+      "fault injected: parameter calls delayed {} ms, heartbeats delayed {} ms, one parameter "
+      "call in {:.0f} delayed {} ms{}",
+      now.parameter_ms, now.heartbeat_ms,
+      now.random_probability > 0 ? 1 / now.random_probability : 0.0, now.random_ms, link_words);
+  response->set_parameter_delay_ms(now.parameter_ms);
+  response->set_heartbeat_delay_ms(now.heartbeat_ms);
+  response->set_random_delay_probability(now.random_probability);
+  response->set_random_delay_ms(now.random_ms);
+  response->set_random_delays(faults.random_delays());
+}
 
 class TaskServiceImpl final : public v1::TaskService::Service {
  public:
@@ -85,38 +156,13 @@ class TaskServiceImpl final : public v1::TaskService::Service {
                                           context->peer()),
                          0);
     }
-    const double p = request->random_delay_probability();
-    auto bounded = [](int64_t ms) { return ms >= 0 && ms <= kMaxInjectedDelayMs; };
-    if (!(p >= 0 && p <= 1) || !bounded(request->random_delay_ms()) ||
-        !bounded(request->parameter_delay_ms()) || !bounded(request->heartbeat_delay_ms())) {
+    auto links = CheckedFault(*request);
+    if (!links.ok()) {
       return call.Finish(
-          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                       "random_delay_probability must be in [0, 1] and every delay in [0, " +
-                           std::to_string(kMaxInjectedDelayMs) + "] ms"),
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(links.status().message())),
           0);
     }
-    FaultInjector& faults = *p_.faults;
-    faults.SetDelays({std::max<int64_t>(0, request->parameter_delay_ms()),
-                      std::max<int64_t>(0, request->heartbeat_delay_ms()),
-                      request->random_delay_ms() > 0 ? p : 0, request->random_delay_ms()});
-    if (request->deadlock_training()) faults.ArmDeadlock();
-    if (request->block_parameter_service()) faults.ArmBlockParameterService();
-    if (request->deadlock_training() || request->block_parameter_service()) {
-      spdlog::warn("fault injected: armed {}{}",
-                   request->deadlock_training() ? "a deadlock of the training thread " : "",
-                   request->block_parameter_service() ? "a ParameterService call that blocks" : "");
-    }
-    const FaultInjector::Delays now = faults.delays();
-    spdlog::warn(
-        "fault injected: parameter calls delayed {} ms, heartbeats delayed {} ms, one parameter "
-        "call in {:.0f} delayed {} ms",
-        now.parameter_ms, now.heartbeat_ms,
-        now.random_probability > 0 ? 1 / now.random_probability : 0.0, now.random_ms);
-    response->set_parameter_delay_ms(now.parameter_ms);
-    response->set_heartbeat_delay_ms(now.heartbeat_ms);
-    response->set_random_delay_probability(now.random_probability);
-    response->set_random_delay_ms(now.random_ms);
-    response->set_random_delays(faults.random_delays());
+    ApplyFault(*request, std::move(*links), *p_.faults, response);
     return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
 

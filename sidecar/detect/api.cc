@@ -96,6 +96,9 @@ void PeerToProto(const PeerInfo& p, pb::PeerState* o) {
   o->set_latency_seconds(Finite(p.latency_seconds));
   o->set_step_share(Finite(p.step_share));
   o->set_seconds_failing(Finite(p.seconds_failing));
+  o->set_recent_latency_seconds(Finite(p.recent_latency_seconds));
+  o->set_usual_latency_seconds(Finite(p.usual_latency_seconds));
+  o->set_raised_seconds(Finite(p.raised_seconds));
 }
 
 // The fields that name a task and its state, checked: an error for a role that is not a job
@@ -149,6 +152,9 @@ std::optional<PeerInfo> PeerFromProto(const pb::PeerState& s) {
   info.latency_seconds = std::max(0.0, Finite(s.latency_seconds()));
   info.step_share = std::clamp(Finite(s.step_share()), 0.0, 1.0);
   info.seconds_failing = std::max(0.0, Finite(s.seconds_failing()));
+  info.recent_latency_seconds = std::max(0.0, Finite(s.recent_latency_seconds()));
+  info.usual_latency_seconds = std::max(0.0, Finite(s.usual_latency_seconds()));
+  info.raised_seconds = std::max(0.0, Finite(s.raised_seconds()));
   return info;
 }
 

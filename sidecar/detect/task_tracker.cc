@@ -191,6 +191,7 @@ void TaskTracker::ApplyHeartbeat(const HeartbeatInfo& hb, double t) {
   view_.last_step_seconds = hb.last_step_recovered ? 0 : hb.last_step_seconds;
   view_.expects_progress = hb.expects_progress;
   view_.peers = hb.peers;
+  edges_.Observe(t, view_.peers);
   view_.cpu_seconds = hb.cpu_seconds;
   view_.resident_bytes = hb.resident_bytes;
   view_.threads = hb.threads;

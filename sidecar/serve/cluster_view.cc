@@ -48,6 +48,7 @@ struct Merge {
   std::map<std::string, std::vector<TaskRef>> node_tasks;
   std::map<std::string, std::set<std::string>> unreachable;  // node -> nodes it cannot reach.
   std::optional<double> isolated_since;
+  std::set<std::pair<TaskRef, TaskRef>> slow_links;  // (caller, ps)
   int skipped = 0;
 
   const Member* MemberOf(const std::string& node) const {
@@ -425,6 +426,23 @@ void FindPartitions(Merge& m, ClusterView& view) {
 
 std::string Percent(double share) { return absl::StrCat(static_cast<int>(share * 100 + 0.5), "%"); }
 
+// A slow link slows its caller: the caller's reason names the link (worker_ps_map.h), and an up
+// caller is slow. Neither the caller nor the ps is blamed for it.
+void ApplySlowLinks(Merge& m, ClusterView& view) {
+  view.worker_ps = BuildWorkerPsMap(m.tasks);
+  for (const SlowLink& link : view.worker_ps.slow_links) {
+    m.slow_links.insert({link.from, link.to});
+    TaskView& caller = m.tasks[link.from];
+    if (caller.state == TaskState::kUp) {
+      caller.state = TaskState::kSlow;
+      caller.since = std::max(caller.since, m.in.now_unix - link.raised_seconds);
+      caller.reason = SlowLinkWords(link);
+    } else {
+      absl::StrAppend(&caller.reason, "; ", SlowLinkWords(link));
+    }
+  }
+}
+
 // A ps slower than its peers (the median of the other ps tasks) is slow too.
 void CompareServingPeers(Merge& m) {
   std::vector<std::pair<TaskView*, double>> ps;
@@ -469,6 +487,8 @@ void BlameSlowPs(Merge& m) {
                         " is slow for every caller (overloaded): ", Shorten(ps.reason, 160));
         slows[p.peer].push_back(
             absl::StrCat(tw.ShortName(), " (", Percent(p.step_share), " of its step)"));
+      } else if (m.slow_links.contains({tw, p.peer})) {
+        continue;  // Named as a link (ApplySlowLinks): neither end is to blame.
       } else if (ps.serve_seconds > 0 && p.latency_seconds > 5 * ps.serve_seconds &&
                  p.latency_seconds > ps.serve_seconds + 0.05) {
         absl::StrAppend(&w.reason, "; ", name, " serves calls in ", HumanDuration(ps.serve_seconds),
@@ -567,6 +587,7 @@ ClusterView BuildClusterView(const ClusterViewInputs& in) {
   view.isolated_since = m.isolated_since;
   view.exchange_unauthenticated = in.exchange != nullptr && !in.exchange->stats.authenticated;
   FindPartitions(m, view);
+  ApplySlowLinks(m, view);
   BlameSlowPs(m);
   ApplySelfIsolation(m);
   BuildNodes(m, view);

@@ -13,6 +13,7 @@
 
 #include "absl/strings/string_view.h"
 #include "gossip/exchange_core.h"
+#include "serve/worker_ps_map.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/sidecar/api.h"
 #include "trainscope/sidecar/task_view.h"
@@ -46,6 +47,7 @@ struct ClusterView {
   std::vector<TaskView> tasks;  // The whole cluster, problems first.
   std::vector<NodeInfo> nodes;  // This node first.
   std::vector<PartitionInfo> partitions;
+  WorkerPsMap worker_ps;  // Every worker-to-ps edge reported, and the slow links.
   std::optional<double> isolated_since;   // This node is cut off from every other, since then.
   bool exchange_unauthenticated = false;  // Its exchange runs without a cluster key.
   std::vector<TaskRef> local;             // The tasks this node watches first-hand.

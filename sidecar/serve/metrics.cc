@@ -53,6 +53,44 @@ void AddSilentNodes(const ClusterView& cluster, std::vector<MetricFamily>& out) 
   out.push_back(std::move(tasks));
 }
 
+// The worker x ps map, for this node's callers: a bounded top-K of their slowest edges, and
+// their slow links. Never a series per edge.
+void AddWorkerPsMap(const LocalSnapshot& local, const ClusterView& cluster,
+                    std::vector<MetricFamily>& out) {
+  constexpr size_t kTopEdges = 5;
+  std::map<TaskRef, const TaskView*> mine;
+  for (const TaskView& v : local.views) mine[v.task] = &v;
+  std::vector<const MapEdge*> edges;
+  for (const MapEdge& e : cluster.worker_ps.edges) {
+    if (mine.contains(e.from)) edges.push_back(&e);
+  }
+  std::sort(edges.begin(), edges.end(), [](const MapEdge* a, const MapEdge* b) {
+    return a->recent_seconds > b->recent_seconds;
+  });
+  if (edges.size() > kTopEdges) edges.resize(kTopEdges);
+  auto latency = MakeFamily(names::kTaskPeerLatency,
+                            "Recent latency (10 s median) of the slowest edges from this node's "
+                            "workers to a ps: at most 5 series.",
+                            MetricType::Gauge);
+  auto slow = MakeFamily(names::kTaskSlowLink,
+                         "1 for each slow link from this node's workers to a ps (series exist "
+                         "only while it lasts).",
+                         MetricType::Gauge);
+  auto labels = [&](const TaskRef& from, const TaskRef& to) {
+    auto l = TaskLabels(*mine.at(from));
+    l.push_back({std::string(names::kLabelPeerRole), to.role});
+    l.push_back({std::string(names::kLabelPeerTask), std::to_string(to.index)});
+    return l;
+  };
+  for (const MapEdge* e : edges)
+    AddMetric(latency, labels(e->from, e->to)).gauge.value = e->recent_seconds;
+  for (const SlowLink& l : cluster.worker_ps.slow_links) {
+    if (mine.contains(l.from)) AddMetric(slow, labels(l.from, l.to)).gauge.value = 1;
+  }
+  out.push_back(std::move(latency));
+  out.push_back(std::move(slow));
+}
+
 // What only the cluster view tells about this node's tasks and about this node.
 void AddClusterFamilies(const LocalSnapshot& local, const ClusterView& cluster,
                         std::vector<MetricFamily>& out) {
@@ -96,6 +134,7 @@ void AddClusterFamilies(const LocalSnapshot& local, const ClusterView& cluster,
       .gauge.value = 1;
   out.push_back(std::move(info));
   AddSilentNodes(cluster, out);
+  AddWorkerPsMap(local, cluster, out);
 }
 
 // Always exported (0 without --alertmanager_url), so a rule on them need not test presence.

@@ -83,6 +83,10 @@ class ParameterClient {
   // that remains, or OK.
   absl::Status RunAll(std::vector<Call>& calls);
   // Starts one attempt of every call in `round` and waits for them all.
+  // Each pending call with the injected delay of its link (FaultInjector::LinkDelayMs), in the
+  // order RunRound starts them: undelayed first, then by delay.
+  std::vector<std::pair<size_t, int64_t>> StartOrder(const std::vector<Call>& calls,
+                                                     const std::vector<size_t>& pending) const;
   void RunRound(std::vector<Call>& calls, Round& round);
   // Records one attempt's outcome in its peer's health as soon as it ends (not when the round
   // does: a slow ps must not hide from the heartbeat that another is out of reach).

@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/common/proc.h"
+#include "trainscope/sidecar/edge_watch.h"
 #include "trainscope/sidecar/cgroup_watch.h"
 #include "trainscope/sidecar/detector.h"
 #include "trainscope/sidecar/task_view.h"
@@ -220,6 +221,7 @@ class TaskTracker {
   std::vector<std::string> events_;
   CgroupReader cgroup_reader_;
   CgroupWatch cgroup_;
+  EdgeWatch edges_;  // Its calls to each peer against their own past.
 
   bool answered_ = false;
   HeartbeatInfo last_hb_;

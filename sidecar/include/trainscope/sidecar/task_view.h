@@ -52,6 +52,11 @@ struct PeerInfo {
   // Recent mean duration of calls to the peer, and the share of the last step spent on it.
   double latency_seconds = 0;
   double step_share = 0;
+  // Filled by the sidecar (EdgeWatch): the median latency of the last 10 s, the usual one of
+  // this edge (0 while learning it), and how long the recent has been well above the usual.
+  double recent_latency_seconds = 0;
+  double usual_latency_seconds = 0;
+  double raised_seconds = 0;
   // Since the first failure of the current run of failures (0 when none, or not told).
   double seconds_failing = 0;
 };

@@ -131,6 +131,12 @@ inline constexpr char kTaskPartitioned[] = "trainscope_task_partitioned";
 // 1 per (task, peer) pair of a partition, exported by the sidecar of `task` while it lasts
 // (labels peer_role, peer_task).
 inline constexpr char kTaskPartition[] = "trainscope_task_partition";
+// The worker x ps map, for this node's callers: the recent latency (10 s median) of their
+// slowest edges to a ps, at most 5 series (labels peer_role, peer_task).
+inline constexpr char kTaskPeerLatency[] = "trainscope_task_peer_latency_seconds";
+// 1 per slow link (caller, ps) of this node's callers, while it lasts (labels peer_role,
+// peer_task): the edge is far above its row and its column, and above its own past.
+inline constexpr char kTaskSlowLink[] = "trainscope_task_slow_link";
 // 1 for the task's current state, 0 for every other state (one series per state).
 inline constexpr char kTaskState[] = "trainscope_task_state";
 // Seconds a blocked task has been waiting on each peer (series exist only while waiting).
