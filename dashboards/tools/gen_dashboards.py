@@ -646,6 +646,17 @@ def training():
         (f"max by (role, task) (trainscope_task_last_step_seconds{{{S()}}})",
          "{{role}}:{{task}}")], w=12, h=9, unit="s",
         description="The duration of each task's latest step, from its heartbeat.")
+    d.panel("bargauge", "Slowest worker -> ps edges", [
+        {"expr": f"max by (role, task, peer_role, peer_task) "
+                 f"(trainscope_task_peer_latency_seconds{{{S()}}})",
+         "legendFormat": "{{role}}:{{task}} -> {{peer_role}}:{{peer_task}}", "instant": True}],
+        w=24, h=8, unit="s",
+        options={"orientation": "horizontal", "displayMode": "gradient",
+                 "reduceOptions": {"calcs": ["lastNotNull"], "values": False}},
+        description="The worker x ps map: each sidecar's 5 slowest edges from its workers to a "
+                    "ps (10 s median). One edge far above its row and column is a slow link: "
+                    "the worker's reason names it (trainscope_task_slow_link is 1 while it "
+                    "lasts); a whole column is a slow ps.")
     d.row("Session")
     d.panel("state-timeline", "CreateSession phase", [
         (f"max by (role, task, phase) (trainscope_session_phase{{{T()}}}) == 1",

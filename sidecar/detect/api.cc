@@ -214,6 +214,9 @@ void ToProto(const TaskView& v, bool full_peers, pb::TaskView* out) {
   out->set_steps(static_cast<double>(v.steps));
   out->set_last_step_seconds(Finite(v.last_step_seconds));
   out->set_expects_progress(v.expects_progress);
+  out->set_recent_step_seconds(Finite(v.recent_step_seconds));
+  out->set_usual_step_seconds(Finite(v.usual_step_seconds));
+  out->set_step_raised_seconds(Finite(v.step_raised_seconds));
   for (const PeerInfo& p : v.peers) {
     if (!full_peers && !IsFailingOrSlow(p)) continue;
     PeerToProto(p, out->add_peers());
@@ -257,6 +260,9 @@ absl::StatusOr<TaskView> FromProto(const pb::TaskView& p) {
   v.steps = Count(p.steps());
   v.last_step_seconds = Finite(p.last_step_seconds());
   v.expects_progress = p.expects_progress();
+  v.recent_step_seconds = std::max(0.0, Finite(p.recent_step_seconds()));
+  v.usual_step_seconds = std::max(0.0, Finite(p.usual_step_seconds()));
+  v.step_raised_seconds = std::max(0.0, Finite(p.step_raised_seconds()));
   for (int i = 0; i < std::min(p.peers_size(), kMaxListItems); ++i) {
     if (std::optional<PeerInfo> info = PeerFromProto(p.peers(i)))
       v.peers.push_back(*std::move(info));

@@ -1,4 +1,4 @@
-// EdgeWatch (edge_watch.h): each peer's recent call latency against its own past.
+// RaisedWatch and EdgeWatch (edge_watch.h): values against their own past.
 #include "trainscope/sidecar/edge_watch.h"
 
 #include <algorithm>
@@ -11,19 +11,58 @@ constexpr size_t kMaxSamples = 256;  // Heartbeats are at most a few a second.
 double MedianOf(const std::deque<std::pair<double, double>>& samples) {
   std::vector<double> v;
   v.reserve(samples.size());
-  for (const auto& [t, latency] : samples) v.push_back(latency);
+  for (const auto& [t, value] : samples) v.push_back(value);
   std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
   return v[v.size() / 2];
 }
 
 }  // namespace
 
+RaisedWatch::Reading RaisedWatch::Observe(double now_s, double value) {
+  const double dt = samples_.empty() ? 0 : std::max(0.0, now_s - last_s_);
+  if (first_s_ < 0) first_s_ = now_s;
+  last_s_ = now_s;
+  samples_.emplace_back(now_s, value);
+  while (samples_.size() > kMaxSamples ||
+         (samples_.size() > 1 && samples_.front().first < now_s - kWindowS)) {
+    samples_.pop_front();
+  }
+  Reading r;
+  r.recent = MedianOf(samples_);
+  if (now_s - first_s_ < kWindowS) return r;  // Warming up: no usual yet.
+  if (usual_ <= 0) usual_ = r.recent;
+  if (r.recent > std::max(kRaisedFactor * usual_, usual_ + floor_s_)) {
+    if (raised_since_ < 0) raised_since_ = now_s;
+  } else {
+    raised_since_ = -1;
+    usual_ += (r.recent - usual_) * std::min(1.0, dt / kUsualTauS);
+  }
+  r.usual = usual_;
+  r.raised_seconds = raised_since_ < 0 ? 0 : now_s - raised_since_;
+  return r;
+}
+
+std::optional<double> StepPace::Observe(double now_s, int64_t steps) {
+  if (!samples_.empty() && steps < samples_.back().second) samples_.clear();
+  samples_.emplace_back(now_s, steps);
+  while (samples_.size() > kMaxSamples ||
+         (samples_.size() > 2 && samples_[1].first <= now_s - kWindowS)) {
+    samples_.pop_front();
+  }
+  const double span = now_s - samples_.front().first;
+  const int64_t made = steps - samples_.front().second;
+  if (span < kMinSpanS || made <= 0) return std::nullopt;
+  return span / static_cast<double>(made);
+}
+
 void EdgeWatch::Observe(double now_s, std::vector<PeerInfo>& peers) {
   for (PeerInfo& p : peers) {
     if (p.latency_seconds <= 0) continue;  // No call succeeded yet.
-    auto [it, added] = edges_.try_emplace(p.peer);
-    if (added) it->second.first_s = now_s;
-    Update(now_s, it->second, p);
+    auto it = edges_.try_emplace(p.peer, kRaisedMinS).first;
+    const RaisedWatch::Reading r = it->second.Observe(now_s, p.latency_seconds);
+    p.recent_latency_seconds = r.recent;
+    p.usual_latency_seconds = r.usual;
+    p.raised_seconds = r.raised_seconds;
   }
   // A peer the task no longer reports is forgotten (the spec is bounded, so is this).
   if (edges_.size() > peers.size()) {
@@ -32,29 +71,6 @@ void EdgeWatch::Observe(double now_s, std::vector<PeerInfo>& peers) {
                           [&](const PeerInfo& p) { return p.peer == e.first; });
     });
   }
-}
-
-void EdgeWatch::Update(double now_s, Edge& e, PeerInfo& p) {
-  const double dt = e.samples.empty() ? 0 : std::max(0.0, now_s - e.last_s);
-  e.last_s = now_s;
-  e.samples.emplace_back(now_s, p.latency_seconds);
-  while (e.samples.size() > kMaxSamples ||
-         (e.samples.size() > 1 && e.samples.front().first < now_s - kWindowS)) {
-    e.samples.pop_front();
-  }
-  const double recent = MedianOf(e.samples);
-  p.recent_latency_seconds = recent;
-  if (now_s - e.first_s < kWindowS) return;  // Warming up: no usual yet.
-  if (e.usual <= 0) e.usual = recent;
-  const bool raised = recent > std::max(kRaisedFactor * e.usual, e.usual + kRaisedMinS);
-  if (raised) {
-    if (e.raised_since <= 0) e.raised_since = now_s;
-  } else {
-    e.raised_since = 0;
-    e.usual += (recent - e.usual) * std::min(1.0, dt / kUsualTauS);
-  }
-  p.usual_latency_seconds = e.usual;
-  p.raised_seconds = e.raised_since > 0 ? now_s - e.raised_since : 0;
 }
 
 }  // namespace trainscope::sidecar

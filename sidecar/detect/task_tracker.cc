@@ -141,6 +141,16 @@ void TaskTracker::OnResult(const PollResult& r) {
   if (!answered_ || r.received_s >= last_answer_s_) last_failure_ = r;
 }
 
+void TaskTracker::ObservePace(const HeartbeatInfo& hb, double t) {
+  edges_.Observe(t, view_.peers);
+  const std::optional<double> pace = pace_.Observe(t, hb.steps);
+  if (!view_.expects_progress || !pace) return;
+  const RaisedWatch::Reading step = steps_.Observe(t, *pace);
+  view_.recent_step_seconds = step.recent;
+  view_.usual_step_seconds = step.usual;
+  view_.step_raised_seconds = step.raised_seconds;
+}
+
 void TaskTracker::ApplyHeartbeat(const HeartbeatInfo& hb, double t) {
   if (answered_ && hb.incarnation != last_hb_.incarnation) {
     view_.restarts++;
@@ -191,7 +201,7 @@ void TaskTracker::ApplyHeartbeat(const HeartbeatInfo& hb, double t) {
   view_.last_step_seconds = hb.last_step_recovered ? 0 : hb.last_step_seconds;
   view_.expects_progress = hb.expects_progress;
   view_.peers = hb.peers;
-  edges_.Observe(t, view_.peers);
+  ObservePace(hb, t);
   view_.cpu_seconds = hb.cpu_seconds;
   view_.resident_bytes = hb.resident_bytes;
   view_.threads = hb.threads;
@@ -627,27 +637,6 @@ void TaskTracker::AddCgroupEvidence(double now_s, Decision* d) {
   if (d->state == TaskState::kUp || d->state == TaskState::kSlow) {
     if (auto warning = cgroup_.MemoryWarning()) absl::StrAppend(&d->reason, " (", *warning, ")");
   }
-}
-
-std::string StragglerReason(const TaskView& view, const std::vector<TaskView>& all,
-                            const TrackerOptions& options) {
-  if (view.last_step_seconds <= 0 || !view.expects_progress) return "";
-  std::vector<double> others;
-  for (const TaskView& v : all) {
-    if (v.task == view.task || v.task.role != view.task.role || !v.expects_progress ||
-        v.last_step_seconds <= 0 || v.state == TaskState::kDead || v.state == TaskState::kMissing) {
-      continue;
-    }
-    others.push_back(v.last_step_seconds);
-  }
-  if (others.size() < 2) return "";
-  double m = Median(others);
-  if (view.last_step_seconds >
-      std::max(m * options.slow_step_factor, m + options.slow_step_min_s)) {
-    return absl::StrCat("straggler: last step took ", HumanDuration(view.last_step_seconds),
-                        ", its peers' median is ", HumanDuration(m));
-  }
-  return "";
 }
 
 }  // namespace trainscope::sidecar

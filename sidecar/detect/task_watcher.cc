@@ -49,18 +49,6 @@ bool EvaluateAll(std::vector<TaskTracker>& trackers, double now, const ProcReade
   return changed;
 }
 
-// Turns an up task slower than the others of its role into a slow one (StragglerReason).
-void MarkStragglers(std::vector<TaskView>& views, const TrackerOptions& options) {
-  for (TaskView& v : views) {
-    if (v.state != TaskState::kUp) continue;
-    std::string straggler = StragglerReason(v, views, options);
-    if (!straggler.empty()) {
-      v.state = TaskState::kSlow;
-      v.reason = straggler;
-    }
-  }
-}
-
 }  // namespace
 
 TaskWatcher::TaskWatcher(WatcherOptions options, std::function<void()> on_change)
@@ -149,7 +137,6 @@ void TaskWatcher::Loop() {
     }
     if (tick) PollDue(trackers_, poller, now, ++tick_no, relax_ticks, proc);
     const bool changed = EvaluateAll(trackers_, now, proc, views, counters);
-    MarkStragglers(views, options_.tracker);
     Publish(views, counters, paused, changed);
     if (tick) {
       next_tick += interval;

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "serve/stragglers.h"
 #include "trainscope/common/clock.h"
 
 namespace trainscope::sidecar {
@@ -443,6 +444,20 @@ void ApplySlowLinks(Merge& m, ClusterView& view) {
   }
 }
 
+// A straggler is slow, and its reason says so first, with why (stragglers.h).
+void ApplyStragglers(Merge& m, const ClusterView& view) {
+  for (const Straggler& s : FindStragglers(m.tasks, view.worker_ps)) {
+    TaskView& v = m.tasks[s.task];
+    if (v.state == TaskState::kUp) {
+      v.state = TaskState::kSlow;
+      v.since = std::max(v.since, m.in.now_unix - s.raised_seconds);
+      v.reason = StragglerWords(s);
+    } else {
+      v.reason = absl::StrCat(StragglerWords(s), "; ", v.reason);
+    }
+  }
+}
+
 // A ps slower than its peers (the median of the other ps tasks) is slow too.
 void CompareServingPeers(Merge& m) {
   std::vector<std::pair<TaskView*, double>> ps;
@@ -588,6 +603,7 @@ ClusterView BuildClusterView(const ClusterViewInputs& in) {
   view.exchange_unauthenticated = in.exchange != nullptr && !in.exchange->stats.authenticated;
   FindPartitions(m, view);
   ApplySlowLinks(m, view);
+  ApplyStragglers(m, view);
   BlameSlowPs(m);
   ApplySelfIsolation(m);
   BuildNodes(m, view);

@@ -453,19 +453,5 @@ TEST_F(TrackerTest, StoppedWhileRelaxedIsHungQuickly) {
   EXPECT_LE(now_ - stopped, 0.5);
 }
 
-TEST(Straggler, SlowerThanItsPeers) {
-  std::vector<TaskView> all(4);
-  for (int i = 0; i < 4; ++i) {
-    all[i].task = {"worker", i};
-    all[i].expects_progress = true;
-    all[i].state = TaskState::kUp;
-    all[i].last_step_seconds = i == 3 ? 1.5 : 0.05;
-  }
-  TrackerOptions o;
-  EXPECT_EQ(StragglerReason(all[0], all, o), "");
-  EXPECT_EQ(StragglerReason(all[3], all, o),
-            "straggler: last step took 1.5 s, its peers' median is 50 ms");
-}
-
 }  // namespace
 }  // namespace trainscope::sidecar

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "serve/stragglers.h"
 #include "trainscope/sidecar/edge_watch.h"
 
 namespace trainscope::sidecar {
@@ -133,6 +134,82 @@ TEST(EdgeWatch, ForgetsPeersNoLongerReportedAndSkipsUnusedOnes) {
   other[0].peer = {"ps", 1};
   watch.Observe(t, other);  // ps:0 is gone from the list: forgotten, ps:1 starts warming up.
   EXPECT_EQ(other[0].usual_latency_seconds, 0);
+}
+
+// Workers with the given recent step times; every one raised for `raised` s over a usual of 10 ms
+// when its steps are above 50 ms.
+std::map<TaskRef, TaskView> Steps(const std::vector<double>& steps, double raised = 10) {
+  std::map<TaskRef, TaskView> tasks;
+  for (size_t w = 0; w < steps.size(); ++w) {
+    TaskView& v = tasks[TaskRef{"worker", static_cast<int>(w)}];
+    v.task = {"worker", static_cast<int>(w)};
+    v.state = TaskState::kUp;
+    v.expects_progress = true;
+    v.recent_step_seconds = steps[w];
+    v.usual_step_seconds = 0.01;
+    v.step_raised_seconds = steps[w] > 0.05 ? raised : 0;
+  }
+  return tasks;
+}
+
+std::vector<std::string> Names(const std::vector<Straggler>& s) {
+  std::vector<std::string> out;
+  for (const Straggler& x : s) out.push_back(x.task.ShortName());
+  return out;
+}
+
+TEST(Stragglers, OneWorkerFarAboveItsPeersAndItsOwnPast) {
+  auto found = FindStragglers(Steps({0.01, 0.012, 0.2}), {});
+  EXPECT_EQ(Names(found), std::vector<std::string>{"worker:2"});
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(StragglerWords(found[0]),
+            "straggler: a step every 200 ms, 16.7x the median of the other workers (12 ms), for "
+            "10 s (usually 10 ms): nothing on its node says why (not its CPU quota, nor memory, "
+            "nor a link of its own)");
+}
+
+TEST(Stragglers, NoneWhenAllAreSlowNotHeldOrTooFewPeers) {
+  // A busy machine: every worker slow together.
+  EXPECT_TRUE(FindStragglers(Steps({0.2, 0.25, 0.22}), {}).empty());
+  // Not yet held 5 s against its own past, and no cause seen.
+  EXPECT_TRUE(FindStragglers(Steps({0.01, 0.012, 0.2}, /*raised=*/2), {}).empty());
+  // Within 50 ms of its peers: noise.
+  EXPECT_TRUE(FindStragglers(Steps({0.01, 0.012, 0.04}), {}).empty());
+  // One peer only.
+  EXPECT_TRUE(FindStragglers(Steps({0.01, 0.2}), {}).empty());
+}
+
+TEST(Stragglers, ACauseItsNodeSeesIsNamedAndNeedsNoHistory) {
+  auto tasks = Steps({0.01, 0.012, 0.2}, /*raised=*/0);
+  TaskView& slow = tasks[TaskRef{"worker", 2}];
+  slow.usual_step_seconds = 0;  // Throttled from its start: no usual pace to compare with.
+  slow.cgroup.version = 1;
+  slow.cgroup.cpu_throttled_ratio = 0.92;
+  slow.cgroup.cpu_quota_cores = 0.1;
+  auto found = FindStragglers(tasks, {});
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(
+      StragglerWords(found[0]),
+      "straggler: a step every 200 ms, 16.7x the median of the other workers (12 ms): held back "
+      "by its own CPU quota");
+  slow.cgroup = {};
+  slow.cgroup.memory_pressure_ratio = 0.4;
+  found = FindStragglers(tasks, {});
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_NE(found[0].cause.find("memory 40% of the time"), std::string::npos) << found[0].cause;
+  // With a cause, 1.3x its peers is enough; without, it is not.
+  tasks[TaskRef{"worker", 2}].recent_step_seconds = 0.02;
+  found = FindStragglers(tasks, {});
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_NE(StragglerWords(found[0]).find("1.7x the median"), std::string::npos);
+  slow.cgroup = {};
+  EXPECT_TRUE(FindStragglers(tasks, {}).empty());
+  slow.recent_step_seconds = 0.2;
+  WorkerPsMap map;
+  map.slow_links.push_back({{"worker", 2}, {"ps", 1}});
+  found = FindStragglers(tasks, map);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].cause, "its link to ps:1 is slow");
 }
 
 }  // namespace

@@ -6,12 +6,14 @@
 // machine; /proc is a stand-in that follows the tag too.
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <vector>
 
 #include "detect/poller.h"
 #include "fuzz_records.h"
 #include "google/protobuf/stubs/logging.h"
+#include "serve/stragglers.h"
 #include "trainscope/sidecar/task_tracker.h"
 
 namespace {
@@ -65,8 +67,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)tracker.TakeEvents();
   }
   if (!views.empty()) {
-    (void)trainscope::sidecar::StragglerReason(views.back(), views,
-                                               trainscope::sidecar::TrackerOptions{});
+    // The fail-slow diagnosis over what the tracker made of the input: the last view as the
+    // task, its earlier views as its peers.
+    std::map<trainscope::TaskRef, trainscope::sidecar::TaskView> tasks;
+    for (size_t i = 0; i < views.size() && i < 8; ++i) {
+      trainscope::sidecar::TaskView v = views[views.size() - 1 - i];
+      v.task.index = static_cast<int>(i);
+      tasks[v.task] = v;
+    }
+    const auto map = trainscope::sidecar::BuildWorkerPsMap(tasks);
+    for (const auto& s : trainscope::sidecar::FindStragglers(tasks, map)) {
+      (void)trainscope::sidecar::StragglerWords(s);
+    }
   }
   return 0;
 }

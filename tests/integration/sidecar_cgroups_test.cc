@@ -206,5 +206,45 @@ TEST(SidecarCgroups, WorkerHeldToFivePercentOfACoreIsSlowThrottled) {
       << sidecar.Describe();
 }
 
+// Slow, not dead: among 3 workers of 2 ps, the one held to 10% of a core is the straggler, named
+// with why; the others and both ps stay up.
+TEST(SidecarCgroups, WorkerAtTenPercentOfACoreIsTheStraggler) {
+  TRAINSCOPE_SKIP_UNLESS(geteuid() == 0, "cgroups can be made by root only");
+  TestCgroup cpu("cpu", "straggler");
+  TRAINSCOPE_SKIP_UNLESS(cpu.ok(), "no writable cgroup v1 cpu hierarchy here");
+  ASSERT_TRUE(cpu.Set("cpu.cfs_period_us", "100000"));
+  ASSERT_TRUE(cpu.Set("cpu.cfs_quota_us", "10000"));
+  Cluster cluster = {{"ps", {FreeAddress(), FreeAddress()}},
+                     {"worker", {FreeAddress(), FreeAddress(), FreeAddress()}}};
+  std::vector<std::unique_ptr<Process>> tasks;
+  for (int i = 0; i < 2; ++i) tasks.push_back(StartTask(cluster, "ps", i));
+  const std::vector<std::string> training = {"--steps", "100000000",   "--step_delay_ms",
+                                             "5",       "--log_every", "100000"};
+  for (int i = 0; i < 2; ++i) tasks.push_back(StartTask(cluster, "worker", i, training));
+  tasks.push_back(cpu.StartTask(cluster, "worker", 2, training));
+  Sidecar sidecar(cluster, {});
+  const auto start = std::chrono::steady_clock::now();
+  auto slow = sidecar.WaitForState("worker:2", TaskState::kSlow, seconds(60), "straggler: ");
+  ASSERT_TRUE(slow) << sidecar.Describe() << sidecar.Get("/api/v1/tasks");
+  RecordProperty("reason", slow->reason);
+  RecordProperty(
+      "seconds_to_verdict",
+      std::to_string(
+          std::chrono::duration_cast<seconds>(std::chrono::steady_clock::now() - start).count()));
+  EXPECT_NE(slow->reason.find("the median of the other workers"), std::string::npos)
+      << slow->reason;
+  EXPECT_NE(slow->reason.find("held back by its own CPU quota; CPU-throttled "), std::string::npos)
+      << slow->reason;
+  EXPECT_NE(slow->reason.find("by its quota (0.1 core)"), std::string::npos) << slow->reason;
+  for (const char* t : {"ps:0", "ps:1", "worker:0", "worker:1"}) {
+    auto v = sidecar.Task(t);
+    ASSERT_TRUE(v) << t;
+    EXPECT_EQ(v->state, TaskState::kUp) << t << ": " << v->reason << "\n" << sidecar.Describe();
+  }
+  const std::string status = CtlStatus(sidecar);
+  EXPECT_NE(status.find("straggler"), std::string::npos) << status;
+  RecordProperty("ctl_status", status);
+}
+
 }  // namespace
 }  // namespace trainscope::testing

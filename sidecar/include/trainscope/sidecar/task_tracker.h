@@ -13,9 +13,9 @@
 #include "absl/strings/string_view.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/common/proc.h"
-#include "trainscope/sidecar/edge_watch.h"
 #include "trainscope/sidecar/cgroup_watch.h"
 #include "trainscope/sidecar/detector.h"
+#include "trainscope/sidecar/edge_watch.h"
 #include "trainscope/sidecar/task_view.h"
 
 namespace trainscope::sidecar {
@@ -210,6 +210,8 @@ class TaskTracker {
   // Reads its cgroup when due and says what it adds to `d`: dead by an OOM kill, slow by CPU
   // throttling (evidence appended to other states), near its memory limit (a warning).
   void AddCgroupEvidence(double now_s, Decision* d);
+  // Its pace and its edges to each peer against their own past (edge_watch.h), into the view.
+  void ObservePace(const HeartbeatInfo& hb, double t);
 
   TrackerOptions options_;
   bool local_;
@@ -221,7 +223,9 @@ class TaskTracker {
   std::vector<std::string> events_;
   CgroupReader cgroup_reader_;
   CgroupWatch cgroup_;
-  EdgeWatch edges_;  // Its calls to each peer against their own past.
+  EdgeWatch edges_;                     // Its calls to each peer against their own past.
+  StepPace pace_;                       // Its seconds per step, from its step counter,
+  RaisedWatch steps_{kStepRaisedMinS};  // against its own past.
 
   bool answered_ = false;
   HeartbeatInfo last_hb_;
@@ -259,10 +263,5 @@ class TaskTracker {
   std::optional<double> late_cpu_;
   double late_since_s_ = 0;
 };
-
-// Straggler check across tasks of one role: the median last step time of the others.
-// Returns a reason when `view` is a straggler, else "".
-std::string StragglerReason(const TaskView& view, const std::vector<TaskView>& all,
-                            const TrackerOptions& options);
 
 }  // namespace trainscope::sidecar

@@ -170,6 +170,12 @@ struct TaskView {
   // calls, a restarted ps: its time was the recovery's, not the task's speed).
   double last_step_seconds = 0;
   bool expects_progress = false;
+  // Filled by the sidecar (StepPace, RaisedWatch): its seconds per step over the last 10 s (from
+  // its step counter), the usual (0 while learning it), and how long the recent has been well
+  // above the usual.
+  double recent_step_seconds = 0;
+  double usual_step_seconds = 0;
+  double step_raised_seconds = 0;
   std::vector<PeerInfo> peers;
   // ps tasks: the recent mean time of a ParameterService call on the ps itself, and its parts.
   double serve_seconds = 0;
