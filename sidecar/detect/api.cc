@@ -101,6 +101,17 @@ void PeerToProto(const PeerInfo& p, pb::PeerState* o) {
   o->set_raised_seconds(Finite(p.raised_seconds));
 }
 
+// A healthy edge in a node's record: only what the worker x ps map compares (the rest is the
+// edge's defaults: connected, no failure).
+void SlimPeerToProto(const PeerInfo& p, pb::PeerState* o) {
+  o->set_peer(CleanText(p.peer.ShortName()));
+  o->set_connected(p.connected);
+  o->set_latency_seconds(Finite(p.latency_seconds));
+  o->set_recent_latency_seconds(Finite(p.recent_latency_seconds));
+  o->set_usual_latency_seconds(Finite(p.usual_latency_seconds));
+  o->set_raised_seconds(Finite(p.raised_seconds));
+}
+
 // The fields that name a task and its state, checked: an error for a role that is not a job
 // name, an index out of range or an unknown state; `*state` is set from the state's name.
 absl::Status CheckIdentity(const pb::TaskView& p, TaskState* state) {
@@ -218,8 +229,11 @@ void ToProto(const TaskView& v, bool full_peers, pb::TaskView* out) {
   out->set_usual_step_seconds(Finite(v.usual_step_seconds));
   out->set_step_raised_seconds(Finite(v.step_raised_seconds));
   for (const PeerInfo& p : v.peers) {
-    if (!full_peers && !IsFailingOrSlow(p)) continue;
-    PeerToProto(p, out->add_peers());
+    if (full_peers || IsFailingOrSlow(p)) {
+      PeerToProto(p, out->add_peers());
+    } else if (p.latency_seconds > 0) {
+      SlimPeerToProto(p, out->add_peers());
+    }
   }
   out->set_cpu_seconds(Finite(v.cpu_seconds));
   out->set_resident_bytes(static_cast<double>(v.resident_bytes));

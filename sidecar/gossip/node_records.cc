@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "trainscope/sidecar/api.h"
+#include "trainscope/sidecar/edge_watch.h"
 
 namespace trainscope::sidecar {
 namespace {
@@ -39,7 +40,14 @@ void AppendKey(const TaskView& v, std::string* key) {
                       FailingSeconds(p) >= kPartitionAfterS ? "L" : "", ",");
     }
     if (p.step_share >= 0.5) absl::StrAppend(key, "s", p.peer.ShortName(), ",");
+    // An edge's usual learned (once), and a raise held (worker_ps_map.h): the record then
+    // carries the worker's row as it was at that moment.
+    if (p.usual_latency_seconds > 0) absl::StrAppend(key, "u", p.peer.ShortName(), ",");
+    if (p.raised_seconds >= kHeldRaiseS) absl::StrAppend(key, "r", p.peer.ShortName(), ",");
   }
+  // The same for its pace (stragglers.h).
+  if (v.usual_step_seconds > 0) key->push_back('U');
+  if (v.step_raised_seconds >= kHeldRaiseS) key->push_back('R');
   key->push_back(';');
 }
 

@@ -47,7 +47,7 @@ struct ClusterView {
   std::vector<TaskView> tasks;  // The whole cluster, problems first.
   std::vector<NodeInfo> nodes;  // This node first.
   std::vector<PartitionInfo> partitions;
-  WorkerPsMap worker_ps;  // Every worker-to-ps edge reported, and the slow links.
+  WorkerPsMap worker_ps;                  // Every worker-to-ps edge reported, and the slow links.
   std::optional<double> isolated_since;   // This node is cut off from every other, since then.
   bool exchange_unauthenticated = false;  // Its exchange runs without a cluster key.
   std::vector<TaskRef> local;             // The tasks this node watches first-hand.

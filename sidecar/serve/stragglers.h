@@ -12,6 +12,7 @@
 
 #include "serve/worker_ps_map.h"
 #include "trainscope/common/cluster_spec.h"
+#include "trainscope/sidecar/edge_watch.h"
 #include "trainscope/sidecar/task_view.h"
 
 namespace trainscope::sidecar {
@@ -21,7 +22,7 @@ struct StragglerRules {
   // own past for hold_s;
   double factor = 3;
   double min_gap_s = 0.05;
-  double hold_s = 5;
+  double hold_s = kHeldRaiseS;
   // or, when its node shows a cause (its quota throttles it, memory pressure, a slow link of its
   // own), above cause_factor x the median and by cause_min_gap_s: the evidence is the hold.
   double cause_factor = 1.3;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "trainscope/common/cluster_spec.h"
+#include "trainscope/sidecar/edge_watch.h"
 #include "trainscope/sidecar/task_view.h"
 
 namespace trainscope::sidecar {
@@ -39,9 +40,9 @@ struct WorkerPsMap {
 };
 
 struct LinkRules {
-  double hold_s = 5;        // Raised against its own past this long.
-  double factor = 4;        // Above factor x the row's and the column's medians,
-  double min_gap_s = 0.02;  // and above them by this much.
+  double hold_s = kHeldRaiseS;  // Raised against its own past this long.
+  double factor = 4;            // Above factor x the row's and the column's medians,
+  double min_gap_s = 0.02;      // and above them by this much.
 };
 
 // The map of every caller-to-ps edge the views report (first-hand views carry every peer;

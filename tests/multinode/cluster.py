@@ -371,7 +371,9 @@ def describe_faults(st):
         lines.append(f"{n}'s link down (at the {at})")
     for task, delays in sorted(st["training"].get("delays", {}).items()):
         lines.append(f"{task} slowed: " + ", ".join(
-            f"{DELAYED[k]} +{v} ms" for k, v in sorted(delays.items()) if v))
+            [f"{DELAYED[k]} +{v} ms" for k, v in sorted(delays.items()) if v and k != "links"] +
+            [f"its calls to {peer} +{ms} ms (a slow link)"
+             for peer, ms in sorted(delays.get("links", {}).items())]))
     names = {p["pid"]: p["name"] for p in cl["procs"]}
     for pid in cl["stopped"]:
         lines.append(f"{names.get(pid, pid)} (pid {pid}) stopped (SIGSTOP)")

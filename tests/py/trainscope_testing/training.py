@@ -299,9 +299,11 @@ class TrainingCluster:
         self.c.signal(p, sig)
         return p
 
-    def fault(self, task, parameter_delay_ms=None, heartbeat_delay_ms=None):
-        """Delays every parameter call (a slow ps) and/or heartbeat answer of task, through
-        `trainscopectl fault` run inside its node; None keeps a delay as it is, 0 clears it."""
+    def fault(self, task, parameter_delay_ms=None, heartbeat_delay_ms=None, link_delay_ms=None):
+        """Delays every parameter call (a slow ps) and/or heartbeat answer of task, and/or its
+        own calls to some peers (link_delay_ms: {"ps:1": 80}, slow links), through
+        `trainscopectl fault` run inside its node; None keeps a delay as it is, 0 (or {})
+        clears it."""
         if task not in self.task_node:
             raise HarnessError(f"no task {task!r}: the tasks are "
                                f"{', '.join(self.task_node)}")
@@ -310,10 +312,15 @@ class TrainingCluster:
                            ("heartbeat_delay_ms", heartbeat_delay_ms)):
             if value is not None:
                 delays[key] = int(value)
+        if link_delay_ms is not None:
+            delays["links"] = {peer: int(ms) for peer, ms in link_delay_ms.items() if ms}
+        links = delays.get("links", {})
         r = self.c.run(self.task_node[task], [
             os.path.join(self.bin, "trainscopectl"), *self.tls_flags(self.task_node[task]),
             "fault", "--task", self.task_address[task],
-            *[f"--{k}={v}" for k, v in sorted(delays.items())]], timeout=15)
+            *[f"--{k}={v}" for k, v in sorted(delays.items()) if k != "links"],
+            *[f"--link_delay_ms={peer}={ms}" for peer, ms in sorted(links.items())]],
+            timeout=15)
         if r.returncode != 0:
             raise HarnessError(f"trainscopectl fault on {task}: "
                                f"{(r.stdout + r.stderr).strip()}")

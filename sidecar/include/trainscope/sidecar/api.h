@@ -29,8 +29,9 @@ inline constexpr int kMaxTasksPerNode = 4096;  // Tasks in one node's record.
 // on a character boundary.
 std::string CleanText(std::string_view text, size_t max = kMaxText);
 
-// The proto form of a view. `full_peers`: every peer (tasks watched first-hand), else only the
-// peers that fail or are slow (what the exchange carries).
+// The proto form of a view. `full_peers`: every peer in full (tasks watched first-hand); else
+// (what the exchange carries) the peers that fail or are slow in full, and every other edge with
+// calls in a slim form: its latencies only, for the worker x ps map.
 void ToProto(const TaskView& view, bool full_peers, pb::TaskView* out);
 
 // A view from its proto form, bounded; InvalidArgument (with why) when it is not a task: no

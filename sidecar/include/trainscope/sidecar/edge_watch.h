@@ -65,6 +65,9 @@ class StepPace {
 
 // A step time counts as raised once also this much above its usual.
 inline constexpr double kStepRaisedMinS = 0.05;
+// A raise held this long is a fail-slow verdict's first half, and news for the cluster: the
+// node's record goes out again with the numbers of that moment (node_records.cc).
+inline constexpr double kHeldRaiseS = 5;
 
 class EdgeWatch {
  public:
