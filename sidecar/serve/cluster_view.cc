@@ -649,6 +649,17 @@ pb::TaskList ToTaskList(const std::string& cluster, const ClusterView& view, boo
     o->set_error(CleanText(p.error));
     o->set_nodes_cut(p.nodes_cut);
   }
+  if (!local_only) {
+    for (const MapEdge& e : SampleMap(view.worker_ps.edges, 32, 16)) {
+      pb::MapEdge* o = list.add_worker_ps();
+      o->set_from(e.from.ShortName());
+      o->set_to(e.to.ShortName());
+      o->set_recent_seconds(e.recent_seconds);
+      o->set_usual_seconds(e.usual_seconds);
+      o->set_raised_seconds(e.raised_seconds);
+      o->set_slow_link(e.slow_link);
+    }
+  }
   return list;
 }
 

@@ -2,6 +2,7 @@
 #include "worker_ps_map.h"
 
 #include <algorithm>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "trainscope/common/clock.h"
@@ -57,6 +58,30 @@ WorkerPsMap BuildWorkerPsMap(const std::map<TaskRef, TaskView>& tasks, const Lin
                               column_median, e.raised_seconds});
   }
   return map;
+}
+
+std::vector<MapEdge> SampleMap(const std::vector<MapEdge>& edges, size_t rows, size_t columns) {
+  std::map<TaskRef, double> row_max, column_max;
+  for (const MapEdge& e : edges) {
+    row_max[e.from] = std::max(row_max[e.from], e.recent_seconds);
+    column_max[e.to] = std::max(column_max[e.to], e.recent_seconds);
+  }
+  auto slowest = [](const std::map<TaskRef, double>& max, size_t n) {
+    std::vector<std::pair<double, TaskRef>> order;
+    for (const auto& [t, v] : max) order.push_back({v, t});
+    std::sort(order.begin(), order.end(),
+              [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::set<TaskRef> keep;
+    for (size_t i = 0; i < order.size() && i < n; ++i) keep.insert(order[i].second);
+    return keep;
+  };
+  const std::set<TaskRef> keep_rows = slowest(row_max, rows);
+  const std::set<TaskRef> keep_columns = slowest(column_max, columns);
+  std::vector<MapEdge> out;
+  for (const MapEdge& e : edges) {
+    if (keep_rows.contains(e.from) && keep_columns.contains(e.to)) out.push_back(e);
+  }
+  return out;
 }
 
 std::string SlowLinkWords(const SlowLink& l) {

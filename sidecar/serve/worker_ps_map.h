@@ -49,6 +49,10 @@ struct LinkRules {
 // others, only the ones failing or slow), and its slow links.
 WorkerPsMap BuildWorkerPsMap(const std::map<TaskRef, TaskView>& tasks, const LinkRules& rules = {});
 
+// For a big cluster: the edges among the `rows` callers and the `columns` ps whose slowest edge
+// is slowest (all of them when there are no more).
+std::vector<MapEdge> SampleMap(const std::vector<MapEdge>& edges, size_t rows, size_t columns);
+
 // The reason a slow link adds to its caller's view.
 std::string SlowLinkWords(const SlowLink& link);
 

@@ -81,6 +81,21 @@ TEST(WorkerPsMap, NeedsItsOwnPastAPeerGapAndAHold) {
   EXPECT_TRUE(Links(BuildWorkerPsMap(tasks)).empty());
 }
 
+TEST(WorkerPsMap, BigMapsAreSampledToTheSlowestRowsAndColumns) {
+  std::vector<std::vector<double>> lat(40, std::vector<double>(20, 0.001));
+  lat[7][3] = 0.09;
+  lat[30][12] = 0.05;
+  auto map = BuildWorkerPsMap(Grid(lat));
+  EXPECT_EQ(map.edges.size(), 800u);
+  auto sample = SampleMap(map.edges, 2, 2);
+  ASSERT_EQ(sample.size(), 4u);
+  for (const MapEdge& e : sample) {
+    EXPECT_TRUE(e.from.index == 7 || e.from.index == 30) << e.from.ShortName();
+    EXPECT_TRUE(e.to.index == 3 || e.to.index == 12) << e.to.ShortName();
+  }
+  EXPECT_EQ(SampleMap(map.edges, 100, 100).size(), 800u);
+}
+
 PeerInfo Peer(double latency) {
   PeerInfo p;
   p.peer = {"ps", 0};

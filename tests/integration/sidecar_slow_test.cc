@@ -6,6 +6,7 @@
 #include <string>
 #include <thread>
 
+#include "nlohmann/json.hpp"
 #include "sidecar_harness.h"
 #include "trainscope/sidecar/api.h"
 
@@ -74,6 +75,17 @@ TEST(SidecarSlow, SlowLinkIsNamedAsALinkNotAPs) {
                          "task=\"0\",peer_role=\"ps\",peer_task=\"1\"} 0.0"),
             std::string::npos)
       << metrics;
+  // The map in the API, as the page draws it: 6 edges, the one slow link marked.
+  const auto list = nlohmann::json::parse(sidecar.Get("/api/v1/tasks"), nullptr, false);
+  ASSERT_TRUE(list.is_object());
+  ASSERT_EQ(list["worker_ps"].size(), 6u) << list["worker_ps"].dump();
+  for (const auto& e : list["worker_ps"]) {
+    const bool link = e["from"] == "worker:0" && e["to"] == "ps:1";
+    EXPECT_EQ(e["slow_link"].get<bool>(), link) << e.dump();
+    if (link) {
+      EXPECT_GT(e["recent_seconds"].get<double>(), 0.06) << e.dump();
+    }
+  }
   std::string status;
   Ctl({"status", "--sidecar", sidecar.http()}, &status);
   EXPECT_NE(status.find("slow link worker:0 -> ps:1"), std::string::npos) << status;
