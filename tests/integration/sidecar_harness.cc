@@ -129,4 +129,11 @@ std::unique_ptr<Process> StartFakeTask(const std::string& address, const std::st
   return p;
 }
 
+std::vector<std::string> LongTraining(std::vector<std::string> more) {
+  std::vector<std::string> args = {"--steps", "100000000",   "--step_delay_ms",
+                                   "5",       "--log_every", "100000"};
+  for (auto& m : more) args.push_back(std::move(m));
+  return args;
+}
+
 }  // namespace trainscope::testing

@@ -70,6 +70,9 @@ class TokenFile {
   std::string path_;
 };
 
+// Flags that keep a worker training for as long as a test needs (5 ms between steps), then `more`.
+std::vector<std::string> LongTraining(std::vector<std::string> more = {});
+
 // linear_regression as `role:index` of `cluster`, with the given extra flags.
 std::unique_ptr<Process> StartTask(const Cluster& cluster, const std::string& role, int index,
                                    std::vector<std::string> extra_args = {});

@@ -16,13 +16,6 @@ namespace {
 using sidecar::TaskState;
 using std::chrono::seconds;
 
-std::vector<std::string> LongTraining(std::vector<std::string> more = {}) {
-  std::vector<std::string> args = {"--steps", "100000000",   "--step_delay_ms",
-                                   "5",       "--log_every", "100000"};
-  for (auto& m : more) args.push_back(m);
-  return args;
-}
-
 int Ctl(std::vector<std::string> args, std::string* output = nullptr) {
   Process ctl(BinPath("trainscopectl"), std::move(args));
   auto rc = ctl.Wait(seconds(10));

@@ -25,11 +25,10 @@ namespace pb = sidecar::pb;
 using sidecar::TaskState;
 using std::chrono::seconds;
 
-std::vector<std::string> LongTraining(std::vector<std::string> more = {}) {
-  std::vector<std::string> args = {"--steps",     "100000000", "--step_delay_ms",         "5",
-                                   "--log_every", "100000",    "--enable_fault_injection"};
-  for (auto& m : more) args.push_back(m);
-  return args;
+// Training that accepts injected faults.
+std::vector<std::string> LongTrainingFaulty(std::vector<std::string> more = {}) {
+  more.insert(more.begin(), "--enable_fault_injection");
+  return LongTraining(std::move(more));
 }
 
 // The sidecar's answer to GET `path` (with the test's API token): the status code and body.
@@ -117,7 +116,7 @@ class SidecarStacks : public ::testing::Test {
 TEST_F(SidecarStacks, DeadlockedWorkerNamesBothThreadsAndTheirLocks) {
   Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
   auto ps = StartTask(cluster, "ps", 0);
-  auto worker = StartTask(cluster, "worker", 0, LongTraining());
+  auto worker = StartTask(cluster, "worker", 0, LongTrainingFaulty());
   Sidecar sidecar(cluster, {"--stall_after_s", "1.5"});
   ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kUp, seconds(20), "training"))
       << sidecar.Describe();
@@ -192,7 +191,7 @@ TEST_F(SidecarStacks, DeadlockedWorkerNamesBothThreadsAndTheirLocks) {
 TEST_F(SidecarStacks, WithoutSnapshotsNoCapabilityIsLeftAndDeathsAreStillSeen) {
   Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
   auto ps = StartTask(cluster, "ps", 0);
-  auto worker = StartTask(cluster, "worker", 0, LongTraining());
+  auto worker = StartTask(cluster, "worker", 0, LongTrainingFaulty());
   Sidecar sidecar(cluster, {"--stack_snapshots=false"});
   auto up = sidecar.WaitForState("worker:0", TaskState::kUp, seconds(20), "training");
   ASSERT_TRUE(up) << sidecar.Describe();
@@ -209,7 +208,8 @@ TEST_F(SidecarStacks, BlockedParameterServiceIsBlamedByItsWorker) {
   auto ps = StartTask(cluster, "ps", 0, {"--enable_fault_injection"});
   // A long deadline is the point: one call held by the blocked service, both of its halves
   // joined (with the default 5 s deadline the call is retried and the worker is blocked on ps:0).
-  auto worker = StartTask(cluster, "worker", 0, LongTraining({"--rpc_deadline_ms", "120000"}));
+  auto worker =
+      StartTask(cluster, "worker", 0, LongTrainingFaulty({"--rpc_deadline_ms", "120000"}));
   Sidecar sidecar(cluster, {"--stall_after_s", "1.5"});
   ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kUp, seconds(20), "training"))
       << sidecar.Describe();
@@ -258,7 +258,7 @@ TEST_F(SidecarStacks, StoppedPsStaysStoppedIsShownAndTrainsOnAfterSigcont) {
   auto ps = StartTask(cluster, "ps", 0);
   // The flags users get: its calls to the stopped ps fail once the keepalive gives up, and the
   // runtime waits the stop out (--ps_patience_s).
-  auto worker = StartTask(cluster, "worker", 0, LongTraining());
+  auto worker = StartTask(cluster, "worker", 0, LongTrainingFaulty());
   Sidecar sidecar(cluster, {"--stall_after_s", "1.5"});
   ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kUp, seconds(20), "training"))
       << sidecar.Describe();
@@ -333,7 +333,7 @@ TEST_F(SidecarStacks, ATaskClaimingAnotherProcesssPidIsNeverReadAsIt) {
 TEST_F(SidecarStacks, BadRequestsGetClearErrors) {
   Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
   auto ps = StartTask(cluster, "ps", 0);
-  auto worker = StartTask(cluster, "worker", 0, LongTraining());
+  auto worker = StartTask(cluster, "worker", 0, LongTrainingFaulty());
   TokenFile token;
   Sidecar sidecar(cluster, {"--api_token_file", token.path()});
   ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kUp, seconds(20), "training"))
@@ -388,8 +388,8 @@ TEST_F(SidecarStacks, BadRequestsGetClearErrors) {
 TEST_F(SidecarStacks, AnotherNodesSidecarFetchesTheSnapshot) {
   Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress(), FreeAddress()}}};
   auto ps = StartTask(cluster, "ps", 0);
-  auto worker = StartTask(cluster, "worker", 0, LongTraining());
-  auto other = StartTask(cluster, "worker", 1, LongTraining());
+  auto worker = StartTask(cluster, "worker", 0, LongTrainingFaulty());
+  auto other = StartTask(cluster, "worker", 1, LongTrainingFaulty());
   std::vector<std::string> nodes;
   for (int i = 0; i < 3; ++i) nodes.push_back("127.0.0.1:" + std::to_string(FreePort()));
   auto peers = [&](int self) {

@@ -18,14 +18,6 @@ namespace {
 using sidecar::TaskState;
 using std::chrono::seconds;
 
-// Flags that keep a worker training for as long as a test needs.
-std::vector<std::string> LongTraining(std::vector<std::string> more = {}) {
-  std::vector<std::string> args = {"--steps", "100000000",   "--step_delay_ms",
-                                   "5",       "--log_every", "100000"};
-  for (auto& m : more) args.push_back(m);
-  return args;
-}
-
 TEST(SidecarStates, MissingUntilStartedThenUp) {
   Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
   Sidecar sidecar(cluster, {});
