@@ -243,8 +243,8 @@ void ParameterClient::RunRound(std::vector<Call>& calls, Round& round) {
     auto attempt = std::make_unique<telemetry::ClientCall>(
         telemetry, calls[i].method_index, calls[i].ps->peer->index, rpc_deadline_ms_);
     calls[i].attempts++;
-    // An injected slow link: the call leaves `delay_ms` after the round began, and its time,
-    // its span and its deadline count from then, as over a slow network.
+    // An injected slow link: the call leaves `delay_ms` after the round began; its time, its
+    // span and its deadline include the delay, as over a slow network.
     const double leave = round.start + static_cast<double>(delay_ms) / 1000;
     if (const double wait = leave - MonotonicSeconds(); wait > 0) {
       std::this_thread::sleep_for(std::chrono::duration<double>(wait));
