@@ -236,7 +236,9 @@ void ParameterClient::RunRound(std::vector<Call>& calls, Round& round) {
   std::vector<std::unique_ptr<telemetry::ClientCall>> attempts;
   round.start = MonotonicSeconds();
   std::fill(round.ended.begin(), round.ended.end(), 0);
-  for (auto [i, delay_ms] : StartOrder(calls, round.pending)) {
+  for (const auto& [index, delay] : StartOrder(calls, round.pending)) {
+    const size_t i = index;  // A variable, so that the callback below can capture it.
+    const int64_t delay_ms = delay;
     auto ctx = std::make_unique<grpc::ClientContext>();
     ctx->set_deadline(std::chrono::system_clock::now() +
                       std::chrono::milliseconds(rpc_deadline_ms_));
