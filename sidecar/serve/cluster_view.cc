@@ -427,34 +427,33 @@ void FindPartitions(Merge& m, ClusterView& view) {
 
 std::string Percent(double share) { return absl::StrCat(static_cast<int>(share * 100 + 0.5), "%"); }
 
+// A fail-slow verdict on `v`, raised `raised_s` ago: an up task becomes slow with `words` as its
+// reason; any other keeps its state, and `words` goes first (`first`) or last in its reason.
+void MarkFailSlow(const Merge& m, TaskView& v, double raised_s, const std::string& words,
+                  bool first) {
+  if (v.state == TaskState::kUp) {
+    v.state = TaskState::kSlow;
+    v.since = std::max(v.since, m.in.now_unix - raised_s);
+    v.reason = words;
+  } else {
+    v.reason = first ? absl::StrCat(words, "; ", v.reason) : absl::StrCat(v.reason, "; ", words);
+  }
+}
+
 // A slow link slows its caller: the caller's reason names the link (worker_ps_map.h), and an up
 // caller is slow. Neither the caller nor the ps is blamed for it.
 void ApplySlowLinks(Merge& m, ClusterView& view) {
   view.worker_ps = BuildWorkerPsMap(m.tasks);
   for (const SlowLink& link : view.worker_ps.slow_links) {
     m.slow_links.insert({link.from, link.to});
-    TaskView& caller = m.tasks[link.from];
-    if (caller.state == TaskState::kUp) {
-      caller.state = TaskState::kSlow;
-      caller.since = std::max(caller.since, m.in.now_unix - link.raised_seconds);
-      caller.reason = SlowLinkWords(link);
-    } else {
-      absl::StrAppend(&caller.reason, "; ", SlowLinkWords(link));
-    }
+    MarkFailSlow(m, m.tasks[link.from], link.raised_seconds, SlowLinkWords(link), false);
   }
 }
 
 // A straggler is slow, and its reason says so first, with why (stragglers.h).
 void ApplyStragglers(Merge& m, const ClusterView& view) {
   for (const Straggler& s : FindStragglers(m.tasks, view.worker_ps)) {
-    TaskView& v = m.tasks[s.task];
-    if (v.state == TaskState::kUp) {
-      v.state = TaskState::kSlow;
-      v.since = std::max(v.since, m.in.now_unix - s.raised_seconds);
-      v.reason = StragglerWords(s);
-    } else {
-      v.reason = absl::StrCat(StragglerWords(s), "; ", v.reason);
-    }
+    MarkFailSlow(m, m.tasks[s.task], s.raised_seconds, StragglerWords(s), true);
   }
 }
 
