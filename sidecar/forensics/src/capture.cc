@@ -585,15 +585,18 @@ absl::StatusOr<ProcessSnapshot> Capture(int64_t pid, const CaptureOptions& optio
   snapshot.state = info->state;
   snapshot.taken_unix =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  const std::vector<int64_t> tids = ListTids(info->pid);
-  // A zombie: it exited and its parent has not reaped it. (A process whose main thread alone
-  // exited also shows Z, but still has other threads.)
-  if (tids.empty() || ((info->state == 'Z' || info->state == 'X') && tids.size() <= 1)) {
-    return absl::NotFoundError(absl::StrCat("pid ", pid, " has exited (zombie, not yet reaped)"));
-  }
-  for (int64_t tid : tids) {
+  bool any_alive = false;
+  for (int64_t tid : ListTids(info->pid)) {
     ThreadSnapshot thread = ReadThread(info->pid, tid);
-    if (thread.state != '?') snapshot.threads.push_back(std::move(thread));  // '?': it exited.
+    if (thread.state == '?') continue;  // It exited while we listed.
+    any_alive = any_alive || (thread.state != 'Z' && thread.state != 'X');
+    snapshot.threads.push_back(std::move(thread));
+  }
+  // A zombie: it exited and its parent has not reaped it. Judged by its threads, not by the
+  // process's own state: a process whose main thread alone exited also shows Z, and a zombie
+  // may still list its last thread for a moment.
+  if (!any_alive) {
+    return absl::NotFoundError(absl::StrCat("pid ", pid, " has exited (zombie, not yet reaped)"));
   }
   if (!options.stacks) {
     snapshot.stacks_error = "stacks not asked for (CaptureOptions.stacks=false): /proc data only";

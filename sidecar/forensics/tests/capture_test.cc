@@ -7,6 +7,7 @@
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -213,8 +214,27 @@ TEST(CaptureTest, ZombieIsNotFound) {
   if (child == 0) _exit(0);
   ASSERT_TRUE(WaitFor([&] { return ProcState(child) == 'Z'; }));
   absl::StatusOr<ProcessSnapshot> snapshot = Capture(child);
-  EXPECT_EQ(snapshot.status().code(), absl::StatusCode::kNotFound) << snapshot.status();
+  EXPECT_EQ(snapshot.status().code(), absl::StatusCode::kNotFound)
+      << (snapshot.ok() ? FormatSnapshot(*snapshot) : snapshot.status().ToString());
   EXPECT_NE(snapshot.status().message().find(std::to_string(child)), std::string::npos);
+  waitpid(child, nullptr, 0);
+}
+
+// Its main thread exited (Z), another still runs: the process is there to capture.
+TEST(CaptureTest, MainThreadGoneOtherThreadsStillCaptured) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::thread([] { pause(); }).detach();
+    syscall(SYS_exit, 0);  // This thread only (pthread_exit would unwind through gtest).
+  }
+  ASSERT_TRUE(WaitFor([&] { return ProcState(child) == 'Z'; }));
+  CaptureOptions options;
+  options.stacks = false;
+  absl::StatusOr<ProcessSnapshot> snapshot = Capture(child, options);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_EQ(snapshot->threads.size(), 2u) << FormatSnapshot(*snapshot);
+  kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
 }
 
