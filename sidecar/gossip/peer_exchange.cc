@@ -163,15 +163,8 @@ class PeerExchange::Impl {
       auto* reactor = ctx->DefaultReactor();
       CallGate::Pass pass = impl_->gate_.Enter();
       if (!pass) return Stopping(reactor);
-      reactor->Finish(impl_->Serve([&](Now now) {
-        if (std::string why = impl_->Check(*req, req->header(), ctx->peer(), now, ctx);
-            !why.empty()) {
-          return why;
-        }
-        std::string why = impl_->core_.OnPing(*req, resp, now);
-        if (why.empty()) impl_->Sign(resp, now);
-        return why;
-      }));
+      reactor->Finish(impl_->Serve(*req, resp, *ctx,
+                                   [&](Now now) { return impl_->core_.OnPing(*req, resp, now); }));
       return reactor;
     }
     grpc::ServerUnaryReactor* PingReq(grpc::CallbackServerContext* ctx,
@@ -188,15 +181,8 @@ class PeerExchange::Impl {
       auto* reactor = ctx->DefaultReactor();
       CallGate::Pass pass = impl_->gate_.Enter();
       if (!pass) return Stopping(reactor);
-      reactor->Finish(impl_->Serve([&](Now now) {
-        if (std::string why = impl_->Check(*req, req->header(), ctx->peer(), now, ctx);
-            !why.empty()) {
-          return why;
-        }
-        std::string why = impl_->core_.OnSync(*req, resp, now);
-        if (why.empty()) impl_->Sign(resp, now);
-        return why;
-      }));
+      reactor->Finish(impl_->Serve(*req, resp, *ctx,
+                                   [&](Now now) { return impl_->core_.OnSync(*req, resp, now); }));
       return reactor;
     }
 
@@ -316,13 +302,17 @@ class PeerExchange::Impl {
   void Sign(google::protobuf::Message* message, Now now) const {
     if (keys_) keys_->Sign(message, now.unix);
   }
-  // "" when an incoming message from `address` is the cluster's (signed with its key, recent,
-  // new; or, without a key, unsigned), else why not: counted and logged. Caller holds mu_.
-  // `ctx`: of a request served (its caller's certificate is checked too); null for an answer.
-  std::string Check(const google::protobuf::Message& message, const v1::Header& header,
-                    const std::string& address, Now now,
+  // Whether an incoming message is the cluster's: signed with its key, recent and new; or,
+  // without a key, unsigned. Out of mu_ (ExchangeKeys guards its own replay window): the MAC of
+  // a Sync answer, which holds every node's record, is worked out while the exchange goes on.
+  Verdict Authenticate(const google::protobuf::Message& message, Now now) const {
+    return keys_ ? keys_->Verify(message, now.unix) : ExchangeKeys::VerifyUnkeyed(message);
+  }
+  // "" when `v` (Authenticate's verdict on a message from `address`) passed and, for a request
+  // served (`ctx`), its caller's certificate names the member it speaks as; else why not:
+  // counted and logged. Caller holds mu_.
+  std::string Admit(Verdict v, const v1::Header& header, const std::string& address, Now now,
                     const grpc::ServerContextBase* ctx = nullptr) {
-    Verdict v = keys_ ? keys_->Verify(message, now.unix) : ExchangeKeys::VerifyUnkeyed(message);
     if (v.ok() && ctx != nullptr) v = CheckCertificate(*ctx, header);
     if (v.ok()) return "";
     core_.NoteRefusal(v.refusal, address, v.why, now);
@@ -434,15 +424,15 @@ class PeerExchange::Impl {
         if (reactor == nullptr) return;
         --indirect_serving_;
         core_.FillPingReqAnswer(false, "the sidecar asked to probe is stopping", reply);
-        Sign(reply, Clock());
         lock.unlock();
+        Sign(reply, Clock());
         reactor->Finish(grpc::Status::OK);
         return;
       }
       core_.FillPing(target, &call->req, kind == Kind::kRelay);
-      Sign(&call->req, Clock());
       stub = StubFor(target);
     }
+    Sign(&call->req, Clock());
     PingCall* c = call.release();
     stub->async()->Ping(&c->ctx, &c->req, &c->resp, [this, c](grpc::Status s) { OnPing(c, s); });
   }
@@ -452,12 +442,13 @@ class PeerExchange::Impl {
     const std::string error = Words(s, core_.options().probe_timeout_ms);
     std::vector<std::string> helpers;
     bool news = false;
+    const Verdict verdict = s.ok() ? Authenticate(call->resp, Clock()) : Verdict{};
     {
       std::lock_guard lock(mu_);
       NoteFailed(call->target, error, call->sent_s);
       const Now now = Clock();
       const std::string refused =
-          s.ok() ? Check(call->resp, call->resp.header(), call->target, now) : "";
+          s.ok() ? Admit(verdict, call->resp.header(), call->target, now) : "";
       helpers = core_.OnPingDone(call->target, call->kind == Kind::kProbe,
                                  refused.empty() ? error : refused, call->resp, now,
                                  OtherAnswered(s) || !refused.empty());
@@ -467,13 +458,15 @@ class PeerExchange::Impl {
         // connection to it, set up while the network was down).
         core_.FillPingReqAnswer(error.empty() || core_.HeardSince(call->target, call->sent_s),
                                 error, call->reply);
-        Sign(call->reply, Clock());
       }
       Log();
       news = core_.dirty();
     }
     if (news) Poke();
-    if (call->reactor != nullptr) call->reactor->Finish(grpc::Status::OK);
+    if (call->reactor != nullptr) {
+      Sign(call->reply, Clock());
+      call->reactor->Finish(grpc::Status::OK);
+    }
     for (const std::string& h : helpers) SendPingReq(h, call->target);
     End(&call->ctx);
   }
@@ -488,9 +481,9 @@ class PeerExchange::Impl {
       std::lock_guard lock(mu_);
       if (!Begin(&call->ctx)) return;
       core_.FillPingReq(target, &call->req);
-      Sign(&call->req, Clock());
       stub = StubFor(helper);
     }
+    Sign(&call->req, Clock());
     PingReqCall* c = call.release();
     stub->async()->PingReq(&c->ctx, &c->req, &c->resp,
                            [this, c](grpc::Status s) { OnPingReq(c, s); });
@@ -498,11 +491,12 @@ class PeerExchange::Impl {
 
   void OnPingReq(PingReqCall* c, const grpc::Status& s) {
     std::unique_ptr<PingReqCall> call(c);
+    const Verdict verdict = s.ok() ? Authenticate(call->resp, Clock()) : Verdict{};
     {
       std::lock_guard lock(mu_);
       const Now now = Clock();
       const std::string refused =
-          s.ok() ? Check(call->resp, call->resp.header(), call->helper, now) : "";
+          s.ok() ? Admit(verdict, call->resp.header(), call->helper, now) : "";
       const std::string error =
           refused.empty() ? Words(s, core_.options().indirect_timeout_ms) : refused;
       NoteFailed(call->helper, error, call->sent_s);
@@ -526,9 +520,9 @@ class PeerExchange::Impl {
       std::lock_guard lock(mu_);
       if (!Begin(&call->ctx)) return;
       core_.FillSync(&call->req);
-      Sign(&call->req, Clock());
       stub = StubFor(target);
     }
+    Sign(&call->req, Clock());
     SyncCall* c = call.release();
     stub->async()->Sync(&c->ctx, &c->req, &c->resp, [this, c](grpc::Status s) { OnSync(c, s); });
   }
@@ -536,11 +530,12 @@ class PeerExchange::Impl {
   void OnSync(SyncCall* c, const grpc::Status& s) {
     std::unique_ptr<SyncCall> call(c);
     bool news = false;
+    const Verdict verdict = s.ok() ? Authenticate(call->resp, Clock()) : Verdict{};
     {
       std::lock_guard lock(mu_);
       const Now now = Clock();
       const std::string refused =
-          s.ok() ? Check(call->resp, call->resp.header(), call->target, now) : "";
+          s.ok() ? Admit(verdict, call->resp.header(), call->target, now) : "";
       const std::string error = refused.empty() ? Words(s, 2000) : refused;
       NoteFailed(call->target, error, call->sent_s);
       core_.OnSyncDone(call->target, call->req, error, call->resp, now);
@@ -574,10 +569,11 @@ class PeerExchange::Impl {
   grpc::Status AnswerStacks(const v1::StacksRequest& req, v1::StackList* resp,
                             const grpc::ServerContextBase& ctx) {
     const std::string address = ctx.peer();
+    const Verdict verdict = Authenticate(req, Clock());
     {
       std::lock_guard lock(mu_);
       const Now now = Clock();
-      std::string why = Check(req, req.header(), address, now, &ctx);
+      std::string why = Admit(verdict, req.header(), address, now, &ctx);
       if (why.empty()) {
         why = core_.CheckHeader(req.header(), now.unix);
         if (!why.empty()) core_.NoteRefusal(Refusal::kHeader, address, why, now);
@@ -617,7 +613,6 @@ class PeerExchange::Impl {
     {
       std::lock_guard lock(mu_);
       core_.FillHeader(req.mutable_header());
-      Sign(&req, Clock());
       auto& slot = snapshot_stubs_[node];
       if (slot == nullptr) {
         ChannelOptions channel;
@@ -627,6 +622,7 @@ class PeerExchange::Impl {
       }
       stub = slot.get();
     }
+    Sign(&req, Clock());
     grpc::ClientContext ctx;
     ctx.set_deadline(After(deadline_ms));
     v1::StackList resp;
@@ -652,16 +648,22 @@ class PeerExchange::Impl {
 
   // A request from a member. What it changed (records, a member's status) is published, and
   // told, at once: the timer thread is woken rather than left to its next period.
-  template <typename Handle>
-  grpc::Status Serve(Handle handle) {
+  // Checked and signed out of mu_: only the handler holds it.
+  template <typename Request, typename Response, typename Handle>
+  grpc::Status Serve(const Request& req, Response* resp, const grpc::ServerContextBase& ctx,
+                     Handle handle) {
+    const Verdict verdict = Authenticate(req, Clock());
     std::string why;
     bool news = false;
     {
       std::lock_guard lock(mu_);
-      why = handle(Clock());
+      const Now now = Clock();
+      why = Admit(verdict, req.header(), ctx.peer(), now, &ctx);
+      if (why.empty()) why = handle(now);
       Log();
       news = core_.dirty();
     }
+    if (why.empty()) Sign(resp, Clock());
     if (news) Poke();
     return why.empty() ? grpc::Status::OK
                        : grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, why);
@@ -670,10 +672,11 @@ class PeerExchange::Impl {
   void ServePingReq(const v1::PingReqRequest& req, v1::PingReqResponse* resp,
                     grpc::ServerUnaryReactor* reactor, const grpc::ServerContextBase& ctx) {
     int timeout_ms = 0;
+    const Verdict verdict = Authenticate(req, Clock());
     {
       std::lock_guard lock(mu_);
       const Now now = Clock();
-      std::string why = Check(req, req.header(), ctx.peer(), now, &ctx);
+      std::string why = Admit(verdict, req.header(), ctx.peer(), now, &ctx);
       if (why.empty()) why = core_.OnPingReq(req, now);
       Log();
       if (core_.dirty()) Poke();

@@ -28,6 +28,10 @@ of an episode touch different nodes, and at most one node drops out of the sidec
                                                         paged
   slow_ps      every parameter call of a ps 700 ms late
                                                      -> the ps slow by its own figures
+  slow_link    a worker's calls to one ps 80 ms late (trainscopectl fault --link_delay_ms),
+               alone; not in the default --types
+                                                     -> the worker slow, its reason naming the
+                                                        link; the ps and the other worker up
   flap         a node's link down and up every 0.5-2 s for about 6 s (first down 2 s)
                                                      -> called cut off in every other view
                                                         (partitions of its tasks in its short
@@ -86,6 +90,7 @@ AM_PORT, HOOK_PORT = 9093, 9095
 PS, WORKERS = ("ps:0", "ps:1"), ("worker:0", "worker:1")
 LAYOUT = [("ps:0", 1), ("ps:1", 2), ("worker:0", 3), ("worker:1", 4)]
 SLOW_PS_MS = 700
+SLOW_LINK_MS = 80
 QUIET_S = 10
 PAGE_GOAL_S = 2.0  # A first-hand fault at the webhook within this long
 FIRST_HAND = ("TrainscopeTaskDead", "TrainscopeTaskHung", "TrainscopeTaskPartitioned",
@@ -145,6 +150,7 @@ class Fault:
     kind = "process"
     page = None  # (alertname, {label: value}) the fault must page, or None
     goal_s = 1.0  # The issue's goal for the verdict in every view (None: none set)
+    limit_s = 0  # Its own longest wait for the verdict, when over --verdict_limit_s
 
     def __init__(self, bench, rng):
         self.b, self.rng = bench, rng
@@ -420,8 +426,40 @@ class SlowPs(Fault):
         return f"slow_ps {self.ps}"
 
 
+class SlowLink(Fault):
+    """One worker's path to one ps slow (issue 35). Named once the edge has been above its own
+    past for 5 s over a 10 s median, so about 10 s after it lands: no 1 s goal."""
+    name = "slow_link"
+    goal_s = None
+    limit_s = 30
+
+    def __init__(self, bench, rng, worker, ps):
+        super().__init__(bench, rng)
+        self.worker, self.ps = worker, ps
+        self.nodes = (node_of(worker),)
+        self.tasks = (worker,)
+
+    def inject(self):
+        self.b.t.fault(self.worker, link_delay_ms={self.ps: SLOW_LINK_MS})
+
+    def undo(self):
+        self.b.t.fault(self.worker, link_delay_ms={})
+
+    def holds(self, node, v):
+        w = d.task(v, self.worker) or {}
+        return w.get("state") == "slow" and f"slow link {self.worker} -> {self.ps}" in w.get(
+            "reason", "")
+
+    def held_up(self):
+        return {self.worker}
+
+    def __str__(self):
+        return f"slow_link {self.worker} -> {self.ps}"
+
+
 TYPES = ("kill_worker", "kill_ps", "kill_sidecar", "stop", "cut", "cut_one_way", "link_down",
-         "slow_ps", "flap")
+         "slow_ps", "flap", "slow_link")
+DEFAULT_TYPES = TYPES[:-1]
 
 
 def make(bench, rng, kind, free):
@@ -440,6 +478,9 @@ def make(bench, rng, kind, free):
     if kind in ("cut", "cut_one_way"):
         pair = pick([((w, p), (node_of(w), node_of(p))) for w in WORKERS for p in PS])
         return pair and Cut(bench, rng, *pair, one_way=kind == "cut_one_way")
+    if kind == "slow_link":
+        pair = pick([((w, p), (node_of(w),)) for w in WORKERS for p in PS])
+        return pair and SlowLink(bench, rng, *pair)
     ps = pick([(p, (node_of(p),)) for p in PS])
     return ps and SlowPs(bench, rng, ps)
 
@@ -449,6 +490,9 @@ def compatible(first, fault):
     still reach it: only beside faults that leave a worker calling both ps tasks. At most two
     nodes cut off at once (else the last one alone would be right to call itself cut off)."""
     every = [*first, fault]
+    # A slow link is an edge far above the rest of its row and column: it needs them all calm.
+    if len(every) > 1 and any(f.name == "slow_link" for f in every):
+        return False
     if sum(f.name == "slow_ps" for f in every) > 1:
         return False
     if any(f.name == "slow_ps" for f in every):
@@ -612,7 +656,8 @@ class Bench:
             due.append(due[-1] + self.rng.uniform(0.1, 0.8))
         pending = list(zip(due, faults))
         start = time.monotonic()
-        limit = self.args.verdict_limit_s
+        def limit(f):
+            return max(self.args.verdict_limit_s, f.limit_s)
         while True:
             while pending and time.monotonic() - start >= pending[0][0]:
                 f = pending.pop(0)[1]
@@ -625,7 +670,7 @@ class Bench:
                 for w in self.wrong_in(active, n, v):
                     self.note(self.wrong, faults, w, view=v)
             for f in active:
-                if f.verdict_s is None and now - f.t0 < limit:
+                if f.verdict_s is None and now - f.t0 < limit(f):
                     self.keep_trail(f, active, views, now)
                     need = f.views(active)
                     held = [n for n in need if n in views and f.holds(n, views[n])]
@@ -639,8 +684,8 @@ class Bench:
             if pending:
                 time.sleep(0.01)
                 continue
-            waiting = [f for f in faults if now - f.t0 < limit and (
-                f.verdict_s is None or (f.page and f.page_s is None and now - f.t0 < limit)
+            waiting = [f for f in faults if now - f.t0 < limit(f) and (
+                f.verdict_s is None or (f.page and f.page_s is None)
                 or now - f.t0 < getattr(f, "min_hold_s", lambda: 0)())]
             if not waiting:
                 break
@@ -869,7 +914,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--verdict_limit_s", type=float, default=10)
     ap.add_argument("--recover_limit_s", type=float, default=60)
-    ap.add_argument("--types", default=",".join(TYPES),
+    ap.add_argument("--types", default=",".join(DEFAULT_TYPES),
                     help="fault types to draw from, comma-separated")
     ap.add_argument("--soak_s", type=float, default=0)
     ap.add_argument("--hog", action="store_true")
