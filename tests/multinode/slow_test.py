@@ -6,14 +6,20 @@ node with its default flags. worker:0's own calls to ps:1 are made 80 ms late
 (`trainscopectl fault --link_delay_ms ps:1=80`, inside n2): a slow link. Every node's sidecar,
 read from inside its node, must name the link worker:0 -> ps:1 in worker:0's reason (slow), with
 ps:1 and the other workers up; trainscopectl on n4 prints it; n2's /metrics has the slow-link
-series. Cleared: worker:0 up again in every view.
+series. Cleared: worker:0 up again in every view. Then worker:2 is put in a cgroup v1 cpu group of
+its own with a quota of 5% of a core (made here, beneath this process's own cpu cgroup, and
+removed after; the nodes see this machine's /sys: host_sys): every view must call it slow, a
+straggler held back by its own CPU quota, with both ps and the other workers up; moved back out,
+it is up again everywhere.
 
 Usage: slow_test.py --bin build/bin [--keep_logs]. Exit 0 passed, 1 failed, 77 skipped (no root or
 no network namespaces; under CI=true a skip fails).
 """
 
 import argparse
+import os
 import sys
+import time
 
 sys.dont_write_bytecode = True
 
@@ -23,7 +29,7 @@ from trainscope_testing.logs import logger
 
 log = logger("slow")
 
-DEADLINE_S = 200
+DEADLINE_S = 300
 NODES = (1, 2, 3, 4)
 LAYOUT = "ps:0@1,ps:1@1,worker:0@2,worker:1@3,worker:2@4"
 LINK = "slow link worker:0 -> ps:1"
@@ -62,6 +68,71 @@ def slow_link(c, t):
     log(f"ok: cleared, worker:0 up everywhere after {s:.1f} s")
 
 
+class CpuCgroup:
+    """A cgroup v1 cpu group beneath this process's own, with a CPU quota; removed on exit."""
+
+    def __init__(self, name, quota_cores):
+        own = ""
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if "cpu" in controllers.split(","):
+                    own = os.path.join("/sys/fs/cgroup", controllers, path.lstrip("/"))
+        if not own or not os.path.isdir(own):
+            raise netns.HarnessError("no cgroup v1 cpu hierarchy here (/proc/self/cgroup)")
+        self.parent = own
+        self.path = os.path.join(own, f"trainscope-test-{os.getpid()}-{name}")
+        os.mkdir(self.path)
+        self.write("cpu.cfs_period_us", 100000)
+        self.write("cpu.cfs_quota_us", int(quota_cores * 100000))
+
+    def write(self, name, value, where=None):
+        with open(os.path.join(where or self.path, name), "w") as f:
+            f.write(f"{value}\n")
+
+    def add(self, pid):
+        self.write("cgroup.procs", pid)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        with open(os.path.join(self.path, "cgroup.procs")) as f:
+            for pid in f.read().split():
+                try:
+                    self.write("cgroup.procs", pid, self.parent)
+                except OSError:
+                    pass  # It exited meanwhile.
+        for _ in range(100):
+            try:
+                os.rmdir(self.path)
+                return
+            except OSError:
+                time.sleep(0.05)
+
+
+def straggler_named(v):
+    w = d.task(v, "worker:2")
+    others_up = all(d.state_is(v, x, "up") for x in ("ps:0", "ps:1", "worker:0", "worker:1"))
+    return (w["state"] == "slow" and "straggler: " in w["reason"]
+            and "held back by its own CPU quota" in w["reason"] and others_up)
+
+
+def straggler(c, t):
+    with CpuCgroup("straggler", 0.05) as cpu:
+        cpu.add(t.proc("worker:2").pid)
+        s = d.wait("every view names worker:2 a straggler held back by its quota, the others up",
+                   lambda: every(t, lambda n, v: straggler_named(v)), 45)
+        log(f"ok: the straggler named in every view after {s:.1f} s; n1 says: "
+            f"{d.task(t.view(1), 'worker:2')['reason'][:240]}")
+        ctl = t.ctl_status(1).stdout
+        assert "straggler: " in ctl, f"trainscopectl on n1 names it:\n{ctl}"
+        log("ok: trainscopectl status on n1 names it")
+    s = d.wait("cleared: worker:2 up in every view",
+               lambda: every(t, lambda n, v: d.state_is(v, "worker:2", "up")), 45)
+    log(f"ok: out of the cgroup, worker:2 up everywhere after {s:.1f} s")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", required=True)
@@ -69,7 +140,7 @@ def main():
     args = ap.parse_args()
 
     def body(logs):
-        with netns.Cluster(len(NODES), log_dir=logs) as c:
+        with netns.Cluster(len(NODES), log_dir=logs, host_sys=True) as c:
             t = training.TrainingCluster(c, args.bin, training.Layout.parse(LAYOUT))
             t.start()
             t.wait_training(60, log=log)
@@ -84,6 +155,7 @@ def main():
                 40)
             log("ok: every view has every worker's two edges, learned")
             slow_link(c, t)
+            straggler(c, t)
     return netns.run_test("the slow test", "multinode-slow-", DEADLINE_S, body,
                           args.keep_logs, log)
 
