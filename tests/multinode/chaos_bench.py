@@ -172,6 +172,9 @@ class Fault:
     def held_up(self):
         return set()
 
+    def prepare(self):
+        """Waits, before the episode, for what the fault's verdict needs to exist."""
+
     def views(self, active):
         """The nodes whose views must name this fault: not one cut off (it sees only itself),
         not one whose sidecar is down."""
@@ -438,6 +441,17 @@ class SlowLink(Fault):
         self.worker, self.ps = worker, ps
         self.nodes = (node_of(worker),)
         self.tasks = (worker,)
+
+    def prepare(self):
+        """A slow link is a change against the edge's own past: every view must have learned the
+        edge's usual latency first (10 s after training starts, or after a worker restarts)."""
+        def learned(v):
+            peers = (d.task(v, self.worker) or {}).get("peers", [])
+            return any(p.get("peer") == self.ps and p.get("usual_latency_seconds", 0) > 0
+                       for p in peers)
+        d.wait(f"every view has learned {self.worker} -> {self.ps}'s usual latency",
+               lambda: all(learned(v) for v in self.b.watch.latest().values())
+               and len(self.b.watch.latest()) == len(NODES), 60)
 
     def inject(self):
         self.b.t.fault(self.worker, link_delay_ms={self.ps: SLOW_LINK_MS})
@@ -806,6 +820,8 @@ class Bench:
         made = 0
         while made < total:
             faults = self.draw(total - made)
+            for f in faults:
+                f.prepare()
             self.run_episode(faults)
             made += len(faults)
             for f in faults:
