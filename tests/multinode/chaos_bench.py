@@ -445,13 +445,11 @@ class SlowLink(Fault):
     def prepare(self):
         """A slow link is a change against the edge's own past: every view must have learned the
         edge's usual latency first (10 s after training starts, or after a worker restarts)."""
-        def learned(v):
-            peers = (d.task(v, self.worker) or {}).get("peers", [])
-            return any(p.get("peer") == self.ps and p.get("usual_latency_seconds", 0) > 0
-                       for p in peers)
-        d.wait(f"every view has learned {self.worker} -> {self.ps}'s usual latency",
-               lambda: all(learned(v) for v in self.b.watch.latest().values())
-               and len(self.b.watch.latest()) == len(NODES), 60)
+        def learned():
+            views = self.b.watch.latest()
+            return len(views) == len(NODES) and all(
+                d.edges_learned(v, self.worker, 1, self.ps) for v in views.values())
+        d.wait(f"every view has learned {self.worker} -> {self.ps}'s usual latency", learned, 60)
 
     def inject(self):
         self.b.t.fault(self.worker, link_delay_ms={self.ps: SLOW_LINK_MS})

@@ -148,11 +148,7 @@ def main():
                 t, lambda n, v: all(x["state"] == "up" for x in v["tasks"])), 30)
             # Each edge's usual is learned after a 10 s warm-up (EdgeWatch).
             d.wait("every edge has a usual latency in every view", lambda: every(
-                t, lambda n, v: all(p.get("usual_latency_seconds", 0) > 0
-                                    for x in v["tasks"] if x["role"] == "worker"
-                                    for p in x.get("peers", []))
-                and all(len(d.task(v, f"worker:{w}").get("peers", [])) == 2 for w in range(3))),
-                40)
+                t, lambda n, v: all(d.edges_learned(v, f"worker:{w}", 2) for w in range(3))), 40)
             log("ok: every view has every worker's two edges, learned")
             slow_link(c, t)
             straggler(c, t)

@@ -72,6 +72,15 @@ def state_is(view, name, *states):
     return t is not None and t["state"] in states
 
 
+def edges_learned(view, worker, count, ps=None):
+    """The view has `count` edges of `worker` (or its one edge to `ps`, count 1), each with a usual
+    latency: learned 10 s after the worker starts training (EdgeWatch), never from a slow stretch.
+    A slow link is named against it."""
+    peers = [p for p in (task(view, worker) or {}).get("peers", [])
+             if ps is None or p.get("peer") == ps]
+    return len(peers) == count and all(p.get("usual_latency_seconds", 0) > 0 for p in peers)
+
+
 def ps_blamed(view, ps, workers):
     """The ps is slow by its own figures; each worker names it as where its step went."""
     p = task(view, ps)
