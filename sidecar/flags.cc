@@ -34,6 +34,10 @@ void AddWatchFlags(CLI::App& app, SidecarOptions& o) {
   app.add_option("--stall_after_s", o.stall_after_s,
                  "Progress frozen this long while training counts as stalled")
       ->capture_default_str();
+  app.add_option("--worker_ps_map", o.worker_ps_map,
+                 "Track each worker's calls to each ps against their past and name slow links "
+                 "(the worker x ps map); false: no map, no slow links")
+      ->capture_default_str();
 }
 
 // Where the sidecar listens and how it is reached.

@@ -482,6 +482,7 @@ class Sidecar::Impl {
     t.stall_after_s = o.stall_after_s;
     t.relearn_s = std::max(1.0, 10 * t.interval_s);
     t.min_stddev_s = std::max(0.05, t.interval_s / 2);
+    t.edges = o.worker_ps_map;
     return t;
   }
 
@@ -604,6 +605,7 @@ class Sidecar::Impl {
       return it == plan_.node_of_host.end() ? plan_.self : it->second;
     };
     in.now_unix = UnixSeconds();
+    in.worker_ps_map = options_.worker_ps_map;
     return BuildClusterView(in);
   }
 

@@ -2,7 +2,9 @@
 //   real:     for each N of --nodes, N nodes as the loopback addresses 127.0.0.2..N+1, each with
 //             one scripted task (sidecar_fake_task) and one trainscope-sidecar bound to its
 //             address with default flags (the peers derived from the spec), started one every
-//             --start_gap_s; once every view has every task up, over --window_s it
+//             --start_gap_s. The tasks are workers; with --ps K the first K are ps tasks, and
+//             every worker reports calls to each of them (the worker x ps map's edges, run with
+//             the map on, off or both: --map). Once every view has every task up, over --window_s it
 //             measures every sidecar's CPU share, RSS and exchange bytes sent per second; then
 //             it kills --changes tasks one by one and measures, for each, the time until every
 //             sidecar's view has it dead; finally how long the sidecars take to stop.
@@ -34,6 +36,7 @@
 #include "trainscope/common/http_client.h"
 #include "trainscope/common/proc.h"
 #include "trainscope/sidecar/api.h"
+#include "trainscope/telemetry/names.h"
 
 namespace {
 
@@ -89,12 +92,14 @@ struct Node {
 struct RealRow {
   int nodes = 0;
   bool keyed = false;  // The exchange signed with a cluster key.
+  bool map = true;     // The worker x ps map on (--worker_ps_map).
   double converge_s = 0;
   double cpu_max = 0, cpu_median = 0;  // Percent of one core.
   double rss_max_mib = 0;
   double bytes_median = 0, bytes_max = 0;  // Sent per second.
   std::vector<double> change_ms;           // Time until every view has the change.
   double stop_max_ms = 0;
+  int edge_series = 0;  // The most slowest-edge series one sidecar exported: the map is live.
 };
 
 bool AllUp(std::vector<Node>& nodes, int n) {
@@ -110,14 +115,19 @@ bool AllUp(std::vector<Node>& nodes, int n) {
   return true;
 }
 
+// The task of node i when the first `ps` nodes run ps tasks.
+std::string TaskName(int i, int ps) {
+  return i < ps ? "ps:" + std::to_string(i) : "worker:" + std::to_string(i - ps);
+}
+
 // Kills the task of node `victim`; the time until every sidecar's view has it dead (ms).
-double ChangeToEveryView(std::vector<Node>& nodes, int victim) {
+double ChangeToEveryView(std::vector<Node>& nodes, int victim, int ps) {
   const double t0 = UnixSeconds();
   nodes[victim].task->Signal(SIGKILL);
   nodes[victim].task->Wait(std::chrono::seconds(5));
   std::this_thread::sleep_for(std::chrono::seconds(4));
   double worst = 0;
-  const std::string name = "worker:" + std::to_string(victim);
+  const std::string name = TaskName(victim, ps);
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (!nodes[i].sidecar->Running()) continue;
     auto r = trainscope::HttpGet(nodes[i].http, "/api/v1/tasks?task=" + name, 2000);
@@ -141,6 +151,8 @@ struct RealSetup {
   double start_gap_s = 0.25;
   double join_s = 300;   // Longest wait for every view to have every task up.
   std::string key_file;  // The cluster key every sidecar signs its exchange with ("": unkeyed).
+  int ps = 0;            // Nodes running a ps task (the first ones); the rest run workers.
+  bool map = true;       // --worker_ps_map.
 };
 
 // Starts n tasks, then n sidecars (one every setup.start_gap_s) watching the spec at `spec_path`.
@@ -148,11 +160,16 @@ std::vector<Node> StartCluster(int n, const RealSetup& setup, const std::string&
                                int task_port, int http_port, int grpc_port) {
   std::vector<Node> nodes(n);
   for (int i = 0; i < n; ++i) {
-    nodes[i].task = std::make_unique<Process>(
-        BinPath("sidecar_fake_task"),
-        std::vector<std::string>{"--host", Host(i), "--port", std::to_string(task_port), "--role",
-                                 "worker", "--index", std::to_string(i), "--phase", "training",
-                                 "--steps_per_s", "10"});
+    const bool ps = i < setup.ps;
+    std::vector<std::string> args{
+        "--host",     Host(i), "--port",   std::to_string(task_port), "--role", ps ? "ps" : "worker",
+        "--index",    std::to_string(ps ? i : i - setup.ps),           "--phase", "training",
+        "--steps_per_s", "10"};
+    for (int p = 0; p < setup.ps && !ps; ++p) {
+      args.insert(args.end(), {"--peer_ok", TaskName(p, setup.ps) + "@" + Host(p) + ":" +
+                                                std::to_string(task_port)});
+    }
+    nodes[i].task = std::make_unique<Process>(BinPath("sidecar_fake_task"), args);
   }
   for (int i = 0; i < n; ++i) {
     if (i > 0) std::this_thread::sleep_for(std::chrono::duration<double>(setup.start_gap_s));
@@ -161,6 +178,7 @@ std::vector<Node> StartCluster(int n, const RealSetup& setup, const std::string&
         "--cluster_spec",          spec_path,     "--http_address",         Host(i), "--http_port",
         std::to_string(http_port), "--grpc_port", std::to_string(grpc_port)};
     if (!setup.key_file.empty()) args.insert(args.end(), {"--exchange_key_file", setup.key_file});
+    if (!setup.map) args.insert(args.end(), {"--worker_ps_map", "false"});
     nodes[i].sidecar = std::make_unique<Process>(BinPath("trainscope-sidecar"), args);
   }
   return nodes;
@@ -186,6 +204,10 @@ void MeasureWindow(std::vector<Node>& nodes, double window_s, RealRow& row) {
     row.rss_max_mib = std::max(row.rss_max_mib, stat->resident_bytes / 1048576.0);
     auto m = trainscope::HttpGet(nodes[i].http, "/metrics", 3000);
     bytes.push_back(((m.ok() ? CounterValue(m->body, sent) : 0) - bytes0[i]) / elapsed);
+    const std::string edge = std::string("\n") + trainscope::telemetry::names::kTaskPeerLatency + "{";
+    int edges = 0;
+    for (size_t at = 0; m.ok() && (at = m->body.find(edge, at)) != std::string::npos; ++at) ++edges;
+    row.edge_series = std::max(row.edge_series, edges);
   }
   row.cpu_max = *std::max_element(cpu.begin(), cpu.end());
   row.cpu_median = Median(cpu);
@@ -199,14 +221,20 @@ RealRow RunReal(int n, const RealSetup& setup, std::mt19937& rng) {
   RealRow row;
   row.nodes = n;
   row.keyed = !setup.key_file.empty();
+  row.map = setup.map;
   const int task_port = PortFreeOnAll(n, rng);
   const int http_port = PortFreeOnAll(n, rng);
   const int grpc_port = PortFreeOnAll(n, rng);
-  std::string spec = "{\"cluster\": {\"worker\": [";
-  for (int i = 0; i < n; ++i) {
-    spec += (i ? ", \"" : "\"") + Host(i) + ":" + std::to_string(task_port) + "\"";
-  }
-  spec += "]}}";
+  auto hosts = [&](int from, int to) {
+    std::string list;
+    for (int i = from; i < to; ++i) {
+      list += (i > from ? ", \"" : "\"") + Host(i) + ":" + std::to_string(task_port) + "\"";
+    }
+    return list;
+  };
+  std::string spec = "{\"cluster\": {\"worker\": [" + hosts(setup.ps, n) + "]";
+  if (setup.ps > 0) spec += ", \"ps\": [" + hosts(0, setup.ps) + "]";
+  spec += "}}";
   char path[] = "/tmp/trainscope-scale-spec-XXXXXX";
   close(mkstemp(path));
   std::ofstream(path) << spec;
@@ -219,7 +247,7 @@ RealRow RunReal(int n, const RealSetup& setup, std::mt19937& rng) {
   std::this_thread::sleep_for(std::chrono::seconds(3));
   MeasureWindow(nodes, setup.window_s, row);
   for (int c = 0; c < setup.changes; ++c) {
-    row.change_ms.push_back(ChangeToEveryView(nodes, (c * 7 + 1) % n));
+    row.change_ms.push_back(ChangeToEveryView(nodes, (c * 7 + 1) % n, setup.ps));
   }
   for (Node& node : nodes) node.sidecar->Signal(SIGTERM);
   const double stop0 = MonotonicSeconds();
@@ -304,17 +332,18 @@ void Simulate(int n, int trials, int retransmit_mult, int sync_every, uint64_t s
 
 // The real mode's table: one row per size (and key setting).
 void PrintRealRows(const std::vector<RealRow>& rows) {
-  std::printf("\n%6s %5s %9s %12s %12s %9s %14s %14s %18s %9s\n", "nodes", "key", "joined s",
+  std::printf("\n%6s %5s %5s %9s %12s %12s %9s %14s %14s %18s %9s %6s\n", "nodes", "key", "map",
+              "joined s",
               "CPU% busiest", "CPU% median", "RSS MiB", "B/s sent med", "B/s sent max",
-              "change->all ms", "stop ms");
+              "change->all ms", "stop ms", "edges");
   for (const RealRow& r : rows) {
     std::string changes_text;
     for (double c : r.change_ms) {
       changes_text += (changes_text.empty() ? "" : "/") + std::to_string(static_cast<int>(c));
     }
-    std::printf("%6d %5s %9.1f %12.2f %12.2f %9.1f %14.0f %14.0f %18s %9.0f\n", r.nodes,
-                r.keyed ? "on" : "off", r.converge_s, r.cpu_max, r.cpu_median, r.rss_max_mib,
-                r.bytes_median, r.bytes_max, changes_text.c_str(), r.stop_max_ms);
+    std::printf("%6d %5s %5s %9.1f %12.2f %12.2f %9.1f %14.0f %14.0f %18s %9.0f %6d\n", r.nodes,
+                r.keyed ? "on" : "off", r.map ? "on" : "off", r.converge_s, r.cpu_max, r.cpu_median, r.rss_max_mib,
+                r.bytes_median, r.bytes_max, changes_text.c_str(), r.stop_max_ms, r.edge_series);
   }
 }
 
@@ -330,15 +359,20 @@ std::string KeyFile() {
   return path;
 }
 
-// Keyed over unkeyed, for each size run both ways: what signing every message costs.
-void PrintKeyRatios(const std::vector<RealRow>& rows) {
+// On over off, for each size run both ways with only `what` differing: what signing every
+// message (keyed) or the worker x ps map costs.
+void PrintRatios(const std::vector<RealRow>& rows, const char* label, bool RealRow::* what) {
+  const bool RealRow::* other = what == &RealRow::keyed ? &RealRow::map : &RealRow::keyed;
   for (const RealRow& off : rows) {
     for (const RealRow& on : rows) {
-      if (off.keyed || !on.keyed || off.nodes != on.nodes || off.cpu_max <= 0) continue;
+      if (off.*what || !(on.*what) || off.*other != on.*other || off.nodes != on.nodes ||
+          off.cpu_max <= 0) {
+        continue;
+      }
       std::printf(
-          "keyed / unkeyed at %d nodes: busiest CPU %.2f, median CPU %.2f, bytes sent "
+          "%s on / off at %d nodes: busiest CPU %.2f, median CPU %.2f, bytes sent "
           "%.2f\n",
-          on.nodes, on.cpu_max / off.cpu_max,
+          label, on.nodes, on.cpu_max / off.cpu_max,
           off.cpu_median > 0 ? on.cpu_median / off.cpu_median : 0,
           off.bytes_median > 0 ? on.bytes_median / off.bytes_median : 0);
     }
@@ -369,6 +403,14 @@ int main(int argc, char** argv) {
                  "with their ratios)")
       ->check(CLI::IsMember({"off", "on", "both"}))
       ->capture_default_str();
+  std::string map = "on";
+  app.add_option("--map", map,
+                 "The worker x ps map (--worker_ps_map): on, off, or both (with their ratios); "
+                 "its edges exist with --ps only")
+      ->check(CLI::IsMember({"off", "on", "both"}))
+      ->capture_default_str();
+  app.add_option("--ps", setup.ps, "Nodes running a ps task; every worker calls each")
+      ->capture_default_str();
   app.add_option("--join_s", setup.join_s,
                  "Longest wait for every view to have every task up (then measured anyway)")
       ->capture_default_str();
@@ -380,20 +422,34 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--sim_seed", sim_seed)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (setup.ps < 0) {
+    std::fprintf(stderr, "--ps must be 0 or more\n");
+    return 2;
+  }
   std::mt19937 rng(static_cast<unsigned>(getpid()));
   if (mode == "real" || mode == "all") {
     std::vector<RealRow> rows;
     for (absl::string_view part : absl::StrSplit(nodes_list, ',')) {
       int n = std::stoi(std::string(part));
+      if (n <= setup.ps) {
+        std::printf("skipped %d nodes: --ps %d leaves no worker\n", n, setup.ps);
+        continue;
+      }
       std::printf("running %d nodes ...\n", n);
       std::fflush(stdout);
-      RealSetup run = setup;
-      if (key != "on") rows.push_back(RunReal(n, run, rng));
-      run.key_file = KeyFile();
-      if (key != "off") rows.push_back(RunReal(n, run, rng));
+      for (const std::string k : {"off", "on"}) {
+        for (const std::string m : {"off", "on"}) {
+          if ((key != "both" && key != k) || (map != "both" && map != m)) continue;
+          RealSetup run = setup;
+          run.key_file = k == "on" ? KeyFile() : "";
+          run.map = m == "on";
+          rows.push_back(RunReal(n, run, rng));
+        }
+      }
     }
     PrintRealRows(rows);
-    PrintKeyRatios(rows);
+    PrintRatios(rows, "keyed", &RealRow::keyed);
+    PrintRatios(rows, "worker x ps map", &RealRow::map);
     for (const RealRow& r : rows) {
       if (r.nodes == 40 && rows.front().cpu_max > 0) {
         std::printf("busiest sidecar at 40 nodes / at %d nodes: %.2f\n", rows.front().nodes,

@@ -142,7 +142,7 @@ void TaskTracker::OnResult(const PollResult& r) {
 }
 
 void TaskTracker::ObservePace(const HeartbeatInfo& hb, double t) {
-  edges_.Observe(t, view_.peers);
+  if (options_.edges) edges_.Observe(t, view_.peers);
   const std::optional<double> pace = pace_.Observe(t, hb.steps);
   if (!view_.expects_progress || !pace) return;
   const RaisedWatch::Reading step = steps_.Observe(t, *pace);

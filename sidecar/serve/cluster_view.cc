@@ -443,6 +443,7 @@ void MarkFailSlow(const Merge& m, TaskView& v, double raised_s, const std::strin
 // A slow link slows its caller: the caller's reason names the link (worker_ps_map.h), and an up
 // caller is slow. Neither the caller nor the ps is blamed for it.
 void ApplySlowLinks(Merge& m, ClusterView& view) {
+  if (!m.in.worker_ps_map) return;
   view.worker_ps = BuildWorkerPsMap(m.tasks);
   for (const SlowLink& link : view.worker_ps.slow_links) {
     m.slow_links.insert({link.from, link.to});

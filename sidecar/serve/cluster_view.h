@@ -68,6 +68,7 @@ struct ClusterViewInputs {
   // a task nobody reports on; "" when unknown.
   std::function<std::string(const TaskRef&)> expected_node;
   double now_unix = 0;
+  bool worker_ps_map = true;  // false: no map and no slow links (SidecarOptions).
 };
 
 ClusterView BuildClusterView(const ClusterViewInputs& in);

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <iostream>
 #include <memory>
@@ -38,6 +39,8 @@ struct FakeOptions {
   bool expects_progress = true;
   std::vector<std::string> waiting_on;    // role:index@host:port
   std::vector<std::string> peer_failing;  // role:index@host:port: peers it fails to reach
+  std::vector<std::string> peer_ok;       // role:index@host:port: peers it calls, answered
+  double peer_latency_ms = 2;             // The recent latency of each --peer_ok peer
   std::string waiting_error = "connection refused";
   std::string peer_error = "connection timed out";  // last_error of each --peer_failing peer
   int heartbeat_delay_ms = 0;
@@ -109,14 +112,14 @@ class FakeTaskService final : public pb::TaskService::Service {
         p->set_seconds_since_success(-1);
       }
     }
+    for (const std::string& spec : o_.peer_ok) {
+      pb::PeerView* p = AddPeer(r, spec);
+      p->set_connected(true);
+      p->set_latency_seconds(o_.peer_latency_ms / 1000 * (0.9 + 0.2 * (now - std::floor(now))));
+      p->set_step_share(0.5 / static_cast<double>(o_.peer_ok.size()));
+    }
     for (const std::string& spec : o_.peer_failing) {
-      size_t at = spec.find('@');
-      std::string name = spec.substr(0, at);
-      size_t colon = name.find(':');
-      pb::PeerView* p = r->add_peers();
-      p->mutable_peer()->set_role(name.substr(0, colon));
-      p->mutable_peer()->set_index(std::stoi(name.substr(colon + 1)));
-      p->set_address(at == std::string::npos ? "" : spec.substr(at + 1));
+      pb::PeerView* p = AddPeer(r, spec);
       p->set_connected(false);
       p->set_consecutive_failures(10);
       p->set_last_error(o_.peer_error);
@@ -139,6 +142,18 @@ class FakeTaskService final : public pb::TaskService::Service {
   void SetDelay(int ms) { delay_ms_.store(ms); }
 
  private:
+  // A peer of the answer from "role:index@host:port".
+  static pb::PeerView* AddPeer(pb::HeartbeatResponse* r, const std::string& spec) {
+    size_t at = spec.find('@');
+    std::string name = spec.substr(0, at);
+    size_t colon = name.find(':');
+    pb::PeerView* p = r->add_peers();
+    p->mutable_peer()->set_role(name.substr(0, colon));
+    p->mutable_peer()->set_index(std::stoi(name.substr(colon + 1)));
+    p->set_address(at == std::string::npos ? "" : spec.substr(at + 1));
+    return p;
+  }
+
   const FakeOptions& o_;
   int index_;
   std::string address_;
@@ -171,6 +186,8 @@ int main(int argc, char** argv) {
   app.add_option("--waiting_error", o.waiting_error);
   app.add_option("--peer_failing", o.peer_failing, "role:index@host:port it cannot reach (repeat)");
   app.add_option("--peer_error", o.peer_error, "The last error of each --peer_failing peer");
+  app.add_option("--peer_ok", o.peer_ok, "role:index@host:port it calls, answered (repeat)");
+  app.add_option("--peer_latency_ms", o.peer_latency_ms, "Recent latency of each --peer_ok peer");
   app.add_option("--heartbeat_delay_ms", o.heartbeat_delay_ms);
   app.add_option("--oversized_bytes", o.oversized_bytes, "Pad the answer to this size");
   app.add_option("--metrics_address", o.metrics_address);

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "serve/cluster_view.h"
 #include "serve/stragglers.h"
 #include "trainscope/sidecar/edge_watch.h"
 
@@ -79,6 +80,38 @@ TEST(WorkerPsMap, NeedsItsOwnPastAPeerGapAndAHold) {
   tasks = Grid(one);
   tasks[TaskRef{"worker", 1}].state = TaskState::kDead;
   EXPECT_TRUE(Links(BuildWorkerPsMap(tasks)).empty());
+}
+
+// The cluster view names a slow link in its caller's reason with the map on (the default), and
+// with --worker_ps_map=false builds no map and names no link.
+TEST(WorkerPsMap, TheClusterViewUsesItUnlessSwitchedOff) {
+  ClusterSpec spec = ParseTfConfig(
+                         R"({"cluster": {"ps": ["h:1", "h:2"], "worker": ["h:3", "h:4"]}})", false)
+                         ->cluster;
+  ClusterViewInputs in;
+  in.cluster = "c";
+  in.spec = &spec;
+  for (auto& [ref, v] : Grid({{0.001, 0.081}, {0.001, 0.001}})) {
+    v.cluster = "c";
+    v.reason = "up";
+    in.local.push_back(v);
+  }
+  in.now_unix = 100;
+  auto worker0 = [](const ClusterView& view) {
+    for (const TaskView& v : view.tasks) {
+      if (v.task == TaskRef{"worker", 0}) return v;
+    }
+    return TaskView{};
+  };
+  ClusterView on = BuildClusterView(in);
+  EXPECT_EQ(on.worker_ps.edges.size(), 4u);
+  EXPECT_EQ(worker0(on).state, TaskState::kSlow);
+  EXPECT_NE(worker0(on).reason.find("slow link worker:0 -> ps:1"), std::string::npos)
+      << worker0(on).reason;
+  in.worker_ps_map = false;
+  ClusterView off = BuildClusterView(in);
+  EXPECT_TRUE(off.worker_ps.edges.empty());
+  EXPECT_EQ(worker0(off).state, TaskState::kUp) << worker0(off).reason;
 }
 
 TEST(WorkerPsMap, BigMapsAreSampledToTheSlowestRowsAndColumns) {

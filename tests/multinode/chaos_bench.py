@@ -6,6 +6,8 @@ Four nodes (ps:0 on n1, ps:1 on n2, worker:0 on n3, worker:1 on n4, a sidecar on
 flags, checkpoints every 2 s into one shared directory); n5 runs Alertmanager (the shipped
 alertmanager.yml) and a webhook receiver, and every sidecar posts to it (--alertmanager_url).
 Every sidecar's /api/v1/tasks is read from inside its node all the time, each by its own thread.
+--workers 3 (the fail-slow layout) adds worker:2 on n5, moves the monitor to n6, and lets the
+nodes see this machine's /sys, so that a sidecar sees its tasks' cgroups as on a real node.
 
 From --seed, it draws --faults faults of these types, in episodes of one, two or three at once
 (a later one lands 0.1-0.8 s after the first, while that one is still being named); the faults
@@ -32,6 +34,10 @@ of an episode touch different nodes, and at most one node drops out of the sidec
                alone; not in the default --types
                                                      -> the worker slow, its reason naming the
                                                         link; the ps and the other worker up
+  straggler    a worker put in a cgroup v1 cpu group with a quota of 5% of a core, alone; not in
+               the default --types, implies --workers 3
+                                                     -> the worker slow, a straggler held back by
+                                                        its own CPU quota; the rest up
   flap         a node's link down and up every 0.5-2 s for about 6 s (first down 2 s)
                                                      -> called cut off in every other view
                                                         (partitions of its tasks in its short
@@ -80,6 +86,7 @@ SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
 
 from trainscope_testing import diagnosis as d
 from trainscope_testing import monitoring, netns, training
+from trainscope_testing.cgroups import CpuCgroup
 from trainscope_testing.logs import logger
 
 log = logger("chaos")
@@ -91,11 +98,21 @@ PS, WORKERS = ("ps:0", "ps:1"), ("worker:0", "worker:1")
 LAYOUT = [("ps:0", 1), ("ps:1", 2), ("worker:0", 3), ("worker:1", 4)]
 SLOW_PS_MS = 700
 SLOW_LINK_MS = 80
+STRAGGLER_CORES = 0.05  # A straggler's CPU quota, in cores
 QUIET_S = 10
 PAGE_GOAL_S = 2.0  # A first-hand fault at the webhook within this long
 FIRST_HAND = ("TrainscopeTaskDead", "TrainscopeTaskHung", "TrainscopeTaskPartitioned",
               "TrainscopeNodeIsolated")
 HELD_UP = ("up", "blocked", "stalled", "slow")
+
+
+def use_workers(count):
+    """--workers 3, the fail-slow layout: worker:2 on n5 (a sidecar there too) and the monitor on
+    n6. A straggler is slow against its peers, so it needs two of them."""
+    global NODES, MONITOR, WORKERS, LAYOUT
+    if count == 3:
+        NODES, MONITOR = (1, 2, 3, 4, 5), 6
+        WORKERS, LAYOUT = WORKERS + ("worker:2",), LAYOUT + [("worker:2", 5)]
 
 
 def pct(values, q):
@@ -469,9 +486,44 @@ class SlowLink(Fault):
         return f"slow_link {self.worker} -> {self.ps}"
 
 
+class Straggler(Fault):
+    """A worker held to STRAGGLER_CORES of a core by a real cgroup v1 cpu quota, made beneath this
+    process's own cpu group (issue 35). Its steps must stay above its peers' in their 10 s
+    medians before it is named: no 1 s goal."""
+    name = "straggler"
+    goal_s = None
+    limit_s = 45
+
+    def __init__(self, bench, rng, worker):
+        super().__init__(bench, rng)
+        self.worker = worker
+        self.nodes = (node_of(worker),)
+        self.tasks = (worker,)
+        self.group = None
+
+    def inject(self):
+        self.group = CpuCgroup(f"straggler-{self.b.episode}", STRAGGLER_CORES)
+        self.group.add(self.b.t.proc(self.worker).pid)
+
+    def undo(self):
+        self.group.close()
+
+    def holds(self, node, v):
+        w = d.task(v, self.worker) or {}
+        return w.get("state") == "slow" and "straggler: " in w.get("reason", "") and \
+            "held back by its own CPU quota" in w.get("reason", "")
+
+    def held_up(self):
+        return {self.worker}
+
+    def __str__(self):
+        return f"straggler {self.worker}"
+
+
 TYPES = ("kill_worker", "kill_ps", "kill_sidecar", "stop", "cut", "cut_one_way", "link_down",
-         "slow_ps", "flap", "slow_link")
-DEFAULT_TYPES = TYPES[:-1]
+         "slow_ps", "flap", "slow_link", "straggler")
+DEFAULT_TYPES = TYPES[:-2]
+FAIL_SLOW = ("slow_link", "straggler")  # Each alone in its episode: its row and column calm
 
 
 def make(bench, rng, kind, free):
@@ -493,6 +545,9 @@ def make(bench, rng, kind, free):
     if kind == "slow_link":
         pair = pick([((w, p), (node_of(w),)) for w in WORKERS for p in PS])
         return pair and SlowLink(bench, rng, *pair)
+    if kind == "straggler":
+        worker = pick([(w, (node_of(w),)) for w in WORKERS])
+        return worker and Straggler(bench, rng, worker)
     ps = pick([(p, (node_of(p),)) for p in PS])
     return ps and SlowPs(bench, rng, ps)
 
@@ -502,8 +557,9 @@ def compatible(first, fault):
     still reach it: only beside faults that leave a worker calling both ps tasks. At most two
     nodes cut off at once (else the last one alone would be right to call itself cut off)."""
     every = [*first, fault]
-    # A slow link is an edge far above the rest of its row and column: it needs them all calm.
-    if len(every) > 1 and any(f.name == "slow_link" for f in every):
+    # A slow link is an edge far above the rest of its row and column, a straggler a worker far
+    # above its peers: each needs them all calm.
+    if len(every) > 1 and any(f.name in FAIL_SLOW for f in every):
         return False
     if sum(f.name == "slow_ps" for f in every) > 1:
         return False
@@ -543,14 +599,14 @@ class Bench:
         self.seen = set()
         self.late_evidence = False  # Kept with --keep_logs even when every goal was met
 
-    # ------------------------------------------------------------ monitoring on n5
+    # ------------------------------------------------------------ monitoring on the monitor node
 
     def start_monitoring(self):
         am_cfg = os.path.join(self.c.log_dir, "alertmanager.yml")
         monitoring.render_alertmanager(SRC, am_cfg, f"http://127.0.0.1:{HOOK_PORT}/alerts")
         self.c.spawn(MONITOR, [sys.executable, os.path.join(SRC, "tests/drill/webhook_receiver.py"),
                                "--port", HOOK_PORT, "--out", self.hook_file], name="webhook")
-        # Every node posts to it: it listens on n5's address, not its loopback.
+        # Every node posts to it: it listens on the monitor node's address, not its loopback.
         self.c.spawn(MONITOR, monitoring.argv_alertmanager(
             monitoring.tool("prometheus-alertmanager", "prometheus-alertmanager"), am_cfg,
             os.path.join(self.c.log_dir, "am-data"), AM_PORT, address=self.c.address(MONITOR)),
@@ -830,7 +886,7 @@ class Bench:
 
     def report(self):
         print(f"\n{len(self.done)} faults in {self.episode} episodes, seed {self.args.seed}, "
-              f"4 nodes (2 ps, 2 workers), default flags; times in seconds")
+              f"{len(NODES)} nodes (2 ps, {len(WORKERS)} workers), default flags; times in seconds")
         head = (f"{'fault':13s} {'n':>4s} {'found':>5s} {'wrong':>5s} {'prec':>5s} {'recall':>6s}"
                 f" {'first view med':>14s} {'verdict med/p99/worst':>22s} {'page med/p99/worst':>20s}"
                 f" {'training again med/worst':>25s} {'flaps':>5s} {'late':>5s}")
@@ -911,7 +967,7 @@ def soak(c, t, bench, seconds, hog):
         time.sleep(0.1)
     pages = bench.pages(start_wall)
     print(f"\nquiet soak: {seconds:.0f} s, {'a CPU hog on n1' if hog else 'no load'}, "
-          f"{checks} checks of the 4 views")
+          f"{checks} checks of the {len(NODES)} views")
     print(f"states other than up (or a view missing): {len(seen)}")
     for at, w in seen[:40]:
         print(f"  +{at:.1f} s {w}")
@@ -932,16 +988,23 @@ def main():
                     help="fault types to draw from, comma-separated")
     ap.add_argument("--soak_s", type=float, default=0)
     ap.add_argument("--hog", action="store_true")
+    ap.add_argument("--workers", type=int, choices=(2, 3), default=2,
+                    help="3: worker:2 on n5, the monitor on n6, and the nodes see this machine's "
+                    "/sys (a sidecar sees its tasks' cgroups); implied by --types straggler")
     ap.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     ap.add_argument("--keep_logs", action="store_true",
                     help="keep every process's log and evidence.jsonl (the views behind wrong, "
                     "flapping, lost or late verdicts) when a goal was missed or a verdict was late")
     args = ap.parse_args()
+    if "straggler" in args.types.split(","):
+        args.workers = 3
+    use_workers(args.workers)
     netns.skip_unless_supported("the chaos bench")
     netns.limit_time(int(300 + (args.soak_s or 40 * args.faults)))
     log_dir = tempfile.mkdtemp(prefix="chaos-")
     ok = False
-    with netns.Cluster(5, log_dir=log_dir, log=lambda m: None) as c:
+    with netns.Cluster(MONITOR, log_dir=log_dir, log=lambda m: None,
+                       host_sys=args.workers == 3) as c:
         ckpt = os.path.join(log_dir, "checkpoints")
         t = training.TrainingCluster(
             c, args.bin, training.Layout(LAYOUT), sidecar_nodes=NODES,

@@ -25,6 +25,7 @@ sys.dont_write_bytecode = True
 
 from trainscope_testing import diagnosis as d
 from trainscope_testing import netns, training
+from trainscope_testing.cgroups import CpuCgroup
 from trainscope_testing.logs import logger
 
 log = logger("slow")
@@ -66,49 +67,6 @@ def slow_link(c, t):
     s = d.wait("cleared: worker:0 up in every view",
                lambda: every(t, lambda n, v: d.state_is(v, "worker:0", "up")), 45)
     log(f"ok: cleared, worker:0 up everywhere after {s:.1f} s")
-
-
-class CpuCgroup:
-    """A cgroup v1 cpu group beneath this process's own, with a CPU quota; removed on exit."""
-
-    def __init__(self, name, quota_cores):
-        own = ""
-        with open("/proc/self/cgroup") as f:
-            for line in f:
-                _, controllers, path = line.rstrip("\n").split(":", 2)
-                if "cpu" in controllers.split(","):
-                    own = os.path.join("/sys/fs/cgroup", controllers, path.lstrip("/"))
-        if not own or not os.path.isdir(own):
-            raise netns.HarnessError("no cgroup v1 cpu hierarchy here (/proc/self/cgroup)")
-        self.parent = own
-        self.path = os.path.join(own, f"trainscope-test-{os.getpid()}-{name}")
-        os.mkdir(self.path)
-        self.write("cpu.cfs_period_us", 100000)
-        self.write("cpu.cfs_quota_us", int(quota_cores * 100000))
-
-    def write(self, name, value, where=None):
-        with open(os.path.join(where or self.path, name), "w") as f:
-            f.write(f"{value}\n")
-
-    def add(self, pid):
-        self.write("cgroup.procs", pid)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        with open(os.path.join(self.path, "cgroup.procs")) as f:
-            for pid in f.read().split():
-                try:
-                    self.write("cgroup.procs", pid, self.parent)
-                except OSError:
-                    pass  # It exited meanwhile.
-        for _ in range(100):
-            try:
-                os.rmdir(self.path)
-                return
-            except OSError:
-                time.sleep(0.05)
 
 
 def straggler_named(v):

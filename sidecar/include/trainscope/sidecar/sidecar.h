@@ -39,6 +39,10 @@ struct SidecarOptions {
   int hung_after_ms = 1000;
   int blocked_after_ms = 1000;
   double stall_after_s = 10;
+  // The worker x ps map: each worker's calls to each ps against their own past (EdgeWatch), the
+  // slow links named from it, its heatmap and its slowest edges on /metrics. false: none of
+  // these (for measuring what the map costs).
+  bool worker_ps_map = true;
   // Where to serve HTTP and gRPC. A specific address also says which node this is: the tasks
   // whose host is that address. "0.0.0.0": every local interface. Empty (the default): the
   // address of this node's tasks in the spec, plus 127.0.0.1 (every interface when the spec

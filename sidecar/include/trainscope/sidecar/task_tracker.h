@@ -38,6 +38,7 @@ struct TrackerOptions {
   double relearn_s = 1;            // After a sidecar pause, no dead/hung/unreachable this long.
   double min_stddev_s = 0.05;      // Detector floor (see PhiAccrualOptions).
   CgroupWatchOptions cgroup;       // Throttling and memory-limit thresholds.
+  bool edges = true;               // Each peer's latency against its own past (EdgeWatch).
 };
 
 // A valid heartbeat answer, converted from HeartbeatResponse at the gRPC edge.
