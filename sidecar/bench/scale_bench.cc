@@ -4,8 +4,8 @@
 //             address with default flags (the peers derived from the spec), started one every
 //             --start_gap_s. The tasks are workers; with --ps K the first K are ps tasks, and
 //             every worker reports calls to each of them (the worker x ps map's edges, run with
-//             the map on, off or both: --map). Once every view has every task up, over --window_s it
-//             measures every sidecar's CPU share, RSS and exchange bytes sent per second; then
+//             the map on, off or both: --map). Once every view has every task up, over --window_s
+//             it measures every sidecar's CPU share, RSS and exchange bytes sent per second; then
 //             it kills --changes tasks one by one and measures, for each, the time until every
 //             sidecar's view has it dead; finally how long the sidecars take to stop.
 //   simulate: --sim_nodes nodes of the real exchange protocol (ExchangeCore) in this process
@@ -94,6 +94,7 @@ struct RealRow {
   bool keyed = false;  // The exchange signed with a cluster key.
   bool map = true;     // The worker x ps map on (--worker_ps_map).
   double converge_s = 0;
+  bool joined = false;                 // Every view had every task up within join_s.
   double cpu_max = 0, cpu_median = 0;  // Percent of one core.
   double rss_max_mib = 0;
   double bytes_median = 0, bytes_max = 0;  // Sent per second.
@@ -161,10 +162,12 @@ std::vector<Node> StartCluster(int n, const RealSetup& setup, const std::string&
   std::vector<Node> nodes(n);
   for (int i = 0; i < n; ++i) {
     const bool ps = i < setup.ps;
-    std::vector<std::string> args{
-        "--host",     Host(i), "--port",   std::to_string(task_port), "--role", ps ? "ps" : "worker",
-        "--index",    std::to_string(ps ? i : i - setup.ps),           "--phase", "training",
-        "--steps_per_s", "10"};
+    std::vector<std::string> args{"--host",        Host(i),
+                                  "--port",        std::to_string(task_port),
+                                  "--role",        ps ? "ps" : "worker",
+                                  "--index",       std::to_string(ps ? i : i - setup.ps),
+                                  "--phase",       "training",
+                                  "--steps_per_s", "10"};
     for (int p = 0; p < setup.ps && !ps; ++p) {
       args.insert(args.end(), {"--peer_ok", TaskName(p, setup.ps) + "@" + Host(p) + ":" +
                                                 std::to_string(task_port)});
@@ -204,7 +207,8 @@ void MeasureWindow(std::vector<Node>& nodes, double window_s, RealRow& row) {
     row.rss_max_mib = std::max(row.rss_max_mib, stat->resident_bytes / 1048576.0);
     auto m = trainscope::HttpGet(nodes[i].http, "/metrics", 3000);
     bytes.push_back(((m.ok() ? CounterValue(m->body, sent) : 0) - bytes0[i]) / elapsed);
-    const std::string edge = std::string("\n") + trainscope::telemetry::names::kTaskPeerLatency + "{";
+    const std::string edge =
+        std::string("\n") + trainscope::telemetry::names::kTaskPeerLatency + "{";
     int edges = 0;
     for (size_t at = 0; m.ok() && (at = m->body.find(edge, at)) != std::string::npos; ++at) ++edges;
     row.edge_series = std::max(row.edge_series, edges);
@@ -240,11 +244,13 @@ RealRow RunReal(int n, const RealSetup& setup, std::mt19937& rng) {
   std::ofstream(path) << spec;
   std::vector<Node> nodes = StartCluster(n, setup, path, task_port, http_port, grpc_port);
   const double start = MonotonicSeconds();
-  while (!AllUp(nodes, n) && MonotonicSeconds() - start < setup.join_s) {
+  while (!(row.joined = AllUp(nodes, n)) && MonotonicSeconds() - start < setup.join_s) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
   row.converge_s = MonotonicSeconds() - start;
-  std::this_thread::sleep_for(std::chrono::seconds(3));
+  // Each task's usual pace (and each edge's usual latency) is learned 10 s after it is first
+  // seen, which is news once per task: the window starts after that wave, in the steady state.
+  std::this_thread::sleep_for(std::chrono::seconds(15));
   MeasureWindow(nodes, setup.window_s, row);
   for (int c = 0; c < setup.changes; ++c) {
     row.change_ms.push_back(ChangeToEveryView(nodes, (c * 7 + 1) % n, setup.ps));
@@ -333,8 +339,7 @@ void Simulate(int n, int trials, int retransmit_mult, int sync_every, uint64_t s
 // The real mode's table: one row per size (and key setting).
 void PrintRealRows(const std::vector<RealRow>& rows) {
   std::printf("\n%6s %5s %5s %9s %12s %12s %9s %14s %14s %18s %9s %6s\n", "nodes", "key", "map",
-              "joined s",
-              "CPU% busiest", "CPU% median", "RSS MiB", "B/s sent med", "B/s sent max",
+              "joined s", "CPU% busiest", "CPU% median", "RSS MiB", "B/s sent med", "B/s sent max",
               "change->all ms", "stop ms", "edges");
   for (const RealRow& r : rows) {
     std::string changes_text;
@@ -342,8 +347,17 @@ void PrintRealRows(const std::vector<RealRow>& rows) {
       changes_text += (changes_text.empty() ? "" : "/") + std::to_string(static_cast<int>(c));
     }
     std::printf("%6d %5s %5s %9.1f %12.2f %12.2f %9.1f %14.0f %14.0f %18s %9.0f %6d\n", r.nodes,
-                r.keyed ? "on" : "off", r.map ? "on" : "off", r.converge_s, r.cpu_max, r.cpu_median, r.rss_max_mib,
-                r.bytes_median, r.bytes_max, changes_text.c_str(), r.stop_max_ms, r.edge_series);
+                r.keyed ? "on" : "off", r.map ? "on" : "off", r.converge_s, r.cpu_max, r.cpu_median,
+                r.rss_max_mib, r.bytes_median, r.bytes_max, changes_text.c_str(), r.stop_max_ms,
+                r.edge_series);
+  }
+  for (const RealRow& r : rows) {
+    if (!r.joined) {
+      std::printf(
+          "%d nodes (key %s, map %s) never had every task up in every view: its figures "
+          "are of a cluster still settling\n",
+          r.nodes, r.keyed ? "on" : "off", r.map ? "on" : "off");
+    }
   }
 }
 
@@ -361,8 +375,8 @@ std::string KeyFile() {
 
 // On over off, for each size run both ways with only `what` differing: what signing every
 // message (keyed) or the worker x ps map costs.
-void PrintRatios(const std::vector<RealRow>& rows, const char* label, bool RealRow::* what) {
-  const bool RealRow::* other = what == &RealRow::keyed ? &RealRow::map : &RealRow::keyed;
+void PrintRatios(const std::vector<RealRow>& rows, const char* label, bool RealRow::*what) {
+  const bool RealRow::*other = what == &RealRow::keyed ? &RealRow::map : &RealRow::keyed;
   for (const RealRow& off : rows) {
     for (const RealRow& on : rows) {
       if (off.*what || !(on.*what) || off.*other != on.*other || off.nodes != on.nodes ||
@@ -375,6 +389,44 @@ void PrintRatios(const std::vector<RealRow>& rows, const char* label, bool RealR
           label, on.nodes, on.cpu_max / off.cpu_max,
           off.cpu_median > 0 ? on.cpu_median / off.cpu_median : 0,
           off.bytes_median > 0 ? on.bytes_median / off.bytes_median : 0);
+    }
+  }
+}
+
+// Every size of `nodes_list`, with the key and the map off, on or both; the table and ratios.
+void RealMode(const std::string& nodes_list, const RealSetup& setup, const std::string& key,
+              const std::string& map, std::mt19937& rng) {
+  std::vector<RealRow> rows;
+  for (absl::string_view part : absl::StrSplit(nodes_list, ',')) {
+    int n = std::stoi(std::string(part));
+    if (n <= setup.ps) {
+      std::printf("skipped %d nodes: --ps %d leaves no worker\n", n, setup.ps);
+      continue;
+    }
+    std::printf("running %d nodes ...\n", n);
+    std::fflush(stdout);
+    for (const std::string k : {"off", "on"}) {
+      for (const std::string m : {"off", "on"}) {
+        if ((key != "both" && key != k) || (map != "both" && map != m)) continue;
+        RealSetup run = setup;
+        run.key_file = k == "on" ? KeyFile() : "";
+        run.map = m == "on";
+        rows.push_back(RunReal(n, run, rng));
+      }
+    }
+  }
+  PrintRealRows(rows);
+  PrintRatios(rows, "keyed", &RealRow::keyed);
+  PrintRatios(rows, "worker x ps map", &RealRow::map);
+  for (const RealRow& r : rows) {
+    for (const RealRow& base : rows) {
+      if (r.nodes != 40 || base.nodes == 40 || base.keyed != r.keyed || base.map != r.map ||
+          base.cpu_max <= 0) {
+        continue;
+      }
+      std::printf("busiest sidecar at 40 nodes / at %d nodes: %.2f\n", base.nodes,
+                  r.cpu_max / base.cpu_max);
+      break;
     }
   }
 }
@@ -427,36 +479,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::mt19937 rng(static_cast<unsigned>(getpid()));
-  if (mode == "real" || mode == "all") {
-    std::vector<RealRow> rows;
-    for (absl::string_view part : absl::StrSplit(nodes_list, ',')) {
-      int n = std::stoi(std::string(part));
-      if (n <= setup.ps) {
-        std::printf("skipped %d nodes: --ps %d leaves no worker\n", n, setup.ps);
-        continue;
-      }
-      std::printf("running %d nodes ...\n", n);
-      std::fflush(stdout);
-      for (const std::string k : {"off", "on"}) {
-        for (const std::string m : {"off", "on"}) {
-          if ((key != "both" && key != k) || (map != "both" && map != m)) continue;
-          RealSetup run = setup;
-          run.key_file = k == "on" ? KeyFile() : "";
-          run.map = m == "on";
-          rows.push_back(RunReal(n, run, rng));
-        }
-      }
-    }
-    PrintRealRows(rows);
-    PrintRatios(rows, "keyed", &RealRow::keyed);
-    PrintRatios(rows, "worker x ps map", &RealRow::map);
-    for (const RealRow& r : rows) {
-      if (r.nodes == 40 && rows.front().cpu_max > 0) {
-        std::printf("busiest sidecar at 40 nodes / at %d nodes: %.2f\n", rows.front().nodes,
-                    r.cpu_max / rows.front().cpu_max);
-      }
-    }
-  }
+  if (mode == "real" || mode == "all") RealMode(nodes_list, setup, key, map, rng);
   if (mode == "simulate" || mode == "all")
     Simulate(sim_nodes, sim_trials, sim_retransmit, sim_sync_every, sim_seed);
   return 0;

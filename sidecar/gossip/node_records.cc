@@ -2,6 +2,7 @@
 #include "gossip/node_records.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -45,9 +46,17 @@ void AppendKey(const TaskView& v, std::string* key) {
     if (p.usual_latency_seconds > 0) absl::StrAppend(key, "u", p.peer.ShortName(), ",");
     if (p.raised_seconds >= kHeldRaiseS) absl::StrAppend(key, "r", p.peer.ShortName(), ",");
   }
-  // The same for its pace (stragglers.h).
-  if (v.usual_step_seconds > 0) key->push_back('U');
+  // The same for its pace (stragglers.h): learned, each doubling of its recent pace over its
+  // usual, a raise held, and a quota that holds it back (a straggler's cause, which needs no
+  // raise). Every sidecar then judges a straggler on figures of about the same moment, not on
+  // those of its last other news.
+  if (v.usual_step_seconds > 0) {
+    key->push_back('U');
+    const double ratio = v.recent_step_seconds / v.usual_step_seconds;
+    if (ratio >= 2) absl::StrAppend(key, "P", std::min(6, static_cast<int>(std::log2(ratio))));
+  }
   if (v.step_raised_seconds >= kHeldRaiseS) key->push_back('R');
+  if (HeldByItsCpuQuota(v.cgroup)) key->push_back('Q');
   key->push_back(';');
 }
 

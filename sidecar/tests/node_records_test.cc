@@ -190,6 +190,31 @@ TEST(OwnRecord, VersionRisesOnNewsNotOnMovingNumbers) {
   EXPECT_TRUE(isolated->isolated());
 }
 
+// A straggler's figures are news: each doubling of its pace over its usual, and a quota that
+// holds it back; a pace that moves less is not.
+TEST(OwnRecord, AStragglersPaceAndCauseAreNews) {
+  OwnRecord own("a:1", "a", 7, /*refresh_s=*/5);
+  std::vector<TaskView> views = {Up(0)};
+  views[0].usual_step_seconds = 0.01;
+  views[0].recent_step_seconds = 0.012;
+  ASSERT_TRUE(own.Update(views, {}, false, 100).has_value());
+  views[0].recent_step_seconds = 0.018;
+  EXPECT_FALSE(own.Update(views, {}, false, 101).has_value());
+  views[0].recent_step_seconds = 0.025;
+  auto doubled = own.Update(views, {}, false, 102);
+  ASSERT_TRUE(doubled.has_value());
+  EXPECT_DOUBLE_EQ(doubled->tasks(0).recent_step_seconds(), 0.025);
+  views[0].recent_step_seconds = 0.035;
+  EXPECT_FALSE(own.Update(views, {}, false, 103).has_value());
+  views[0].recent_step_seconds = 0.045;
+  EXPECT_TRUE(own.Update(views, {}, false, 104).has_value());
+  views[0].cgroup.cpu_quota_cores = 0.05;
+  views[0].cgroup.cpu_throttled_ratio = 0.9;
+  ASSERT_TRUE(HeldByItsCpuQuota(views[0].cgroup));
+  EXPECT_TRUE(own.Update(views, {}, false, 105).has_value());
+  EXPECT_FALSE(own.Update(views, {}, false, 106).has_value());
+}
+
 // A failure to reach a peer is news when it starts, and again when it has lasted long enough to
 // be a partition (kPartitionAfterS), so that other views judge it as observed; not in between.
 TEST(OwnRecord, AFailureThatLastsLongEnoughForAPartitionIsNewsAgain) {

@@ -85,9 +85,9 @@ TEST(WorkerPsMap, NeedsItsOwnPastAPeerGapAndAHold) {
 // The cluster view names a slow link in its caller's reason with the map on (the default), and
 // with --worker_ps_map=false builds no map and names no link.
 TEST(WorkerPsMap, TheClusterViewUsesItUnlessSwitchedOff) {
-  ClusterSpec spec = ParseTfConfig(
-                         R"({"cluster": {"ps": ["h:1", "h:2"], "worker": ["h:3", "h:4"]}})", false)
-                         ->cluster;
+  ClusterSpec spec =
+      ParseTfConfig(R"({"cluster": {"ps": ["h:1", "h:2"], "worker": ["h:3", "h:4"]}})", false)
+          ->cluster;
   ClusterViewInputs in;
   in.cluster = "c";
   in.spec = &spec;
