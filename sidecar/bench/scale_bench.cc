@@ -383,6 +383,11 @@ void PrintRatios(const std::vector<RealRow>& rows, const char* label, bool RealR
           off.cpu_max <= 0) {
         continue;
       }
+      if (!off.joined || !on.joined) {
+        std::printf("%s on / off at %d nodes: not compared, one of them never joined\n", label,
+                    on.nodes);
+        continue;
+      }
       std::printf(
           "%s on / off at %d nodes: busiest CPU %.2f, median CPU %.2f, bytes sent "
           "%.2f\n",
