@@ -100,26 +100,20 @@ class FakeTaskService final : public pb::TaskService::Service {
       w->set_what("CreateSession");
       w->set_since_unix_seconds(start_);
       for (const std::string& spec : o_.waiting_on) {
-        size_t at = spec.find('@');
-        std::string name = spec.substr(0, at);
-        size_t colon = name.find(':');
-        pb::PeerView* p = w->add_peers();
-        p->mutable_peer()->set_role(name.substr(0, colon));
-        p->mutable_peer()->set_index(std::stoi(name.substr(colon + 1)));
-        p->set_address(at == std::string::npos ? "" : spec.substr(at + 1));
+        pb::PeerView* p = Peer(spec, w->add_peers());
         p->set_consecutive_failures(static_cast<int64_t>(elapsed * 2));
         p->set_last_error(o_.waiting_error);
         p->set_seconds_since_success(-1);
       }
     }
     for (const std::string& spec : o_.peer_ok) {
-      pb::PeerView* p = AddPeer(r, spec);
+      pb::PeerView* p = Peer(spec, r->add_peers());
       p->set_connected(true);
       p->set_latency_seconds(o_.peer_latency_ms / 1000 * (0.9 + 0.2 * (now - std::floor(now))));
       p->set_step_share(0.5 / static_cast<double>(o_.peer_ok.size()));
     }
     for (const std::string& spec : o_.peer_failing) {
-      pb::PeerView* p = AddPeer(r, spec);
+      pb::PeerView* p = Peer(spec, r->add_peers());
       p->set_connected(false);
       p->set_consecutive_failures(10);
       p->set_last_error(o_.peer_error);
@@ -142,12 +136,11 @@ class FakeTaskService final : public pb::TaskService::Service {
   void SetDelay(int ms) { delay_ms_.store(ms); }
 
  private:
-  // A peer of the answer from "role:index@host:port".
-  static pb::PeerView* AddPeer(pb::HeartbeatResponse* r, const std::string& spec) {
+  // `p` named from "role:index@host:port".
+  static pb::PeerView* Peer(const std::string& spec, pb::PeerView* p) {
     size_t at = spec.find('@');
     std::string name = spec.substr(0, at);
     size_t colon = name.find(':');
-    pb::PeerView* p = r->add_peers();
     p->mutable_peer()->set_role(name.substr(0, colon));
     p->mutable_peer()->set_index(std::stoi(name.substr(colon + 1)));
     p->set_address(at == std::string::npos ? "" : spec.substr(at + 1));
