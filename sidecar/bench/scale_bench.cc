@@ -190,6 +190,7 @@ std::vector<Node> StartCluster(int n, const RealSetup& setup, const std::string&
 // Every sidecar's CPU share, RSS and exchange bytes sent per second, over `window_s`.
 void MeasureWindow(std::vector<Node>& nodes, double window_s, RealRow& row) {
   const std::string sent = "trainscope_sidecar_exchange_bytes_total{direction=\"sent\"}";
+  const std::string edge = std::string("\n") + trainscope::telemetry::names::kTaskPeerLatency + "{";
   const size_t n = nodes.size();
   std::vector<double> cpu0(n), bytes0(n);
   for (size_t i = 0; i < n; ++i) {
@@ -207,8 +208,6 @@ void MeasureWindow(std::vector<Node>& nodes, double window_s, RealRow& row) {
     row.rss_max_mib = std::max(row.rss_max_mib, stat->resident_bytes / 1048576.0);
     auto m = trainscope::HttpGet(nodes[i].http, "/metrics", 3000);
     bytes.push_back(((m.ok() ? CounterValue(m->body, sent) : 0) - bytes0[i]) / elapsed);
-    const std::string edge =
-        std::string("\n") + trainscope::telemetry::names::kTaskPeerLatency + "{";
     int edges = 0;
     for (size_t at = 0; m.ok() && (at = m->body.find(edge, at)) != std::string::npos; ++at) ++edges;
     row.edge_series = std::max(row.edge_series, edges);

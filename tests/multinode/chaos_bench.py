@@ -509,9 +509,7 @@ class Straggler(Fault):
         self.group.close()
 
     def holds(self, node, v):
-        w = d.task(v, self.worker) or {}
-        return w.get("state") == "slow" and "straggler: " in w.get("reason", "") and \
-            "held back by its own CPU quota" in w.get("reason", "")
+        return d.straggler_by_quota(v, self.worker)
 
     def held_up(self):
         return {self.worker}

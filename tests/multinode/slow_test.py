@@ -17,9 +17,7 @@ no network namespaces; under CI=true a skip fails).
 """
 
 import argparse
-import os
 import sys
-import time
 
 sys.dont_write_bytecode = True
 
@@ -70,10 +68,8 @@ def slow_link(c, t):
 
 
 def straggler_named(v):
-    w = d.task(v, "worker:2")
     others_up = all(d.state_is(v, x, "up") for x in ("ps:0", "ps:1", "worker:0", "worker:1"))
-    return (w["state"] == "slow" and "straggler: " in w["reason"]
-            and "held back by its own CPU quota" in w["reason"] and others_up)
+    return d.straggler_by_quota(v, "worker:2") and others_up
 
 
 def straggler(c, t):

@@ -81,6 +81,14 @@ def edges_learned(view, worker, count, ps=None):
     return len(peers) == count and all(p.get("usual_latency_seconds", 0) > 0 for p in peers)
 
 
+def straggler_by_quota(view, worker):
+    """The view calls `worker` slow, a straggler held back by its own CPU quota."""
+    w = task(view, worker) or {}
+    reason = w.get("reason", "")
+    return w.get("state") == "slow" and "straggler: " in reason and \
+        "held back by its own CPU quota" in reason
+
+
 def ps_blamed(view, ps, workers):
     """The ps is slow by its own figures; each worker names it as where its step went."""
     p = task(view, ps)
