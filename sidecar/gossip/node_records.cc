@@ -2,7 +2,6 @@
 #include "gossip/node_records.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -15,6 +14,10 @@ namespace {
 
 constexpr size_t kMaxRecordBytes = 1 << 20;
 constexpr size_t kMaxNodeIdBytes = 256;
+// A task's recent pace that moved by this factor since its record last told it is news, at most
+// every kPaceNewsEveryS (PaceMoved).
+constexpr double kPaceNewsFactor = 1.25;
+constexpr double kPaceNewsEveryS = 1;
 
 bool Newer(const v1::NodeRecord& a, const v1::NodeRecord& b) {
   if (a.generation() != b.generation()) return a.generation() > b.generation();
@@ -46,18 +49,28 @@ void AppendKey(const TaskView& v, std::string* key) {
     if (p.usual_latency_seconds > 0) absl::StrAppend(key, "u", p.peer.ShortName(), ",");
     if (p.raised_seconds >= kHeldRaiseS) absl::StrAppend(key, "r", p.peer.ShortName(), ",");
   }
-  // The same for its pace (stragglers.h): learned, each doubling of its recent pace over its
-  // usual, a raise held, and a quota that holds it back (a straggler's cause, which needs no
-  // raise). Every sidecar then judges a straggler on figures of about the same moment, not on
-  // those of its last other news.
-  if (v.usual_step_seconds > 0) {
-    key->push_back('U');
-    const double ratio = v.recent_step_seconds / v.usual_step_seconds;
-    if (ratio >= 2) absl::StrAppend(key, "P", std::min(6, static_cast<int>(std::log2(ratio))));
-  }
+  // The same for its pace (stragglers.h): learned, a raise held, and a quota that holds it back
+  // (a straggler's cause, which needs no raise). A pace that moved is news too (PaceMoved).
+  if (v.usual_step_seconds > 0) key->push_back('U');
   if (v.step_raised_seconds >= kHeldRaiseS) key->push_back('R');
   if (HeldByItsCpuQuota(v.cgroup)) key->push_back('Q');
   key->push_back(';');
+}
+
+// Whether a task's recent pace moved by a factor of kPaceNewsFactor or more, up or down, from
+// the one `told` last said. Other views judge a straggler against its peers on these figures
+// (stragglers.h): a straggler at 1.8x its peers, or a peer back to its pace after being one, is
+// otherwise told only with the next other news, and judged on stale figures until then.
+bool PaceMoved(const std::vector<TaskView>& views, const v1::NodeRecord& told) {
+  for (const TaskView& v : views) {
+    for (const v1::TaskView& t : told.tasks()) {
+      if (t.role() != v.task.role || t.task() != v.task.index) continue;
+      const double was = t.recent_step_seconds();
+      const double now = v.recent_step_seconds;
+      if (was > 0 && now > 0 && std::max(now / was, was / now) >= kPaceNewsFactor) return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace
@@ -225,7 +238,8 @@ std::optional<v1::NodeRecord> OwnRecord::Update(const std::vector<TaskView>& vie
   absl::StrAppend(&key, isolated ? "I" : "");
   const bool changed = key != key_ || made_at_ < 0;
   const bool refresh = reasons != reasons_ && now_unix - made_at_ >= refresh_s_;
-  if (!changed && !refresh) return std::nullopt;
+  const bool paced = now_unix - made_at_ >= kPaceNewsEveryS && PaceMoved(views, record_);
+  if (!changed && !refresh && !paced) return std::nullopt;
   key_ = std::move(key);
   reasons_ = std::move(reasons);
   made_at_ = now_unix;

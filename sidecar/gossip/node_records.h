@@ -83,8 +83,9 @@ class OwnRecord {
  public:
   OwnRecord(std::string node, std::string hostname, uint64_t generation, double refresh_s);
   // The record for these first-hand views and link facts; its version rises when something
-  // worth telling changed, or when a problem's reason changed and the last version is at least
-  // `refresh_s` old. Returns the new record when the version rose, else nullopt.
+  // worth telling changed, when a problem's reason changed and the last version is at least
+  // `refresh_s` old, or when a task's recent pace moved by a quarter or more and the last version
+  // is at least a second old. Returns the new record when the version rose, else nullopt.
   std::optional<v1::NodeRecord> Update(const std::vector<TaskView>& views,
                                        std::vector<std::string> unreachable_nodes, bool isolated,
                                        double now_unix);

@@ -198,20 +198,26 @@ TEST(OwnRecord, AStragglersPaceAndCauseAreNews) {
   views[0].usual_step_seconds = 0.01;
   views[0].recent_step_seconds = 0.012;
   ASSERT_TRUE(own.Update(views, {}, false, 100).has_value());
+  // A pace within a quarter of the one told is not news; one past it is, at most every second.
+  views[0].recent_step_seconds = 0.014;
+  EXPECT_FALSE(own.Update(views, {}, false, 100.5).has_value());
   views[0].recent_step_seconds = 0.018;
-  EXPECT_FALSE(own.Update(views, {}, false, 101).has_value());
-  views[0].recent_step_seconds = 0.025;
-  auto doubled = own.Update(views, {}, false, 102);
-  ASSERT_TRUE(doubled.has_value());
-  EXPECT_DOUBLE_EQ(doubled->tasks(0).recent_step_seconds(), 0.025);
-  views[0].recent_step_seconds = 0.035;
+  EXPECT_FALSE(own.Update(views, {}, false, 100.8).has_value());
+  auto slower = own.Update(views, {}, false, 101.2);
+  ASSERT_TRUE(slower.has_value());
+  EXPECT_DOUBLE_EQ(slower->tasks(0).recent_step_seconds(), 0.018);
+  views[0].recent_step_seconds = 0.021;
   EXPECT_FALSE(own.Update(views, {}, false, 103).has_value());
-  views[0].recent_step_seconds = 0.045;
-  EXPECT_TRUE(own.Update(views, {}, false, 104).has_value());
+  // Back to its pace is news as well: its peers judge others against it.
+  views[0].recent_step_seconds = 0.012;
+  auto back = own.Update(views, {}, false, 104);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_DOUBLE_EQ(back->tasks(0).recent_step_seconds(), 0.012);
+  // A quota that holds it back is news at once, and once.
   views[0].cgroup.cpu_quota_cores = 0.05;
   views[0].cgroup.cpu_throttled_ratio = 0.9;
   ASSERT_TRUE(HeldByItsCpuQuota(views[0].cgroup));
-  EXPECT_TRUE(own.Update(views, {}, false, 105).has_value());
+  EXPECT_TRUE(own.Update(views, {}, false, 104.1).has_value());
   EXPECT_FALSE(own.Update(views, {}, false, 106).has_value());
 }
 

@@ -168,6 +168,7 @@ class Fault:
     page = None  # (alertname, {label: value}) the fault must page, or None
     goal_s = 1.0  # The goal for the verdict in every view (None: none set)
     limit_s = 0  # Its own longest wait for the verdict, when over --verdict_limit_s
+    trail_after_s = None  # With no goal: a verdict later than this logs what the views said
 
     def __init__(self, bench, rng):
         self.b, self.rng = bench, rng
@@ -452,6 +453,7 @@ class SlowLink(Fault):
     name = "slow_link"
     goal_s = None
     limit_s = 30
+    trail_after_s = 15
 
     def __init__(self, bench, rng, worker, ps):
         super().__init__(bench, rng)
@@ -493,6 +495,7 @@ class Straggler(Fault):
     name = "straggler"
     goal_s = None
     limit_s = 45
+    trail_after_s = 15
 
     def __init__(self, bench, rng, worker):
         super().__init__(bench, rng)
@@ -771,7 +774,8 @@ class Bench:
                 self.note(self.missed, faults, f"{f}: " + " | ".join(said))
         for f in faults:
             late_page = f.page_s is not None and f.page_s > PAGE_GOAL_S
-            if f.goal_s and (f.verdict_s is None or f.verdict_s > f.goal_s) or late_page:
+            after = f.goal_s or f.trail_after_s
+            if after and (f.verdict_s is None or f.verdict_s > after) or late_page:
                 self.late_evidence = True
                 log(f"  {f}: verdict {fmt(f.verdict_s)}, page {fmt(f.page_s)}; "
                     "what the views said until the verdict:")
