@@ -59,7 +59,7 @@ void AppendKey(const TaskView& v, std::string* key) {
 
 // Whether a task's recent pace moved by a factor of kPaceNewsFactor or more, up or down, from
 // the one `told` last said. Other views judge a straggler against its peers on these figures
-// (stragglers.h): a straggler at 1.8x its peers, or a peer back to its pace after being one, is
+// (stragglers.h): a straggler at 1.8x its usual pace, or a peer back to its pace after one, is
 // otherwise told only with the next other news, and judged on stale figures until then.
 bool PaceMoved(const std::vector<TaskView>& views, const v1::NodeRecord& told) {
   for (const TaskView& v : views) {
