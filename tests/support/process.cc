@@ -29,34 +29,56 @@ std::string BinPath(const std::string& name) {
 
 namespace {
 
-// A port nothing listens on now (bind to port 0, then close).
-int AnyFreePort() {
+// The kernel's range for ports it picks by itself (bind to port 0, and the source port of every
+// outgoing connection): "32768 60999" on Debian.
+int EphemeralLow() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 32768;
+  in >> low;
+  return low;
+}
+
+// True if 127.0.0.1:port can be bound now (nothing listens on it or holds it).
+bool CanBind(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // As the servers bind.
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    throw std::runtime_error("bind to port 0 failed");
-  }
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  addr.sin_port = htons(port);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   close(fd);
-  return ntohs(addr.sin_port);
+  return ok;
 }
 
 }  // namespace
 
+// Ports below the kernel's ephemeral range: a port handed out here and not yet bound by its
+// program cannot be taken meanwhile by an outgoing connection or another program's port 0,
+// which is how two CI runs failed ("Address already in use", and a task's gRPC port held by
+// another task's metrics server). Each test process walks its own stretch of the range (from
+// its pid), so two tests running side by side rarely meet; CanBind skips what another holds.
 int FreePort() {
   static std::mutex mu;
   static std::set<int> given;
+  static int next = 0;
   std::lock_guard lock(mu);
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    const int port = AnyFreePort();
-    if (given.insert(port).second) return port;
+  constexpr int kLowest = 10000;
+  const int top = EphemeralLow();  // Exclusive.
+  if (top - kLowest < 1000) throw std::runtime_error("the ephemeral port range leaves no room");
+  const int span = top - kLowest;
+  if (next == 0) next = kLowest + static_cast<int>((getpid() * 2654435761u) % span);
+  for (int attempt = 0; attempt < span; ++attempt) {
+    const int port = next;
+    next = next + 1 < top ? next + 1 : kLowest;
+    if (given.count(port) == 0 && CanBind(port)) {
+      given.insert(port);
+      return port;
+    }
   }
-  throw std::runtime_error("no free port that was not given before");
+  throw std::runtime_error("no free port below the ephemeral range");
 }
 
 Process::Process(std::string binary, std::vector<std::string> args,

@@ -16,8 +16,9 @@ namespace trainscope::testing {
 // Path of a binary built into build/bin (the directory of the running test binary).
 std::string BinPath(const std::string& name);
 
-// A TCP port on 127.0.0.1 that nothing listens on right now, and that this process has not been
-// given before (the kernel may hand the same free port to two calls in a row). Thread-safe.
+// A TCP port on 127.0.0.1 that nothing holds right now, below the kernel's ephemeral range (so no
+// outgoing connection or port-0 bind takes it before its program binds it), and that this
+// process has not been given before. Thread-safe.
 int FreePort();
 
 // A child process. The destructor kills (SIGKILL) and reaps it if still running.
