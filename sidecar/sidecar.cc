@@ -533,6 +533,7 @@ class Sidecar::Impl {
     }
     exchange_ = std::make_unique<PeerExchange>(
         std::move(x), [this] { return LocalViews(); }, channel_credentials_);
+    exchange_->SetLoadProvider([this] { return node_load_.Get(MonotonicSeconds()); });
     exchange_->SetOnChange([this] {
       if (notifier_) notifier_->Poke();
     });
@@ -606,6 +607,7 @@ class Sidecar::Impl {
     };
     in.now_unix = UnixSeconds();
     in.worker_ps_map = options_.worker_ps_map;
+    in.node_load = node_load_.Get(MonotonicSeconds());
     return BuildClusterView(in);
   }
 
@@ -720,7 +722,8 @@ class Sidecar::Impl {
   std::unique_ptr<StackKeeper> keeper_;
   std::unique_ptr<ApiAuth> auth_;
   std::unique_ptr<PeerExchange> exchange_;
-  mutable TraceStore trace_store_;  // Thread-safe; its stats() is not const.
+  mutable SharedNodeLoad node_load_;  // This node's, for its record and its own view.
+  mutable TraceStore trace_store_;    // Thread-safe; its stats() is not const.
   std::unique_ptr<OtlpForwarder> forwarder_;
   std::unique_ptr<TraceReceiver> trace_receiver_;
   std::unique_ptr<AlertNotifier> notifier_;

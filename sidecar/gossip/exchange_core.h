@@ -85,6 +85,8 @@ class ExchangeCore {
   // This node's first-hand views; true when they are news (its record's version rose), which
   // should then go out at once to NewsTargets().
   bool UpdateOwn(const std::vector<TaskView>& views, Now now);
+  // This node's load, in its record from the next version on (OwnRecord::SetLoad).
+  void SetOwnLoad(const NodeLoad& load) { own_.SetLoad(load); }
   std::vector<std::string> NewsTargets();
   // News not passed on yet (a record or a member's status just learned): the caller pushes it to
   // NewsTargets() at once rather than at the next period, so that each hop of the epidemic

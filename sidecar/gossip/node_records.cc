@@ -235,7 +235,7 @@ std::optional<v1::NodeRecord> OwnRecord::Update(const std::vector<TaskView>& vie
     if (v.state != TaskState::kUp) absl::StrAppend(&reasons, v.reason, ";");
   }
   for (const std::string& n : unreachable_nodes) absl::StrAppend(&key, "u", n, ",");
-  absl::StrAppend(&key, isolated ? "I" : "");
+  absl::StrAppend(&key, isolated ? "I" : "", NodeStrainWords(load_).empty() ? "" : "S");
   const bool changed = key != key_ || made_at_ < 0;
   const bool refresh = reasons != reasons_ && now_unix - made_at_ >= refresh_s_;
   const bool paced = now_unix - made_at_ >= kPaceNewsEveryS && PaceMoved(views, record_);
@@ -254,6 +254,7 @@ std::optional<v1::NodeRecord> OwnRecord::Update(const std::vector<TaskView>& vie
   record_.clear_unreachable_nodes();
   for (std::string& n : unreachable_nodes) record_.add_unreachable_nodes(std::move(n));
   record_.set_isolated(isolated);
+  ToProto(load_, record_.mutable_load());
   return record_;
 }
 

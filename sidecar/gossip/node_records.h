@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "trainscope/sidecar/node_load.h"
 #include "trainscope/sidecar/task_view.h"
 #include "trainscope/sidecar/v1/sidecar.pb.h"
 
@@ -90,9 +91,13 @@ class OwnRecord {
                                        std::vector<std::string> unreachable_nodes, bool isolated,
                                        double now_unix);
   const v1::NodeRecord& current() const { return record_; }
+  // This node's load, carried in every version from now on; news when it turns strained or
+  // back (NodeStrainWords), its figures otherwise ride with the next version.
+  void SetLoad(const NodeLoad& load) { load_ = load; }
 
  private:
   v1::NodeRecord record_;
+  NodeLoad load_;
   std::string key_;
   std::string reasons_;
   double made_at_ = -1;

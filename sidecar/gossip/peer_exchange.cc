@@ -224,6 +224,10 @@ class PeerExchange::Impl {
       const bool sync = tick && now.s >= next_sync;
       if (sync) next_sync = now.s + core_.options().sync_interval_s;
       std::vector<TaskView> views = local_();
+      if (load_) {
+        std::lock_guard lock(mu_);
+        core_.SetOwnLoad(load_());
+      }
       const Round round = PlanRound(views, now, tick, sync, published_at, relayed_at);
       SendRound(round);
     }
@@ -550,6 +554,7 @@ class PeerExchange::Impl {
 
  public:
   void SetStacksProvider(StacksProvider provider) { stacks_ = std::move(provider); }
+  void SetLoadProvider(std::function<NodeLoad()> load) { load_ = std::move(load); }
   void SetOnChange(std::function<void()> on_change) { on_change_ = std::move(on_change); }
   grpc::Service* snapshots_service() { return &snapshots_; }
 
@@ -733,6 +738,7 @@ class PeerExchange::Impl {
     Impl* impl_;
   };
   StacksProvider stacks_;               // Set before Start.
+  std::function<NodeLoad()> load_;      // Set before Start.
   std::function<void()> on_change_;     // Set before Start.
   std::atomic<int> stacks_serving_{0};  // Stacks requests being answered.
   std::map<std::string, std::unique_ptr<v1::Snapshots::Stub>> snapshot_stubs_;  // Guarded by mu_.
@@ -760,6 +766,10 @@ void PeerExchange::SetOnChange(std::function<void()> on_change) {
 }
 void PeerExchange::SetStacksProvider(StacksProvider provider) {
   impl_->SetStacksProvider(std::move(provider));
+}
+
+void PeerExchange::SetLoadProvider(std::function<NodeLoad()> load) {
+  impl_->SetLoadProvider(std::move(load));
 }
 absl::StatusOr<pb::StackList> PeerExchange::FetchStacks(const std::string& node,
                                                         const std::string& task, bool fresh,

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "gossip/exchange_core.h"
 #include "trainscope/sidecar/api.h"
+#include "trainscope/sidecar/node_load.h"
 #include "trainscope/sidecar/task_view.h"
 
 namespace grpc {
@@ -63,6 +64,9 @@ class PeerExchange {
   using StacksProvider =
       std::function<absl::StatusOr<pb::StackList>(const std::string& task, bool fresh)>;
   void SetStacksProvider(StacksProvider provider);
+  // This node's load, read on the exchange's thread with the views and carried in its record.
+  // Set before Start; without it the record carries none.
+  void SetLoadProvider(std::function<NodeLoad()> load);
   // Asks the sidecar of `node` (its exchange's host:port) for its snapshots of `task`, waiting
   // at most `deadline_ms`; an answer over `max_bytes` is refused. Errors in words, naming the
   // node. Blocks the caller.

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "serve/starved_nodes.h"
 #include "serve/stragglers.h"
 #include "trainscope/common/clock.h"
 
@@ -50,6 +51,9 @@ struct Merge {
   std::map<std::string, std::set<std::string>> unreachable;  // node -> nodes it cannot reach.
   std::optional<double> isolated_since;
   std::set<std::pair<TaskRef, TaskRef>> slow_links;  // (caller, ps)
+  std::map<std::string, NodeLoad> loads;             // By node id, this node's too.
+  std::map<std::string, std::string> starved;        // Node id -> the verdict's words.
+  std::set<TaskRef> starving;                        // The slow tasks of a starved node.
   int skipped = 0;
 
   const Member* MemberOf(const std::string& node) const {
@@ -87,6 +91,7 @@ void MergeRecords(Merge& m) {
     if (!r.hostname().empty()) m.hostnames[node] = r.hostname();
     for (const std::string& u : r.unreachable_nodes()) m.unreachable[node].insert(u);
     if (node == m.in.self) continue;
+    if (r.has_load()) m.loads[node] = FromProto(r.load());
     for (const v1::TaskView& t : r.tasks()) {
       auto view = FromProto(t);
       if (!view.ok() || m.in.spec->FindAddress(view->task) == nullptr ||
@@ -451,9 +456,24 @@ void ApplySlowLinks(Merge& m, ClusterView& view) {
   }
 }
 
+// Most tasks of a node slow together: the node is named, with its evidence, in each of their
+// reasons (starved_nodes.h), and none of them is called a straggler.
+void ApplyStarvedNodes(Merge& m) {
+  m.loads[m.in.self] = m.in.node_load;
+  for (const StarvedNode& s : FindStarvedNodes(m.tasks, m.loads)) {
+    const std::string words = StarvedNodeWords(s, m.NameOf(s.node));
+    m.starved[s.node] = words;
+    for (const TaskRef& t : s.slow) {
+      m.starving.insert(t);
+      MarkFailSlow(m, m.tasks[t], s.raised_seconds, words, true);
+    }
+  }
+}
+
 // A straggler is slow, and its reason says so first, with why (stragglers.h).
 void ApplyStragglers(Merge& m, const ClusterView& view) {
   for (const Straggler& s : FindStragglers(m.tasks, view.worker_ps)) {
+    if (m.starving.count(s.task) > 0) continue;
     MarkFailSlow(m, m.tasks[s.task], s.raised_seconds, StragglerWords(s), true);
   }
 }
@@ -568,6 +588,14 @@ void BuildNodes(const Merge& m, ClusterView& view) {
   }
 }
 
+// A starved node's entry says so, unless something worse is said of it already.
+void NameStarvedNodes(const Merge& m, ClusterView& view) {
+  for (NodeInfo& n : view.nodes) {
+    auto it = m.starved.find(n.id);
+    if (it != m.starved.end() && n.reason.empty()) n.reason = it->second;
+  }
+}
+
 }  // namespace
 
 bool SameAddress(const std::string& a, const std::string& b) {
@@ -603,10 +631,12 @@ ClusterView BuildClusterView(const ClusterViewInputs& in) {
   view.exchange_unauthenticated = in.exchange != nullptr && !in.exchange->stats.authenticated;
   FindPartitions(m, view);
   ApplySlowLinks(m, view);
+  ApplyStarvedNodes(m);
   ApplyStragglers(m, view);
   BlameSlowPs(m);
   ApplySelfIsolation(m);
   BuildNodes(m, view);
+  NameStarvedNodes(m, view);
   for (const TaskView& v : in.local) view.local.push_back(v.task);
   for (auto& [t, v] : m.tasks) view.tasks.push_back(std::move(v));
   AnnotateBlocked(view.tasks, *in.spec);

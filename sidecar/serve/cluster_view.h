@@ -16,6 +16,7 @@
 #include "serve/worker_ps_map.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/sidecar/api.h"
+#include "trainscope/sidecar/node_load.h"
 #include "trainscope/sidecar/task_view.h"
 
 namespace trainscope::sidecar {
@@ -69,6 +70,7 @@ struct ClusterViewInputs {
   std::function<std::string(const TaskRef&)> expected_node;
   double now_unix = 0;
   bool worker_ps_map = true;  // false: no map and no slow links (SidecarOptions).
+  NodeLoad node_load;         // This node's (the others' come in their records).
 };
 
 ClusterView BuildClusterView(const ClusterViewInputs& in);

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Slow, not dead, on a real multi-node network (issue "Slow, not dead").
 
-Four nodes: ps:0 and ps:1 on n1, worker:0 on n2, worker:1 on n3, worker:2 on n4; a sidecar per
-node with its default flags. worker:0's own calls to ps:1 are made 80 ms late
+Four nodes: ps:0 and ps:1 on n1, worker:0 on n2, worker:1 on n3, worker:2 and worker:3 on n4; a
+sidecar per node with its default flags. worker:0's own calls to ps:1 are made 80 ms late
 (`trainscopectl fault --link_delay_ms ps:1=80`, inside n2): a slow link. Every node's sidecar,
 read from inside its node, must name the link worker:0 -> ps:1 in worker:0's reason (slow), with
 ps:1 and the other workers up; trainscopectl on n4 prints it; n2's /metrics has the slow-link
@@ -10,7 +10,9 @@ series. Cleared: worker:0 up again in every view. Then worker:2 is put in a cgro
 its own with a quota of 5% of a core (made here, beneath this process's own cpu cgroup, and
 removed after; the nodes see this machine's /sys: host_sys): every view must call it slow, a
 straggler held back by its own CPU quota, with both ps and the other workers up; moved back out,
-it is up again everywhere.
+it is up again everywhere. Last, worker:2 and worker:3 share one such group at 5% of a core: n4 is
+a throttled node, named as the node in both workers' reasons in every view (neither is called a
+straggler), and out of it both are up again.
 
 Usage: slow_test.py --bin build/bin [--keep_logs]. Exit 0 passed, 1 failed, 77 skipped (no root or
 no network namespaces; under CI=true a skip fails).
@@ -28,9 +30,10 @@ from trainscope_testing.logs import logger
 
 log = logger("slow")
 
-DEADLINE_S = 300
+DEADLINE_S = 420
 NODES = (1, 2, 3, 4)
-LAYOUT = "ps:0@1,ps:1@1,worker:0@2,worker:1@3,worker:2@4"
+LAYOUT = "ps:0@1,ps:1@1,worker:0@2,worker:1@3,worker:2@4,worker:3@4"
+WORKERS = 4
 LINK = "slow link worker:0 -> ps:1"
 
 
@@ -40,7 +43,8 @@ def every(t, predicate):
 
 def link_named(v):
     w = d.task(v, "worker:0")
-    others_up = all(d.state_is(v, x, "up") for x in ("ps:0", "ps:1", "worker:1", "worker:2"))
+    others_up = all(d.state_is(v, x, "up")
+                    for x in ("ps:0", "ps:1", "worker:1", "worker:2", "worker:3"))
     return w["state"] == "slow" and LINK in w["reason"] and others_up
 
 
@@ -68,7 +72,8 @@ def slow_link(c, t):
 
 
 def straggler_named(v):
-    others_up = all(d.state_is(v, x, "up") for x in ("ps:0", "ps:1", "worker:0", "worker:1"))
+    others_up = all(d.state_is(v, x, "up")
+                    for x in ("ps:0", "ps:1", "worker:0", "worker:1", "worker:3"))
     return d.straggler_by_quota(v, "worker:2") and others_up
 
 
@@ -87,6 +92,31 @@ def straggler(c, t):
     log(f"ok: out of the cgroup, worker:2 up everywhere after {s:.1f} s")
 
 
+def node_named(v):
+    others_up = all(d.state_is(v, x, "up") for x in ("ps:0", "ps:1", "worker:0", "worker:1"))
+    both = all(d.task(v, w)["state"] == "slow" and
+               d.task(v, w)["reason"].startswith("throttled or starved node ") and
+               "held back by their CPU quota" in d.task(v, w)["reason"]
+               for w in ("worker:2", "worker:3"))
+    return both and others_up
+
+
+def starved_node(c, t):
+    with CpuCgroup("starved-node", 0.05) as cpu:
+        cpu.add(t.proc("worker:2").pid)
+        cpu.add(t.proc("worker:3").pid)
+        s = d.wait("every view names n4 a throttled node in both its workers' reasons, the "
+                   "others up", lambda: every(t, lambda n, v: node_named(v)), 60)
+        reason = d.task(t.view(1), "worker:3")["reason"]
+        log(f"ok: the node named in every view after {s:.1f} s; n1 says: {reason[:300]}")
+        ctl = t.ctl_status(2).stdout
+        assert "throttled or starved node" in ctl, f"trainscopectl on n2 names it:\n{ctl}"
+        log("ok: trainscopectl status on n2 names it")
+    s = d.wait("cleared: worker:2 and worker:3 up in every view", lambda: every(
+        t, lambda n, v: all(d.state_is(v, w, "up") for w in ("worker:2", "worker:3"))), 60)
+    log(f"ok: out of the cgroup, both up everywhere after {s:.1f} s")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", required=True)
@@ -102,10 +132,11 @@ def main():
                 t, lambda n, v: all(x["state"] == "up" for x in v["tasks"])), 30)
             # Each edge's usual is learned after a 10 s warm-up (EdgeWatch).
             d.wait("every edge has a usual latency in every view", lambda: every(
-                t, lambda n, v: all(d.edges_learned(v, f"worker:{w}", 2) for w in range(3))), 40)
+                t, lambda n, v: all(d.edges_learned(v, f"worker:{w}", 2) for w in range(WORKERS))), 40)
             log("ok: every view has every worker's two edges, learned")
             slow_link(c, t)
             straggler(c, t)
+            starved_node(c, t)
     return netns.run_test("the slow test", "multinode-slow-", DEADLINE_S, body,
                           args.keep_logs, log)
 

@@ -1,0 +1,190 @@
+// A node's own load (node_load.h).
+#include "trainscope/sidecar/node_load.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "trainscope/sidecar/v1/sidecar.pb.h"
+
+namespace trainscope::sidecar {
+namespace {
+
+constexpr double kWindowS = 10;
+// Above these a node is short of CPU or memory (NodeStrainWords).
+constexpr double kStealShare = 0.10;
+constexpr double kLoadPerCore = 1.5;
+constexpr double kCpuPressureShare = 0.25;
+constexpr double kMemoryPressureShare = 0.10;
+constexpr double kSwapPagesPerSecond = 256;
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int Percent(double share) { return static_cast<int>(std::lround(share * 100)); }
+
+}  // namespace
+
+std::optional<CpuTicks> ParseProcStatCpu(absl::string_view stat) {
+  for (absl::string_view line : absl::StrSplit(stat, '\n')) {
+    if (!absl::ConsumePrefix(&line, "cpu ")) continue;
+    std::vector<double> fields;
+    for (absl::string_view f : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
+      double x = 0;
+      if (!absl::SimpleAtod(f, &x) || x < 0) return std::nullopt;
+      fields.push_back(x);
+    }
+    if (fields.size() < 8) return std::nullopt;  // user .. steal
+    CpuTicks t;
+    for (size_t i = 0; i < fields.size() && i < 8; ++i) t.total += fields[i];  // Not guest.
+    t.steal = fields[7];
+    return t;
+  }
+  return std::nullopt;
+}
+
+int ParseProcStatCores(absl::string_view stat) {
+  int cores = 0;
+  for (absl::string_view line : absl::StrSplit(stat, '\n')) {
+    if (line.size() > 3 && absl::StartsWith(line, "cpu") && line[3] >= '0' && line[3] <= '9') {
+      ++cores;
+    }
+  }
+  return cores;
+}
+
+std::optional<double> ParseLoadAverage(absl::string_view loadavg) {
+  std::vector<absl::string_view> f = absl::StrSplit(loadavg, ' ', absl::SkipEmpty());
+  double x = 0;
+  if (f.empty() || !absl::SimpleAtod(f[0], &x) || x < 0 || !std::isfinite(x)) return std::nullopt;
+  return x;
+}
+
+std::optional<double> ParsePressureSomeAvg10(absl::string_view psi) {
+  for (absl::string_view line : absl::StrSplit(psi, '\n')) {
+    if (!absl::ConsumePrefix(&line, "some ")) continue;
+    for (absl::string_view f : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
+      double x = 0;
+      if (absl::ConsumePrefix(&f, "avg10=") && absl::SimpleAtod(f, &x) && x >= 0 && x <= 100) {
+        return x / 100;
+      }
+    }
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+std::optional<double> ParseVmstatSwapPages(absl::string_view vmstat) {
+  std::optional<double> in, out;
+  for (absl::string_view line : absl::StrSplit(vmstat, '\n')) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    double x = 0;
+    if (f.size() != 2 || !absl::SimpleAtod(f[1], &x) || x < 0) continue;
+    if (f[0] == "pswpin") in = x;
+    if (f[0] == "pswpout") out = x;
+  }
+  if (!in || !out) return std::nullopt;
+  return *in + *out;
+}
+
+NodeLoad NodeLoadWatch::Sample(double now_s) {
+  const std::string stat = ReadAll(proc_ + "/stat");
+  Counters c{now_s, ParseProcStatCpu(stat), ParseVmstatSwapPages(ReadAll(proc_ + "/vmstat"))};
+  NodeLoad load;
+  load.cores = ParseProcStatCores(stat);
+  if (auto avg = ParseLoadAverage(ReadAll(proc_ + "/loadavg")); avg && load.cores > 0) {
+    load.load_per_core = *avg / load.cores;
+  }
+  load.cpu_pressure_ratio = ParsePressureSomeAvg10(ReadAll(proc_ + "/pressure/cpu"));
+  load.memory_pressure_ratio = ParsePressureSomeAvg10(ReadAll(proc_ + "/pressure/memory"));
+  while (past_.size() > 1 && now_s - past_[1].at >= kWindowS) past_.pop_front();
+  if (!past_.empty()) {
+    const Counters& old = past_.front();
+    if (c.cpu && old.cpu && c.cpu->total > old.cpu->total) {
+      load.cpu_steal_ratio =
+          std::max(0.0, c.cpu->steal - old.cpu->steal) / (c.cpu->total - old.cpu->total);
+    }
+    if (c.swap_pages && old.swap_pages && now_s > old.at) {
+      load.swap_pages_per_second =
+          std::max(0.0, *c.swap_pages - *old.swap_pages) / (now_s - old.at);
+    }
+  }
+  past_.push_back(c);
+  load.read = c.cpu.has_value() || load.load_per_core.has_value();
+  return load;
+}
+
+void ToProto(const NodeLoad& l, v1::NodeLoad* out) {
+  out->set_cores(l.cores);
+  if (l.load_per_core) out->set_load_per_core(*l.load_per_core);
+  if (l.cpu_steal_ratio) out->set_cpu_steal_ratio(*l.cpu_steal_ratio);
+  if (l.cpu_pressure_ratio) out->set_cpu_pressure_ratio(*l.cpu_pressure_ratio);
+  if (l.memory_pressure_ratio) out->set_memory_pressure_ratio(*l.memory_pressure_ratio);
+  if (l.swap_pages_per_second) out->set_swap_pages_per_second(*l.swap_pages_per_second);
+}
+
+// Bounded on the way in: a record comes from another node.
+NodeLoad FromProto(const v1::NodeLoad& in) {
+  auto share = [](double x) -> std::optional<double> {
+    if (!std::isfinite(x) || x < 0) return std::nullopt;
+    return std::min(x, 1.0);
+  };
+  auto positive = [](double x) -> std::optional<double> {
+    if (!std::isfinite(x) || x < 0) return std::nullopt;
+    return std::min(x, 1e9);
+  };
+  NodeLoad l;
+  l.cores = std::clamp(in.cores(), 0, 1 << 20);
+  if (in.has_load_per_core()) l.load_per_core = positive(in.load_per_core());
+  if (in.has_cpu_steal_ratio()) l.cpu_steal_ratio = share(in.cpu_steal_ratio());
+  if (in.has_cpu_pressure_ratio()) l.cpu_pressure_ratio = share(in.cpu_pressure_ratio());
+  if (in.has_memory_pressure_ratio()) l.memory_pressure_ratio = share(in.memory_pressure_ratio());
+  if (in.has_swap_pages_per_second())
+    l.swap_pages_per_second = positive(in.swap_pages_per_second());
+  l.read = l.cores > 0 || l.load_per_core.has_value();
+  return l;
+}
+
+NodeLoad SharedNodeLoad::Get(double now_s) {
+  std::lock_guard lock(mu_);
+  if (at_ < 0 || now_s - at_ >= 1.0) {
+    last_ = watch_.Sample(now_s);
+    at_ = now_s;
+  }
+  return last_;
+}
+
+std::string NodeStrainWords(const NodeLoad& l) {
+  std::vector<std::string> words;
+  if (l.cpu_steal_ratio && *l.cpu_steal_ratio >= kStealShare) {
+    words.push_back(absl::StrCat("CPU steal ", Percent(*l.cpu_steal_ratio), "%"));
+  }
+  if (l.cpu_pressure_ratio && *l.cpu_pressure_ratio >= kCpuPressureShare) {
+    words.push_back(absl::StrCat("CPU pressure ", Percent(*l.cpu_pressure_ratio), "%"));
+  }
+  if (l.load_per_core && *l.load_per_core >= kLoadPerCore) {
+    words.push_back(absl::StrCat("load ", absl::StrFormat("%.1f", *l.load_per_core), " per core (",
+                                 l.cores, " cores)"));
+  }
+  if (l.memory_pressure_ratio && *l.memory_pressure_ratio >= kMemoryPressureShare) {
+    words.push_back(absl::StrCat("memory pressure ", Percent(*l.memory_pressure_ratio), "%"));
+  }
+  if (l.swap_pages_per_second && *l.swap_pages_per_second >= kSwapPagesPerSecond) {
+    words.push_back(absl::StrCat("swapping ", std::lround(*l.swap_pages_per_second), " pages/s"));
+  }
+  return absl::StrJoin(words, ", ");
+}
+
+}  // namespace trainscope::sidecar
