@@ -25,6 +25,8 @@ constexpr double kLoadPerCore = 1.5;
 constexpr double kCpuPressureShare = 0.25;
 constexpr double kMemoryPressureShare = 0.10;
 constexpr double kSwapPagesPerSecond = 256;
+// And, when other nodes are known, above this many times the median of theirs.
+constexpr double kAboveOthers = 2;
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
@@ -166,23 +168,53 @@ NodeLoad SharedNodeLoad::Get(double now_s) {
   return last_;
 }
 
-std::string NodeStrainWords(const NodeLoad& l) {
+namespace {
+
+// One fact of a node's load: where it is, above what it strains the node, and its words.
+struct Fact {
+  std::optional<double> NodeLoad::*field;
+  double threshold;
+  std::string (*words)(const NodeLoad& l, double x);
+};
+
+const Fact kFacts[] = {
+    {&NodeLoad::cpu_steal_ratio, kStealShare,
+     [](const NodeLoad&, double x) { return absl::StrCat("CPU steal ", Percent(x), "%"); }},
+    {&NodeLoad::cpu_pressure_ratio, kCpuPressureShare,
+     [](const NodeLoad&, double x) { return absl::StrCat("CPU pressure ", Percent(x), "%"); }},
+    {&NodeLoad::load_per_core, kLoadPerCore,
+     [](const NodeLoad& l, double x) {
+       return absl::StrCat("load ", absl::StrFormat("%.1f", x), " per core (", l.cores, " cores)");
+     }},
+    {&NodeLoad::memory_pressure_ratio, kMemoryPressureShare,
+     [](const NodeLoad&, double x) { return absl::StrCat("memory pressure ", Percent(x), "%"); }},
+    {&NodeLoad::swap_pages_per_second, kSwapPagesPerSecond,
+     [](const NodeLoad&, double x) {
+       return absl::StrCat("swapping ", std::lround(x), " pages/s");
+     }},
+};
+
+// The median of a fact over `others`; nullopt when none of them has it.
+std::optional<double> OthersMedian(const Fact& f, const std::vector<NodeLoad>& others) {
+  std::vector<double> v;
+  for (const NodeLoad& o : others) {
+    if (o.*f.field) v.push_back(*(o.*f.field));
+  }
+  if (v.empty()) return std::nullopt;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+std::string NodeStrainWords(const NodeLoad& l, const std::vector<NodeLoad>& others) {
   std::vector<std::string> words;
-  if (l.cpu_steal_ratio && *l.cpu_steal_ratio >= kStealShare) {
-    words.push_back(absl::StrCat("CPU steal ", Percent(*l.cpu_steal_ratio), "%"));
-  }
-  if (l.cpu_pressure_ratio && *l.cpu_pressure_ratio >= kCpuPressureShare) {
-    words.push_back(absl::StrCat("CPU pressure ", Percent(*l.cpu_pressure_ratio), "%"));
-  }
-  if (l.load_per_core && *l.load_per_core >= kLoadPerCore) {
-    words.push_back(absl::StrCat("load ", absl::StrFormat("%.1f", *l.load_per_core), " per core (",
-                                 l.cores, " cores)"));
-  }
-  if (l.memory_pressure_ratio && *l.memory_pressure_ratio >= kMemoryPressureShare) {
-    words.push_back(absl::StrCat("memory pressure ", Percent(*l.memory_pressure_ratio), "%"));
-  }
-  if (l.swap_pages_per_second && *l.swap_pages_per_second >= kSwapPagesPerSecond) {
-    words.push_back(absl::StrCat("swapping ", std::lround(*l.swap_pages_per_second), " pages/s"));
+  for (const Fact& f : kFacts) {
+    const std::optional<double>& x = l.*f.field;
+    if (!x || *x < f.threshold) continue;
+    const std::optional<double> theirs = OthersMedian(f, others);
+    if (theirs && *x < kAboveOthers * *theirs) continue;  // The whole machine room's, not its.
+    words.push_back(f.words(l, *x));
   }
   return absl::StrJoin(words, ", ");
 }

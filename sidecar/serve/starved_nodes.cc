@@ -46,29 +46,25 @@ bool SlowTogether(const TaskView& v, double others, bool evidence, const Starved
          v.step_raised_seconds >= r.hold_s;
 }
 
-// What the node's tasks and its load say, in words.
-std::string Evidence(const std::vector<const TaskView*>& tasks, const NodeLoad* load) {
+// What the node's tasks and its load (`strain`, against the others') say, in words.
+std::string Evidence(const std::vector<const TaskView*>& tasks, const std::string& strain) {
   std::vector<std::string> words;
   const auto quota = std::count_if(tasks.begin(), tasks.end(),
                                    [](const TaskView* v) { return HeldByItsCpuQuota(v->cgroup); });
   if (quota * 2 > static_cast<long>(tasks.size())) {
     words.push_back(absl::StrCat(quota, " of them held back by their CPU quota"));
   }
-  if (load != nullptr) {
-    if (std::string strain = NodeStrainWords(*load); !strain.empty()) {
-      words.push_back(absl::StrCat("the node: ", strain));
-    }
-  }
+  if (!strain.empty()) words.push_back(absl::StrCat("the node: ", strain));
   return absl::StrJoin(words, "; ");
 }
 
 // The verdict on one node's training tasks, or nullopt.
 std::optional<StarvedNode> Judge(const std::string& node, const std::vector<const TaskView*>& mine,
-                                 const std::map<TaskRef, TaskView>& tasks, const NodeLoad* load,
-                                 const StarvedNodeRules& rules) {
+                                 const std::map<TaskRef, TaskView>& tasks,
+                                 const std::string& strain, const StarvedNodeRules& rules) {
   StarvedNode s;
   s.node = node;
-  const bool node_evidence = load != nullptr && !NodeStrainWords(*load).empty();
+  const bool node_evidence = !strain.empty();
   std::vector<double> steps, others;
   std::vector<const TaskView*> slow;
   for (const TaskView* v : mine) {
@@ -87,7 +83,7 @@ std::optional<StarvedNode> Judge(const std::string& node, const std::vector<cons
   if (n < rules.min_slow || n * 2 <= s.compared) return std::nullopt;
   s.step_seconds = Median(steps);
   s.others_seconds = Median(others);
-  s.evidence = Evidence(slow, load);
+  s.evidence = Evidence(slow, strain);
   return s;
 }
 
@@ -103,8 +99,15 @@ std::vector<StarvedNode> FindStarvedNodes(const std::map<TaskRef, TaskView>& tas
   if (by_node.size() < 2) return {};  // Nothing to compare a node with.
   std::vector<StarvedNode> out;
   for (const auto& [node, mine] : by_node) {
-    auto it = loads.find(node);
-    if (auto s = Judge(node, mine, tasks, it == loads.end() ? nullptr : &it->second, rules)) {
+    std::string strain;
+    if (auto it = loads.find(node); it != loads.end()) {
+      std::vector<NodeLoad> others;
+      for (const auto& [o, l] : loads) {
+        if (o != node && l.read) others.push_back(l);
+      }
+      strain = NodeStrainWords(it->second, others);
+    }
+    if (auto s = Judge(node, mine, tasks, strain, rules)) {
       out.push_back(*std::move(s));
     }
   }

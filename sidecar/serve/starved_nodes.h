@@ -1,7 +1,8 @@
 #pragma once
 // Starved nodes: most training tasks of one node slow together against the same roles on the
 // other nodes, named as the node with its evidence (its tasks' CPU quota; its own steal, load,
-// pressure, swapping: node_load.h), rather than as N stragglers. Each slow task needs a gap
+// pressure, swapping, at twice the other nodes' or more: node_load.h), rather than as N
+// stragglers. Each slow task needs a gap
 // against the other nodes' tasks and a change against its own past: with evidence, 1.5x both;
 // without, a raise held 5 s and 3x the others. A machine busy for everyone slows every node
 // together and makes no verdict. Pure functions over values.

@@ -150,6 +150,14 @@ TEST(StarvedNodes, ANodesWorkersSlowTogetherWithItsEvidence) {
             "throttled or starved node n3: 2 of its 2 workers (worker:2, worker:3) step 4.5x "
             "slower than the workers of other nodes (a step every 50 ms against 11 ms): the "
             "node: CPU steal 40%");
+  // A strain every node shares (one busy host under them all) is no node's own.
+  NodeLoad calm = Strained();
+  calm.cpu_steal_ratio = 0.15;
+  EXPECT_TRUE(FindStarvedNodes(tasks, {{"n1", Strained()}, {"n2", Strained()}, {"n3", Strained()}})
+                  .empty());
+  EXPECT_EQ(FindStarvedNodes(tasks, {{"n1", calm}, {"n2", calm}, {"n3", Strained()}}).size(), 1u);
+  EXPECT_EQ(NodeStrainWords(Strained(), {calm, calm}), "CPU steal 40%");
+  EXPECT_EQ(NodeStrainWords(Strained(), {calm, Strained(), Strained()}), "");
   // Their shared CPU quota is evidence too, whatever the node's load says.
   tasks = Workers({{"n1", 0.01}, {"n2", 0.01}, {"n3", 0.03, 0.01, true}, {"n3", 0.03, 0.01, true}});
   found = FindStarvedNodes(tasks, {});

@@ -38,6 +38,11 @@ of an episode touch different nodes, and at most one node drops out of the sidec
                the default --types, implies --workers 3
                                                      -> the worker slow, a straggler held back by
                                                         its own CPU quota; the rest up
+  starved_node both workers of n5 put in one cgroup v1 cpu group with a quota of 5% of a core,
+               alone; not in the default --types, implies --workers 4
+                                                     -> both workers slow, their reasons naming
+                                                        n5 a throttled or starved node (neither
+                                                        a straggler); the rest up
   flap         a node's link down and up every 0.5-2 s for about 6 s (first down 2 s)
                                                      -> called cut off in every other view
                                                         (partitions of its tasks in its short
@@ -108,11 +113,14 @@ HELD_UP = ("up", "blocked", "stalled", "slow")
 
 def use_workers(count):
     """--workers 3, the fail-slow layout: worker:2 on n5 (a sidecar there too) and the monitor on
-    n6. A straggler is slow against its peers, so it needs two of them."""
+    n6. A straggler is slow against its peers, so it needs two of them. --workers 4 adds worker:3
+    on n5 too: a node of two workers, which may starve together."""
     global NODES, MONITOR, WORKERS, LAYOUT
-    if count == 3:
+    if count >= 3:
         NODES, MONITOR = (1, 2, 3, 4, 5), 6
         WORKERS, LAYOUT = WORKERS + ("worker:2",), LAYOUT + [("worker:2", 5)]
+    if count == 4:
+        WORKERS, LAYOUT = WORKERS + ("worker:3",), LAYOUT + [("worker:3", 5)]
 
 
 def pct(values, q):
@@ -521,10 +529,43 @@ class Straggler(Fault):
         return f"straggler {self.worker}"
 
 
+class StarvedNode(Fault):
+    """Every worker of a node of two held together to STRAGGLER_CORES of a core by one real
+    cgroup v1 cpu quota: a throttled node, named as the node in both workers' reasons."""
+    name = "starved_node"
+    goal_s = None
+    limit_s = 45
+    trail_after_s = 15
+
+    def __init__(self, bench, rng, node):
+        super().__init__(bench, rng)
+        self.node = node
+        self.nodes = (node,)
+        self.tasks = tuple(w for w in WORKERS if node_of(w) == node)
+        self.group = None
+
+    def inject(self):
+        self.group = CpuCgroup(f"starved-{self.b.episode}", STRAGGLER_CORES)
+        for w in self.tasks:
+            self.group.add(self.b.t.proc(w).pid)
+
+    def undo(self):
+        self.group.close()
+
+    def holds(self, node, v):
+        return all(d.node_starved(v, w, f"n{self.node}") for w in self.tasks)
+
+    def held_up(self):
+        return set(self.tasks)
+
+    def __str__(self):
+        return f"starved_node n{self.node} ({', '.join(self.tasks)})"
+
+
 TYPES = ("kill_worker", "kill_ps", "kill_sidecar", "stop", "cut", "cut_one_way", "link_down",
-         "slow_ps", "flap", "slow_link", "straggler")
-DEFAULT_TYPES = TYPES[:-2]
-FAIL_SLOW = ("slow_link", "straggler")  # Each alone in its episode: its row and column calm
+         "slow_ps", "flap", "slow_link", "straggler", "starved_node")
+DEFAULT_TYPES = TYPES[:-3]
+FAIL_SLOW = ("slow_link", "straggler", "starved_node")  # Each alone in its episode: its row and column calm
 
 
 def make(bench, rng, kind, free):
@@ -549,6 +590,11 @@ def make(bench, rng, kind, free):
     if kind == "straggler":
         worker = pick([(w, (node_of(w),)) for w in WORKERS])
         return worker and Straggler(bench, rng, worker)
+    if kind == "starved_node":
+        shared = sorted({node_of(w) for w in WORKERS
+                         if sum(node_of(x) == node_of(w) for x in WORKERS) >= 2})
+        node = pick([(n, (n,)) for n in shared])
+        return node and StarvedNode(bench, rng, node)
     ps = pick([(p, (node_of(p),)) for p in PS])
     return ps and SlowPs(bench, rng, ps)
 
@@ -996,23 +1042,26 @@ def main():
                     help="fault types to draw from, comma-separated")
     ap.add_argument("--soak_s", type=float, default=0)
     ap.add_argument("--hog", action="store_true")
-    ap.add_argument("--workers", type=int, choices=(2, 3), default=2,
+    ap.add_argument("--workers", type=int, choices=(2, 3, 4), default=2,
                     help="3: worker:2 on n5, the monitor on n6, and the nodes see this machine's "
-                    "/sys (a sidecar sees its tasks' cgroups); implied by --types straggler")
+                    "/sys (a sidecar sees its tasks' cgroups); implied by --types straggler; 4: worker:3 on "
+                    "n5 too, implied by --types starved_node")
     ap.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     ap.add_argument("--keep_logs", action="store_true",
                     help="keep every process's log and evidence.jsonl (the views behind wrong, "
                     "flapping, lost or late verdicts) when a goal was missed or a verdict was late")
     args = ap.parse_args()
     if "straggler" in args.types.split(","):
-        args.workers = 3
+        args.workers = max(args.workers, 3)
+    if "starved_node" in args.types.split(","):
+        args.workers = 4
     use_workers(args.workers)
     netns.skip_unless_supported("the chaos bench")
     netns.limit_time(int(300 + (args.soak_s or 40 * args.faults)))
     log_dir = tempfile.mkdtemp(prefix="chaos-")
     ok = False
     with netns.Cluster(MONITOR, log_dir=log_dir, log=lambda m: None,
-                       host_sys=args.workers == 3) as c:
+                       host_sys=args.workers >= 3) as c:
         ckpt = os.path.join(log_dir, "checkpoints")
         t = training.TrainingCluster(
             c, args.bin, training.Layout(LAYOUT), sidecar_nodes=NODES,

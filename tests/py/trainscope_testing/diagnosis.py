@@ -89,6 +89,14 @@ def straggler_by_quota(view, worker):
         "held back by its own CPU quota" in reason
 
 
+def node_starved(view, worker, node):
+    """The view calls `worker` slow, its reason naming `node` ("n5") a throttled or starved node
+    first (not a straggler)."""
+    w = task(view, worker) or {}
+    reason = w.get("reason", "")
+    return w.get("state") == "slow" and reason.startswith(f"throttled or starved node {node}")
+
+
 def ps_blamed(view, ps, workers):
     """The ps is slow by its own figures; each worker names it as where its step went."""
     p = task(view, ps)

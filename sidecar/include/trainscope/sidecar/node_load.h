@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 
@@ -28,8 +29,10 @@ struct NodeLoad {
 };
 
 // What in `load` says the node is short of CPU or memory, in words ("CPU steal 35%, load 4.1
-// per core"); "" when nothing does.
-std::string NodeStrainWords(const NodeLoad& load);
+// per core"); "" when nothing does. With `others` (the other nodes' loads), a fact counts only
+// at twice the median of theirs or more: a strain every node shares (one busy host under
+// several nodes, a whole rack) is no node's own, and would come and go with the host's noise.
+std::string NodeStrainWords(const NodeLoad& load, const std::vector<NodeLoad>& others = {});
 
 // The wire form, in each node's record (sidecar.proto).
 void ToProto(const NodeLoad& load, v1::NodeLoad* out);
