@@ -317,11 +317,23 @@ class Cut(Fault):
         # One way: which side's packets are dropped.
         self.forward = rng.random() < 0.5
 
+    def cut_pairs(self):
+        """The cut is between nodes: every worker of the worker's node (two on n5 with --workers
+        4) is cut from every ps of the ps's node."""
+        a, b = self.nodes
+        return [(w, p) for w in WORKERS if node_of(w) == a for p in PS if node_of(p) == b]
+
     def held_up(self):
-        return {self.worker}
+        return {w for w, _ in self.cut_pairs()}
 
     def allows(self, node, view):
-        return set(), {(self.worker, self.ps), (self.ps, self.worker)}, set()
+        pairs = self.cut_pairs()
+        return set(), set(pairs) | {(p, w) for w, p in pairs}, set()
+
+    def explains_page(self, labels):
+        pair = (f"{labels.get('role')}:{labels.get('task')}",
+                f"{labels.get('peer_role')}:{labels.get('peer_task')}")
+        return labels.get("alertname") == "TrainscopeTaskPartitioned" and pair in self.cut_pairs()
 
     def inject(self):
         a, b = self.nodes
