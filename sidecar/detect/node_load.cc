@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "trainscope/common/cgroup.h"
 #include "trainscope/sidecar/v1/sidecar.pb.h"
 
 namespace trainscope::sidecar {
@@ -36,6 +37,13 @@ std::string ReadAll(const std::string& path) {
 }
 
 int Percent(double share) { return static_cast<int>(std::lround(share * 100)); }
+
+// PSI `some avg10` (/proc/pressure/*) as a share, 0-1.
+std::optional<double> PressureShare(const std::string& text) {
+  auto percent = ParsePsiSomeAvg10(text);
+  if (!percent) return std::nullopt;
+  return *percent / 100;
+}
 
 }  // namespace
 
@@ -74,20 +82,6 @@ std::optional<double> ParseLoadAverage(absl::string_view loadavg) {
   return x;
 }
 
-std::optional<double> ParsePressureSomeAvg10(absl::string_view psi) {
-  for (absl::string_view line : absl::StrSplit(psi, '\n')) {
-    if (!absl::ConsumePrefix(&line, "some ")) continue;
-    for (absl::string_view f : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
-      double x = 0;
-      if (absl::ConsumePrefix(&f, "avg10=") && absl::SimpleAtod(f, &x) && x >= 0 && x <= 100) {
-        return x / 100;
-      }
-    }
-    return std::nullopt;
-  }
-  return std::nullopt;
-}
-
 std::optional<double> ParseVmstatSwapPages(absl::string_view vmstat) {
   std::optional<double> in, out;
   for (absl::string_view line : absl::StrSplit(vmstat, '\n')) {
@@ -109,8 +103,8 @@ NodeLoad NodeLoadWatch::Sample(double now_s) {
   if (auto avg = ParseLoadAverage(ReadAll(proc_ + "/loadavg")); avg && load.cores > 0) {
     load.load_per_core = *avg / load.cores;
   }
-  load.cpu_pressure_ratio = ParsePressureSomeAvg10(ReadAll(proc_ + "/pressure/cpu"));
-  load.memory_pressure_ratio = ParsePressureSomeAvg10(ReadAll(proc_ + "/pressure/memory"));
+  load.cpu_pressure_ratio = PressureShare(ReadAll(proc_ + "/pressure/cpu"));
+  load.memory_pressure_ratio = PressureShare(ReadAll(proc_ + "/pressure/memory"));
   while (past_.size() > 1 && now_s - past_[1].at >= kWindowS) past_.pop_front();
   if (!past_.empty()) {
     const Counters& old = past_.front();

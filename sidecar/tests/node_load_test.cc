@@ -34,13 +34,6 @@ TEST(NodeLoad, ParsesWhatTheKernelWritesAndRefusesWhatItDoesNot) {
   }
   EXPECT_EQ(ParseLoadAverage("3.50 2.00 1.00 2/300 4242\n"), 3.5);
   for (const char* bad : {"", "x 1 2", "-1 0 0", "nan 1 1"}) EXPECT_FALSE(ParseLoadAverage(bad));
-  EXPECT_EQ(ParsePressureSomeAvg10("some avg10=42.50 avg60=1.00 avg300=0.00 total=9\n"
-                                   "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"),
-            0.425);
-  for (const char* bad :
-       {"", "full avg10=1.00\n", "some avg10=x\n", "some avg10=101\n", "some avg60=1.00\n"}) {
-    EXPECT_FALSE(ParsePressureSomeAvg10(bad)) << bad;
-  }
   EXPECT_EQ(ParseVmstatSwapPages("nr_free_pages 1\npswpin 10\npswpout 32\n"), 42);
   EXPECT_FALSE(ParseVmstatSwapPages("pswpin 10\n"));
   EXPECT_FALSE(ParseVmstatSwapPages("pswpin ten\npswpout 3\n"));

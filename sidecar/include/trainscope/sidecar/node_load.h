@@ -38,14 +38,14 @@ std::string NodeStrainWords(const NodeLoad& load, const std::vector<NodeLoad>& o
 void ToProto(const NodeLoad& load, v1::NodeLoad* out);
 NodeLoad FromProto(const v1::NodeLoad& in);
 
-// Parsers of /proc text; nullopt when the text is not what the kernel writes.
+// Parsers of /proc text; nullopt when the text is not what the kernel writes (PSI:
+// ParsePsiSomeAvg10, trainscope/common/cgroup.h).
 struct CpuTicks {
   double total = 0;
   double steal = 0;
 };
 std::optional<CpuTicks> ParseProcStatCpu(absl::string_view stat);      // /proc/stat
 std::optional<double> ParseLoadAverage(absl::string_view loadavg);     // /proc/loadavg
-std::optional<double> ParsePressureSomeAvg10(absl::string_view psi);   // /proc/pressure/*
 std::optional<double> ParseVmstatSwapPages(absl::string_view vmstat);  // /proc/vmstat
 int ParseProcStatCores(absl::string_view stat);                        // cpuN lines
 
