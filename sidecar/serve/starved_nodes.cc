@@ -7,20 +7,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "serve/stragglers.h"
 #include "trainscope/common/clock.h"
 
 namespace trainscope::sidecar {
 namespace {
 
-bool Training(const TaskView& v) {
-  return (v.state == TaskState::kUp || v.state == TaskState::kSlow) && v.expects_progress &&
-         v.recent_step_seconds > 0 && !v.node.empty();
-}
-
-double Median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
+// A training task whose node is known.
+bool Training(const TaskView& v) { return TrainingNow(v) && !v.node.empty(); }
 
 // The median step of `role`'s training tasks on nodes other than `node`; 0 when none.
 double OthersMedian(const std::map<TaskRef, TaskView>& tasks, const std::string& node,
@@ -29,7 +23,7 @@ double OthersMedian(const std::map<TaskRef, TaskView>& tasks, const std::string&
   for (const auto& [t, v] : tasks) {
     if (t.role == role && Training(v) && v.node != node) steps.push_back(v.recent_step_seconds);
   }
-  return steps.empty() ? 0 : Median(steps);
+  return steps.empty() ? 0 : MedianOf(steps);
 }
 
 // True when `v` is slow against `others` (the same role elsewhere) and its own past.
@@ -67,8 +61,11 @@ std::optional<StarvedNode> Judge(const std::string& node, const std::vector<cons
   const bool node_evidence = !strain.empty();
   std::vector<double> steps, others;
   std::vector<const TaskView*> slow;
+  std::map<std::string, double> others_by_role;  // Each role's, once per node.
   for (const TaskView* v : mine) {
-    const double o = OthersMedian(tasks, node, v->task.role);
+    auto [it, fresh] = others_by_role.try_emplace(v->task.role, 0.0);
+    if (fresh) it->second = OthersMedian(tasks, node, v->task.role);
+    const double o = it->second;
     if (o <= 0) continue;
     ++s.compared;
     const bool evidence = node_evidence || HeldByItsCpuQuota(v->cgroup);
@@ -81,8 +78,8 @@ std::optional<StarvedNode> Judge(const std::string& node, const std::vector<cons
   }
   const int n = static_cast<int>(slow.size());
   if (n < rules.min_slow || n * 2 <= s.compared) return std::nullopt;
-  s.step_seconds = Median(steps);
-  s.others_seconds = Median(others);
+  s.step_seconds = MedianOf(steps);
+  s.others_seconds = MedianOf(others);
   s.evidence = Evidence(slow, strain);
   return s;
 }

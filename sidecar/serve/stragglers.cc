@@ -13,16 +13,6 @@ namespace {
 
 constexpr double kMemoryPressureShare = 0.1;
 
-bool Training(const TaskView& v) {
-  return (v.state == TaskState::kUp || v.state == TaskState::kSlow) && v.expects_progress &&
-         v.recent_step_seconds > 0;
-}
-
-double Median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
-
 int Percent(double share) { return static_cast<int>(std::lround(share * 100)); }
 
 // What its node says holds `v` back, in words; "" when nothing does.
@@ -42,17 +32,27 @@ std::string CauseOf(const TaskView& v, const WorkerPsMap& map) {
 
 }  // namespace
 
+bool TrainingNow(const TaskView& v) {
+  return (v.state == TaskState::kUp || v.state == TaskState::kSlow) && v.expects_progress &&
+         v.recent_step_seconds > 0;
+}
+
+double MedianOf(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
 std::vector<Straggler> FindStragglers(const std::map<TaskRef, TaskView>& tasks,
                                       const WorkerPsMap& map, const StragglerRules& rules) {
   std::vector<Straggler> out;
   for (const auto& [t, v] : tasks) {
-    if (!Training(v)) continue;
+    if (!TrainingNow(v)) continue;
     std::vector<double> peers;
     for (const auto& [o, ov] : tasks) {
-      if (o != t && o.role == t.role && Training(ov)) peers.push_back(ov.recent_step_seconds);
+      if (o != t && o.role == t.role && TrainingNow(ov)) peers.push_back(ov.recent_step_seconds);
     }
     if (static_cast<int>(peers.size()) < rules.min_peers) continue;
-    const double median = Median(peers);
+    const double median = MedianOf(peers);
     const double step = v.recent_step_seconds;
     if (step <= std::max(rules.cause_factor * median, median + rules.cause_min_gap_s)) continue;
     std::string cause = CauseOf(v, map);

@@ -39,6 +39,12 @@ struct Straggler {
   std::string cause;  // Why, in words; "" when nothing on its node says.
 };
 
+// A task that trains now (up or slow, expected to progress, with a recent pace): one that a
+// fail-slow verdict may compare. Shared with starved_nodes.
+bool TrainingNow(const TaskView& v);
+// The median of `v` (the upper one of an even count); `v` not empty.
+double MedianOf(std::vector<double> v);
+
 std::vector<Straggler> FindStragglers(const std::map<TaskRef, TaskView>& tasks,
                                       const WorkerPsMap& map, const StragglerRules& rules = {});
 
