@@ -388,6 +388,13 @@ absl::StatusOr<pb::StackList> StackKeeper::Stacks(const std::string& task, bool 
   const TaskView* v = Find(local, task);
   if (v == nullptr) return absl::NotFoundError(absl::StrCat(task, " is not watched here"));
   if (fresh) {
+    // An exited task first: its pid may still name a zombie that no longer holds the task's port.
+    if (v->state == TaskState::kDead || v->state == TaskState::kDone) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(task, " has exited (", std::string(StateName(v->state)), ": ", v->reason,
+                       "): no process to capture; the kept snapshots are at this URL without "
+                       "fresh=1"));
+    }
     if (v->pid <= 0 && !v->identity_error.empty()) {
       return absl::FailedPreconditionError(
           absl::StrCat("not capturing ", task, ": ", v->identity_error));
@@ -395,12 +402,6 @@ absl::StatusOr<pb::StackList> StackKeeper::Stacks(const std::string& task, bool 
     if (v->pid <= 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           task, " has not answered a heartbeat yet: its process is not known, nothing to capture"));
-    }
-    if (v->state == TaskState::kDead || v->state == TaskState::kDone) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(task, " has exited (", std::string(StateName(v->state)), ": ", v->reason,
-                       "): no process to capture; the kept snapshots are at this URL without "
-                       "fresh=1"));
     }
     if (absl::Status st = AwaitCapture(*v, demand); !st.ok()) return st;
   }

@@ -47,7 +47,8 @@ class Fixture {
         });
     keeper_->Start();
   }
-  void Set(const std::string& name, TaskState state, double since, int64_t pid = 42) {
+  void Set(const std::string& name, TaskState state, double since, int64_t pid = 42,
+           std::string identity_error = "") {
     std::lock_guard lock(mu_);
     views_.clear();
     TaskView v;
@@ -55,6 +56,7 @@ class Fixture {
     v.state = state;
     v.since = since;
     v.pid = pid;
+    v.identity_error = std::move(identity_error);
     v.reason = "r";
     views_.push_back(v);
   }
@@ -145,6 +147,10 @@ TEST(StackKeeper, OnDemandAndItsErrors) {
   auto dead = f.keeper().Stacks("worker:0", true);
   EXPECT_EQ(dead.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(dead.status().message().find("worker:0 has exited (dead"), std::string::npos);
+  // Dead while its pid still names a zombie that no longer holds the port: exited, said so.
+  f.Set("worker:0", TaskState::kDead, 2, 0, "pid 7 does not hold its listening port");
+  EXPECT_NE(f.keeper().Stacks("worker:0", true).status().message().find("has exited (dead"),
+            std::string::npos);
   // What was kept stays readable.
   EXPECT_EQ(f.keeper().Stacks("worker:0", false)->snapshots_size(), 1);
   f.Set("worker:0", TaskState::kMissing, 3, 0);
