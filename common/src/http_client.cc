@@ -1,140 +1,244 @@
-// HTTP GET and POST on libcurl; see http_client.h.
+// HTTP GET and POST on Boost.Beast, the library the HTTP server already uses; see http_client.h.
+// One exchange runs as a coroutine on its own io_context, which this thread runs up to the
+// deadline; past it, the socket is closed and the coroutine unwinds before the context goes.
 #include "trainscope/common/http_client.h"
 
-#include <curl/curl.h>
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
 
-#include <memory>
-#include <mutex>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <optional>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "trainscope/common/cluster_spec.h"
 
 namespace trainscope {
 namespace {
 
-struct CurlDeleter {
-  void operator()(CURL* curl) const { curl_easy_cleanup(curl); }
-  void operator()(curl_slist* list) const { curl_slist_free_all(list); }
-};
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using asio::ip::tcp;
+using boost::system::error_code;
 
-// The answer as it arrives, cut off (the transfer failing) past `max_bytes`.
-struct Sink {
-  std::string body;
+struct Request {
+  HostPort to;
+  std::string where;  // The URL, for messages.
+  http::request<http::string_body> message;
   size_t max_bytes = 0;
-  bool too_big = false;
-  std::map<std::string, std::string> headers;
+  int timeout_ms = 0;
 };
 
-// One header line of the answer ("Name: value\r\n"); at most 64 fields are kept.
-size_t AppendHeader(char* data, size_t size, size_t count, void* user) {
-  auto* sink = static_cast<Sink*>(user);
-  const size_t n = size * count;
-  const absl::string_view line(data, n);
-  const size_t colon = line.find(':');
-  if (colon != absl::string_view::npos && sink->headers.size() < 64) {
-    sink->headers[absl::AsciiStrToLower(line.substr(0, colon))] =
-        std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
-  }
-  return n;
+// What one exchange came to: the answer, or the step that failed and why.
+struct Outcome {
+  std::optional<HttpResponse> response;
+  absl::Status error;
+};
+
+bool IsAddress(const std::string& host) {
+  error_code ec;
+  (void)asio::ip::make_address(host, ec);
+  return !ec;
 }
 
-size_t Append(char* data, size_t size, size_t count, void* user) {
-  auto* sink = static_cast<Sink*>(user);
-  const size_t n = size * count;
-  if (sink->body.size() + n > sink->max_bytes) {
-    sink->too_big = true;
-    return 0;  // libcurl fails the transfer with CURLE_WRITE_ERROR.
+// The client side of TLS: the chain verified against tls.ca_file (else the system's CAs), the
+// server's certificate required to name the host dialled, our certificate presented when set.
+absl::Status SetUpTls(asio::ssl::context& ctx, const TlsFiles& tls) {
+  error_code ec;
+  ctx.set_verify_mode(asio::ssl::verify_peer, ec);
+  if (!tls.ca_file.empty()) {
+    ctx.load_verify_file(tls.ca_file, ec);
+  } else {
+    ctx.set_default_verify_paths(ec);
   }
-  sink->body.append(data, n);
-  return n;
-}
-
-void SetTls(CURL* curl, const TlsFiles& tls) {
-  if (!tls.ca_file.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, tls.ca_file.c_str());
-  curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 1L);
-  curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 2L);  // The chain, and the name (see .h).
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("cannot read the CA: ", ec.message()));
   if (!tls.cert_file.empty()) {
-    curl_easy_setopt(curl, CURLOPT_SSLCERT, tls.cert_file.c_str());
-    curl_easy_setopt(curl, CURLOPT_SSLKEY,
-                     (tls.key_file.empty() ? tls.cert_file : tls.key_file).c_str());
-  }
-}
-
-// The failure of a transfer, in words naming the URL.
-absl::Status TransferError(CURLcode code, const char* detail, const std::string& where,
-                           int timeout_ms, const Sink& sink) {
-  const std::string why = detail[0] != '\0' ? detail : curl_easy_strerror(code);
-  if (sink.too_big) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, " sent more than ", sink.max_bytes, " bytes"));
-  }
-  switch (code) {
-    case CURLE_PEER_FAILED_VERIFICATION:
-      if (absl::StrContains(why, "name")) {
-        return absl::UnavailableError(absl::StrCat(
-            "refusing ", where, ": its TLS certificate does not name the host dialled (", why,
-            "); dial a name or address in its subjectAltName, or add this one there"));
-      }
-      return absl::UnavailableError(
-          absl::StrCat("refusing ", where, ": its TLS certificate does not verify (", why, ")"));
-    case CURLE_OPERATION_TIMEDOUT:
-      return absl::DeadlineExceededError(
-          absl::StrCat(where, " did not answer within ", timeout_ms, " ms (", why, ")"));
-    case CURLE_WEIRD_SERVER_REPLY:
-    case CURLE_UNSUPPORTED_PROTOCOL:
-    case CURLE_GOT_NOTHING:
-      return absl::InvalidArgumentError(absl::StrCat(where, " did not answer in HTTP (", why, ")"));
-    default:
-      return absl::UnavailableError(absl::StrCat("cannot reach ", where, ": ", why));
-  }
-}
-
-absl::StatusOr<HttpResponse> Exchange(const std::string& host_port, const std::string& path,
-                                      const std::string* content_type, const std::string* body,
-                                      int timeout_ms, size_t max_bytes, const TlsFiles& tls,
-                                      const std::vector<std::string>& extra) {
-  if (absl::Status s = ParseHostPort(host_port).status(); !s.ok()) return s;
-  static std::once_flag init;
-  std::call_once(init, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  std::unique_ptr<CURL, CurlDeleter> curl(curl_easy_init());
-  if (curl == nullptr) return absl::ResourceExhaustedError("cannot start an HTTP request");
-  const std::string url = absl::StrCat(tls.enabled() ? "https://" : "http://", host_port, path);
-  Sink sink;
-  sink.max_bytes = max_bytes;
-  char detail[CURL_ERROR_SIZE] = {};
-  CURL* c = curl.get();
-  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(c, CURLOPT_PROXY, "");  // Not $http_proxy: these are direct calls.
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_ms));
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &Append);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
-  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, detail);
-  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, &AppendHeader);
-  curl_easy_setopt(c, CURLOPT_HEADERDATA, &sink);
-  if (tls.enabled()) SetTls(c, tls);
-  std::unique_ptr<curl_slist, CurlDeleter> headers;
-  auto add_header = [&](const std::string& line) {
-    curl_slist* grown = curl_slist_append(headers.get(), line.c_str());
-    if (grown != nullptr) {
-      (void)headers.release();
-      headers.reset(grown);
+    ctx.use_certificate_chain_file(tls.cert_file, ec);
+    if (!ec) {
+      ctx.use_private_key_file(tls.key_file.empty() ? tls.cert_file : tls.key_file,
+                               asio::ssl::context::pem, ec);
     }
-  };
-  for (const std::string& line : extra) add_header(line);
-  if (body != nullptr) add_header(absl::StrCat("Content-Type: ", *content_type));
-  if (headers != nullptr) curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
-  if (body != nullptr) {
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body->data());
-    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body->size()));
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot read the client certificate or key: ", ec.message()));
+    }
   }
-  const CURLcode code = curl_easy_perform(c);
-  if (code != CURLE_OK) return TransferError(code, detail, url, timeout_ms, sink);
-  long status = 0;
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-  return HttpResponse{static_cast<int>(status), std::move(sink.body), std::move(sink.headers)};
+  return absl::OkStatus();
+}
+
+// Asks OpenSSL to check the server's name: an IP subjectAltName for an address, else a DNS one.
+void RequireName(SSL* ssl, const std::string& host) {
+  X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+  if (IsAddress(host)) {
+    X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str());
+  } else {
+    X509_VERIFY_PARAM_set1_host(param, host.c_str(), host.size());
+    SSL_set_tlsext_host_name(ssl, host.c_str());
+  }
+}
+
+absl::Status HandshakeError(SSL* ssl, const error_code& ec, const std::string& where) {
+  const long verify = SSL_get_verify_result(ssl);
+  if (verify == X509_V_ERR_HOSTNAME_MISMATCH || verify == X509_V_ERR_IP_ADDRESS_MISMATCH) {
+    return absl::UnavailableError(absl::StrCat(
+        "refusing ", where, ": its TLS certificate does not name the host dialled (",
+        X509_verify_cert_error_string(verify),
+        "); dial a name or address in its subjectAltName, or add this one there"));
+  }
+  if (verify != X509_V_OK) {
+    return absl::UnavailableError(absl::StrCat("refusing ", where,
+                                               ": its TLS certificate does not verify (",
+                                               X509_verify_cert_error_string(verify), ")"));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("cannot reach ", where, ": TLS handshake failed (", ec.message(), ")"));
+}
+
+absl::Status ReadError(const error_code& ec, const Request& r) {
+  if (ec == http::error::body_limit || ec == http::error::header_limit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(r.where, " sent more than ", r.max_bytes, " bytes"));
+  }
+  if (ec.category() == http::make_error_code(http::error::body_limit).category() ||
+      ec == asio::error::eof ||
+      ec == http::error::end_of_stream) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(r.where, " did not answer in HTTP (", ec.message(), ")"));
+  }
+  return absl::UnavailableError(absl::StrCat("cannot reach ", r.where, ": ", ec.message()));
+}
+
+HttpResponse ToResponse(http::response<http::string_body>& answer) {
+  HttpResponse out;
+  out.status = static_cast<int>(answer.result_int());
+  for (const auto& field : answer) {
+    if (out.headers.size() >= 64) break;
+    out.headers[absl::AsciiStrToLower(std::string(field.name_string()))] =
+        std::string(field.value());
+  }
+  out.body = std::move(answer.body());
+  return out;
+}
+
+// Writes the request and reads the answer on `stream` (a socket, or TLS over one).
+template <typename Stream>
+asio::awaitable<void> Talk(Stream& stream, Request& r, Outcome& out) {
+  error_code ec;
+  co_await http::async_write(stream, r.message, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    out.error = absl::UnavailableError(absl::StrCat("cannot reach ", r.where, ": ", ec.message()));
+    co_return;
+  }
+  boost::beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(r.max_bytes);
+  parser.header_limit(64 * 1024);
+  co_await http::async_read_header(stream, buffer, parser,
+                                   asio::redirect_error(asio::use_awaitable, ec));
+  // Boost 1.74's parser applies body_limit to chunked and close-delimited bodies but not to a
+  // Content-Length it has read: that one is checked here, before any of the body is taken.
+  if (!ec && parser.content_length().value_or(0) > r.max_bytes) ec = http::error::body_limit;
+  if (!ec) {
+    co_await http::async_read(stream, buffer, parser,
+                              asio::redirect_error(asio::use_awaitable, ec));
+  }
+  if (ec) {
+    out.error = ReadError(ec, r);
+    co_return;
+  }
+  out.response = ToResponse(parser.get());
+}
+
+asio::awaitable<void> Exchange(tcp::socket& socket, asio::ssl::stream<tcp::socket&>* tls,
+                               Request& r, Outcome& out) {
+  error_code ec;
+  tcp::resolver resolver(socket.get_executor());
+  auto endpoints = co_await resolver.async_resolve(r.to.host, std::to_string(r.to.port),
+                                                   asio::redirect_error(asio::use_awaitable, ec));
+  if (!ec) {
+    co_await asio::async_connect(socket, endpoints, asio::redirect_error(asio::use_awaitable, ec));
+  }
+  if (ec) {
+    out.error = absl::UnavailableError(absl::StrCat("cannot reach ", r.where, ": ", ec.message()));
+    co_return;
+  }
+  if (tls == nullptr) {
+    co_await Talk(socket, r, out);
+    co_return;
+  }
+  RequireName(tls->native_handle(), r.to.host);
+  co_await tls->async_handshake(asio::ssl::stream_base::client,
+                                asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    out.error = HandshakeError(tls->native_handle(), ec, r.where);
+    co_return;
+  }
+  co_await Talk(*tls, r, out);
+}
+
+// Runs the exchange to its end or its deadline, whichever comes first.
+absl::StatusOr<HttpResponse> Run(Request& r, const TlsFiles& files) {
+  asio::io_context io;
+  tcp::socket socket(io);
+  std::optional<asio::ssl::context> ctx;
+  std::optional<asio::ssl::stream<tcp::socket&>> tls;
+  if (files.enabled()) {
+    ctx.emplace(asio::ssl::context::tls_client);
+    ctx->set_options(asio::ssl::context::no_sslv2 | asio::ssl::context::no_sslv3 |
+                     asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
+    if (absl::Status s = SetUpTls(*ctx, files); !s.ok()) return s;
+    tls.emplace(socket, *ctx);
+  }
+  Outcome out;
+  bool finished = false;
+  asio::co_spawn(io, Exchange(socket, tls ? &*tls : nullptr, r, out),
+                 [&finished](std::exception_ptr) { finished = true; });
+  io.run_for(std::chrono::milliseconds(r.timeout_ms));
+  if (!finished) {
+    error_code ignored;
+    socket.close(ignored);  // Every pending step ends with operation_aborted.
+    io.restart();
+    io.run();
+    return absl::DeadlineExceededError(
+        absl::StrCat(r.where, " did not answer within ", r.timeout_ms, " ms"));
+  }
+  if (!out.response) return out.error.ok() ? absl::InternalError("no answer") : out.error;
+  return std::move(*out.response);
+}
+
+absl::StatusOr<HttpResponse> Send(http::verb verb, const std::string& host_port,
+                                  const std::string& path, const std::string* content_type,
+                                  const std::string* body, int timeout_ms, size_t max_bytes,
+                                  const TlsFiles& tls, const std::vector<std::string>& extra) {
+  absl::StatusOr<HostPort> to = ParseHostPort(host_port);
+  if (!to.ok()) return to.status();
+  Request r{*to, absl::StrCat(tls.enabled() ? "https://" : "http://", host_port, path), {},
+            max_bytes, timeout_ms};
+  r.message = http::request<http::string_body>(verb, path.empty() ? "/" : path, 11);
+  r.message.set(http::field::host, host_port);
+  r.message.set(http::field::connection, "close");
+  for (const std::string& line : extra) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    r.message.set(std::string(absl::StripAsciiWhitespace(line.substr(0, colon))),
+                  std::string(absl::StripAsciiWhitespace(line.substr(colon + 1))));
+  }
+  if (body != nullptr) {
+    r.message.set(http::field::content_type, *content_type);
+    r.message.body() = *body;
+  }
+  r.message.prepare_payload();
+  return Run(r, tls);
 }
 
 }  // namespace
@@ -142,13 +246,15 @@ absl::StatusOr<HttpResponse> Exchange(const std::string& host_port, const std::s
 absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::string& path,
                                      int timeout_ms, size_t max_bytes, const TlsFiles& tls,
                                      const std::vector<std::string>& headers) {
-  return Exchange(host_port, path, nullptr, nullptr, timeout_ms, max_bytes, tls, headers);
+  return Send(http::verb::get, host_port, path, nullptr, nullptr, timeout_ms, max_bytes, tls,
+              headers);
 }
 
 absl::StatusOr<HttpResponse> HttpPost(const std::string& host_port, const std::string& path,
                                       const std::string& content_type, const std::string& body,
                                       int timeout_ms, size_t max_bytes, const TlsFiles& tls) {
-  return Exchange(host_port, path, &content_type, &body, timeout_ms, max_bytes, tls, {});
+  return Send(http::verb::post, host_port, path, &content_type, &body, timeout_ms, max_bytes, tls,
+              {});
 }
 
 }  // namespace trainscope

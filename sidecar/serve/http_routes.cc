@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "civetweb.h"
+#include "uriparser/Uri.h"
 
 namespace trainscope::sidecar {
 
@@ -33,14 +33,22 @@ HttpServer::Response HttpRoutes::Serve(const HttpServer::Request& request) const
 }
 
 std::string QueryParam(std::string_view query, std::string_view name) {
-  // civetweb's own decoding (percent escapes, '+' for a space); its buffer holds the whole
-  // query, so no value is refused as too long, then the value is cut.
-  const std::string q(query);
-  const std::string n(name);
-  std::vector<char> value(q.size() + 1);
-  const int length = mg_get_var(q.data(), q.size(), n.c_str(), value.data(), value.size());
-  if (length < 0) return "";
-  return std::string(value.data(), std::min<size_t>(static_cast<size_t>(length), 512));
+  // uriparser's decoding (percent escapes, '+' for a space); the first field of that name wins,
+  // and its value is cut at 512 bytes.
+  UriQueryListA* list = nullptr;
+  if (uriDissectQueryMallocExA(&list, nullptr, query.data(), query.data() + query.size(), URI_TRUE,
+                               URI_BR_DONT_TOUCH) != URI_SUCCESS) {
+    return "";
+  }
+  std::string value;
+  for (const UriQueryListA* field = list; field != nullptr; field = field->next) {
+    if (field->key != nullptr && name == field->key) {
+      if (field->value != nullptr) value = std::string(field->value).substr(0, 512);
+      break;
+    }
+  }
+  uriFreeQueryListA(list);
+  return value;
 }
 
 }  // namespace trainscope::sidecar

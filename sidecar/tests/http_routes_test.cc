@@ -30,6 +30,12 @@ TEST(HttpRoutes, QueryParameters) {
   EXPECT_EQ(QueryParam("a=1", "b"), "");
   EXPECT_EQ(QueryParam("a=%zz%4", "a"), "%zz%4");
   EXPECT_EQ(QueryParam("a=" + std::string(2000, 'x'), "a").size(), 512u);
+  EXPECT_EQ(QueryParam("task=worker%3A0&task=ps:0", "task"), "worker:0");  // The first wins.
+  EXPECT_EQ(QueryParam("", "a"), "");
+  EXPECT_EQ(QueryParam("&&=&a=", "a"), "");
+  EXPECT_EQ(QueryParam("a", "a"), "");
+  EXPECT_EQ(QueryParam("x%20y=1", "x y"), "1");
+  EXPECT_EQ(QueryParam("a=%E2%9C%93", "a"), "\xE2\x9C\x93");
 }
 
 }  // namespace
