@@ -8,10 +8,12 @@ namespace trainscope {
 
 grpc::ChannelArguments MakeChannelArguments(const ChannelOptions& o) {
   grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, o.keepalive_time_ms);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, o.keepalive_timeout_ms);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, o.keepalive_without_calls ? 1 : 0);
-  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  if (o.keepalive_time_ms > 0) {
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, o.keepalive_time_ms);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, o.keepalive_timeout_ms);
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, o.keepalive_without_calls ? 1 : 0);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  }
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, o.min_reconnect_ms);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, o.min_reconnect_ms);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, o.max_reconnect_ms);

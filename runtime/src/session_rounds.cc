@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "internal.h"
 #include "spdlog/spdlog.h"
+#include "trainscope/common/backoff.h"
 #include "trainscope/common/rpc_error.h"
 #include "trainscope/runtime/version.h"
 
@@ -45,7 +46,8 @@ absl::Status SessionRounds::Run() {
   status_->StartWaiting("CreateSession", PendingTasks());
   start_ = clock_.now();
   double next_log = start_ + options_.session_log_interval_s;
-  int64_t backoff_ms = 100;
+  // Jittered, so that the workers of a cluster that started together do not retry together.
+  Backoff backoff({.initial_s = 0.1, .max_s = 1, .multiplier = 1.5, .jitter = 0.2});
   const int deadline_ms = std::clamp(options_.rpc_deadline_ms, 200, 2000);
   while (true) {
     if (stopping_()) return absl::CancelledError(absl::StrCat(me, " stopped by a signal"));
@@ -62,8 +64,7 @@ absl::Status SessionRounds::Run() {
       LogWaiting(now - start_);
       next_log = now + options_.session_log_interval_s;
     }
-    clock_.sleep(backoff_ms);
-    backoff_ms = std::min<int64_t>(backoff_ms * 3 / 2, 1000);
+    clock_.sleep(backoff.NextDelayMs());
   }
   status_->StopWaiting();
   spdlog::info("CreateSession: {} reached all {} ps tasks in {:.1f} s", me, peers_.size(),

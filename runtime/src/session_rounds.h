@@ -4,9 +4,9 @@
 // yet, at once. An answer is checked: the task expected at that address, the same runtime and
 // protocol versions, the same cluster spec and cluster name; a wrong one ends the session at
 // once, saying how. A failure is retried in the next round, after a backoff (100 ms, times 1.5
-// each round, at most 1 s). Whom it still waits for is in the heartbeat, and logged every
-// session_log_interval_s; after session_timeout_s (0: never) it gives up, naming each task
-// still missing and its last error.
+// each round, at most 1 s, each within 20% either way: common's Backoff). Whom it still waits for
+// is in the heartbeat, and logged every session_log_interval_s; after session_timeout_s (0: never)
+// it gives up, naming each task still missing and its last error.
 
 #include <cstdint>
 #include <functional>

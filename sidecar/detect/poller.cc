@@ -27,6 +27,7 @@
 #include "grpcpp/alarm.h"
 #include "grpcpp/grpcpp.h"
 #include "spdlog/spdlog.h"
+#include "trainscope/common/grpc_channel.h"
 #include "trainscope/common/phase.h"
 #include "trainscope/common/proc.h"
 #include "trainscope/common/process_identity.h"
@@ -570,18 +571,17 @@ HeartbeatPoller::HeartbeatPoller(std::vector<Target> targets, int deadline_ms, s
   impl_->finder = std::move(finder);
   impl_->deadline_ms = deadline_ms;
   impl_->request.set_watcher(watcher);
+  // No keepalive: a heartbeat goes out every tick with a short deadline. A heartbeat is a few
+  // KiB; anything much larger is garbage.
+  const ChannelOptions options{.keepalive_time_ms = 0,
+                               .min_reconnect_ms = 100,
+                               .max_reconnect_ms = 1000,
+                               .own_connection = true,
+                               .max_receive_bytes = 1 << 20};
   for (Target& t : targets) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    // A heartbeat is a few KiB; anything much larger is garbage.
-    args.SetMaxReceiveMessageSize(1 << 20);
     Impl::Slot slot;
     slot.target = t;
-    slot.channel = grpc::CreateCustomChannel(t.address, credentials, args);
+    slot.channel = MakeChannel(t.address, options, credentials);
     slot.stub = pb::TaskService::NewStub(slot.channel);
     impl_->slots.push_back(std::move(slot));
   }

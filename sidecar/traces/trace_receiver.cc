@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
 #include "spdlog/spdlog.h"
+#include "trainscope/common/backoff.h"
 #include "trainscope/common/clock.h"
 
 namespace trainscope::sidecar {
@@ -247,7 +248,7 @@ bool OtlpForwarder::Enqueue(const otlp::ExportTraceServiceRequest& request, int6
 }
 
 void OtlpForwarder::Loop() {
-  int backoff_ms = 0;
+  Backoff backoff({.initial_s = 0.05, .max_s = 1, .multiplier = 2, .jitter = 0.2});
   std::string last_error;
   while (true) {
     Item item;
@@ -270,7 +271,7 @@ void OtlpForwarder::Loop() {
       dropped_.fetch_add(rejected, std::memory_order_relaxed);
       if (!last_error.empty()) spdlog::info("OTLP upstream {}: exporting again", target_);
       last_error.clear();
-      backoff_ms = 0;
+      backoff.Reset();
       continue;
     }
     failures_.fetch_add(1, std::memory_order_relaxed);
@@ -282,9 +283,8 @@ void OtlpForwarder::Loop() {
       last_error = error;
     }
     // Do not spin on a dead upstream: the queue fills meanwhile, and drops.
-    backoff_ms = std::min(1000, backoff_ms == 0 ? 50 : backoff_ms * 2);
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::milliseconds(backoff_ms), [&] { return stop_; });
+    cv_.wait_for(lock, std::chrono::milliseconds(backoff.NextDelayMs()), [&] { return stop_; });
     if (stop_) return;
   }
 }

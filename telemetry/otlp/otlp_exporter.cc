@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "opentelemetry/proto/collector/trace/v1/trace_service.grpc.pb.h"
 #include "trainscope/common/cluster_spec.h"
+#include "trainscope/common/grpc_channel.h"
 #include "trainscope/common/grpc_tls.h"
 
 namespace trainscope::telemetry {
@@ -259,14 +260,13 @@ absl::StatusOr<std::unique_ptr<OtlpGrpcExporter>> OtlpGrpcExporter::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("OTLP export timeout must be positive, not ", options.timeout_ms, " ms"));
   }
-  grpc::ChannelArguments args;
-  // A collector that comes back is found again within seconds.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 500);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 500);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
   auto credentials = ::trainscope::MakeChannelCredentials(options.tls);
   if (!credentials.ok()) return credentials.status();
-  impl->channel = grpc::CreateCustomChannel(impl->target, *credentials, args);
+  // A collector that comes back is found again within seconds. No keepalive: each export has
+  // its own deadline.
+  impl->channel = MakeChannel(
+      impl->target, {.keepalive_time_ms = 0, .min_reconnect_ms = 500, .max_reconnect_ms = 5000},
+      *credentials);
   impl->stub = otlp_collector::TraceService::NewStub(impl->channel);
 
   auto* resource = impl->prototype.mutable_resource();

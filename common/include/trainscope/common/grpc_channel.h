@@ -17,6 +17,7 @@ namespace trainscope {
 struct ChannelOptions {
   // A ping after this long without one, and the connection is dropped when its answer takes
   // longer than keepalive_timeout_ms: a silent connection fails within about their sum.
+  // 0: no pings (gRPC's default), for channels whose every call has a short deadline anyway.
   int keepalive_time_ms = 1000;
   int keepalive_timeout_ms = 1000;
   // Ping also while no call is in flight. Off for channels that are mostly idle between short
