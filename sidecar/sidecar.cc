@@ -13,18 +13,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "detect/detect_metrics.h"
 #include "detect/stack_keeper.h"
 #include "detect/task_watcher.h"
+#include "diagnose/cluster_view.h"
+#include "gossip/gossip_metrics.h"
 #include "gossip/peer_exchange.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "serve/alert_notifier.h"
 #include "serve/api_auth.h"
 #include "serve/api_routes.h"
-#include "serve/cluster_view.h"
 #include "serve/http_routes.h"
 #include "serve/metrics.h"
 #include "spdlog/spdlog.h"
+#include "traces/trace_metrics.h"
 #include "traces/trace_receiver.h"
 #include "trainscope/common/clock.h"
 #include "trainscope/common/cluster_spec.h"
@@ -611,20 +614,36 @@ class Sidecar::Impl {
     return BuildClusterView(in);
   }
 
-  SidecarStats Stats() const {
-    SidecarStats stats;
-    stats.pauses = watcher_->snapshot()->pauses;
+  // The observers' own families (detect, gossip, traces), each as its part builds them; zeros
+  // for a part not running (no exchange, no upstream).
+  std::vector<prometheus::MetricFamily> ObservedFamilies(const LocalSnapshot& local,
+                                                         const ClusterView& view) const {
+    std::vector<prometheus::MetricFamily> out;
+    std::map<TaskRef, TaskState> decided;
+    for (const TaskView& v : view.tasks) decided[v.task] = v.state;
+    AddTaskFamilies(local, decided, &out);
+    AddCgroupFamilies(local, &out);
+    AddWatcherFamilies(local, local.pauses, &out);
+    AddSnapshotFamilies(keeper_->stats(), &out);
+    ExchangeStats exchange;
+    std::vector<Member> members;
     if (exchange_) {
-      stats.exchange = exchange_->stats();
-      stats.members = exchange_->snapshot()->members;
+      exchange = exchange_->stats();
+      members = exchange_->snapshot()->members;
     }
-    stats.receiver = trace_receiver_->stats();
-    stats.store = trace_store_.stats();
-    if (forwarder_) stats.forwarder = forwarder_->stats();
+    AddExchangeFamilies(exchange, members, &out);
+    AddTraceFamilies(trace_receiver_->stats(), trace_store_.stats(),
+                     forwarder_ ? forwarder_->stats() : ForwarderStats{}, &out);
+    return out;
+  }
+
+  std::string Metrics() const {
+    const std::shared_ptr<const LocalSnapshot> local = watcher_->snapshot();
+    const ClusterView view = CurrentView();
+    ServeStats stats;
     if (notifier_) stats.alerts = notifier_->stats();
-    stats.keeper = keeper_->stats();
     stats.api_refused = auth_->refused();
-    return stats;
+    return RenderMetrics(ObservedFamilies(*local, view), local->views, stats, view);
   }
 
   void AddRoutes() {
@@ -633,7 +652,7 @@ class Sidecar::Impl {
     api.slow_window_s = options_.slow_window_s;
     api.slow_per_key = options_.slow_per_key;
     api.view = [this] { return CurrentView(); };
-    api.metrics = [this] { return RenderMetrics(*watcher_->snapshot(), Stats(), CurrentView()); };
+    api.metrics = [this] { return Metrics(); };
     api.traces = &trace_store_;
     api.stacks = [this](const std::string& task, bool fresh, std::function<bool()> cancelled) {
       return StacksOf(task, fresh, std::move(cancelled));

@@ -148,7 +148,7 @@ absl::Status Task::Impl::StartTelemetry(const std::string& host) {
   o.tail.slow_seconds = options_.trace_slow_ms / 1000.0;
   o.metrics_port = options_.metrics_port;
   // /metrics listens where the task server does (its host in the spec), not on every
-  // interface, unless --metrics_address says otherwise. civetweb binds addresses, not names.
+  // interface, unless --metrics_address says otherwise. The server binds addresses, not names.
   o.metrics_host = options_.metrics_address.empty() ? NumericAddress(host)
                                                     : NumericAddress(options_.metrics_address);
   if (o.metrics_host.empty()) {

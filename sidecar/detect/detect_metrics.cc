@@ -18,12 +18,6 @@ using prometheus::MetricType;
 using telemetry::AddMetric;
 using telemetry::MakeFamily;
 
-std::vector<prometheus::ClientMetric::Label> TaskLabels(const TaskView& v) {
-  return {{std::string(names::kLabelCluster), v.cluster},
-          {std::string(names::kLabelRole), v.task.role},
-          {std::string(names::kLabelTask), std::to_string(v.task.index)}};
-}
-
 namespace {
 
 // A task's heartbeat latency histogram, from the watcher's counters.
@@ -92,7 +86,7 @@ TaskFamilies MakeTaskFamilies() {
 // One task's series: its state `now` (as decided), transitions, blocked peers, restarts, and,
 // once it has answered, its heartbeat and resource facts.
 void AddTaskSeries(const TaskView& v, const TaskCounters& c, TaskState now, TaskFamilies& f) {
-  auto labels = TaskLabels(v);
+  auto labels = telemetry::TaskLabels(v.cluster, v.task);
   AddMetric(f.up, labels).gauge.value = now == TaskState::kUp ? 1 : 0;
   for (int s = 0; s < kNumTaskStates; ++s) {
     auto l = labels;
@@ -185,7 +179,7 @@ void AddCgroupFamilies(const LocalSnapshot& local, std::vector<MetricFamily>* ou
     for (const TaskView& v : local.views) {
       const std::optional<double> value = v.cgroup.version > 0 ? fact.get(v.cgroup) : std::nullopt;
       if (!value) continue;
-      ClientMetric& m = AddMetric(family, TaskLabels(v));
+      ClientMetric& m = AddMetric(family, telemetry::TaskLabels(v.cluster, v.task));
       (fact.type == MetricType::Counter ? m.counter.value : m.gauge.value) = *value;
     }
     out->push_back(std::move(family));

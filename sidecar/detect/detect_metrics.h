@@ -18,9 +18,6 @@ struct MetricFamily;
 
 namespace trainscope::sidecar {
 
-// cluster, role and task: the labels of a task's own series.
-std::vector<prometheus::ClientMetric::Label> TaskLabels(const TaskView& v);
-
 // `decided`: each task's state as the cluster view decided it (it may blame a ps slower than its
 // peers); a task missing from it has its tracker's state.
 void AddTaskFamilies(const LocalSnapshot& local, const std::map<TaskRef, TaskState>& decided,

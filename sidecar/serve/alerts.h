@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "serve/cluster_view.h"
+#include "diagnose/cluster_view.h"
 
 namespace trainscope::sidecar {
 

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "diagnose/cluster_view.h"
 #include "serve/api_auth.h"
-#include "serve/cluster_view.h"
 #include "serve/http_routes.h"
 #include "trainscope/sidecar/api.h"
 #include "trainscope/sidecar/trace_store.h"

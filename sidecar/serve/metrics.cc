@@ -5,11 +5,8 @@
 #include <sstream>
 
 #include "absl/strings/match.h"
-#include "detect/detect_metrics.h"
-#include "gossip/gossip_metrics.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
-#include "traces/trace_metrics.h"
 #include "trainscope/common/proc.h"
 #include "trainscope/sidecar/names.h"
 #include "trainscope/telemetry/metrics.h"
@@ -55,11 +52,11 @@ void AddSilentNodes(const ClusterView& cluster, std::vector<MetricFamily>& out) 
 
 // The worker x ps map, for this node's callers: a bounded top-K of their slowest edges, and
 // their slow links. Never a series per edge.
-void AddWorkerPsMap(const LocalSnapshot& local, const ClusterView& cluster,
+void AddWorkerPsMap(const std::vector<TaskView>& local, const ClusterView& cluster,
                     std::vector<MetricFamily>& out) {
   constexpr size_t kTopEdges = 5;
   std::map<TaskRef, const TaskView*> mine;
-  for (const TaskView& v : local.views) mine[v.task] = &v;
+  for (const TaskView& v : local) mine[v.task] = &v;
   std::vector<const MapEdge*> edges;
   for (const MapEdge& e : cluster.worker_ps.edges) {
     if (mine.contains(e.from)) edges.push_back(&e);
@@ -77,7 +74,7 @@ void AddWorkerPsMap(const LocalSnapshot& local, const ClusterView& cluster,
                          "only while it lasts).",
                          MetricType::Gauge);
   auto labels = [&](const TaskRef& from, const TaskRef& to) {
-    auto l = TaskLabels(*mine.at(from));
+    auto l = telemetry::TaskLabels(mine.at(from)->cluster, from);
     l.push_back({std::string(names::kLabelPeerRole), to.role});
     l.push_back({std::string(names::kLabelPeerTask), std::to_string(to.index)});
     return l;
@@ -92,7 +89,7 @@ void AddWorkerPsMap(const LocalSnapshot& local, const ClusterView& cluster,
 }
 
 // What only the cluster view tells about this node's tasks and about this node.
-void AddClusterFamilies(const LocalSnapshot& local, const ClusterView& cluster,
+void AddClusterFamilies(const std::vector<TaskView>& local, const ClusterView& cluster,
                         std::vector<MetricFamily>& out) {
   std::map<TaskRef, const TaskView*> by_task;
   for (const TaskView& v : cluster.tasks) by_task[v.task] = &v;
@@ -104,15 +101,15 @@ void AddClusterFamilies(const LocalSnapshot& local, const ClusterView& cluster,
                           "1 for each peer this node's task is partitioned from (series exist only "
                           "while the partition lasts).",
                           MetricType::Gauge);
-  for (const TaskView& v : local.views) {
+  for (const TaskView& v : local) {
     auto it = by_task.find(v.task);
     const bool cut = it != by_task.end() && !it->second->partitioned_from.empty();
-    AddMetric(partitioned, TaskLabels(v)).gauge.value = cut ? 1 : 0;
+    AddMetric(partitioned, telemetry::TaskLabels(v.cluster, v.task)).gauge.value = cut ? 1 : 0;
     if (!cut) continue;
     for (const std::string& peer : it->second->partitioned_from) {
       auto ref = ParseTaskRef(peer);
       if (!ref.ok()) continue;
-      auto labels = TaskLabels(v);
+      auto labels = telemetry::TaskLabels(v.cluster, v.task);
       labels.push_back({std::string(names::kLabelPeerRole), ref->role});
       labels.push_back({std::string(names::kLabelPeerTask), std::to_string(ref->index)});
       AddMetric(pairs, labels).gauge.value = 1;
@@ -138,7 +135,7 @@ void AddClusterFamilies(const LocalSnapshot& local, const ClusterView& cluster,
 }
 
 // Always exported (0 without --alertmanager_url), so a rule on them need not test presence.
-void AddAlertFamilies(const SidecarStats& stats, std::vector<MetricFamily>& out) {
+void AddAlertFamilies(const ServeStats& stats, std::vector<MetricFamily>& out) {
   auto sent = MakeFamily(names::kSidecarAlertsSent,
                          "Alerts (firing or resolved) posted to Alertmanager, by status: ok, or "
                          "failed (each retry counts again).",
@@ -156,7 +153,7 @@ void AddAlertFamilies(const SidecarStats& stats, std::vector<MetricFamily>& out)
 }
 
 // Requests to the HTTP API refused for want of a credential, by reason (every reason present).
-void AddApiFamilies(const SidecarStats& stats, std::vector<MetricFamily>& out) {
+void AddApiFamilies(const ServeStats& stats, std::vector<MetricFamily>& out) {
   auto refused = MakeFamily(names::kSidecarApiRefused,
                             "Requests to the HTTP API refused, by reason: no_credential and "
                             "bad_token (401), no_token_file (403: no --api_token_file set).",
@@ -170,18 +167,9 @@ void AddApiFamilies(const SidecarStats& stats, std::vector<MetricFamily>& out) {
 
 }  // namespace
 
-std::string RenderMetrics(const LocalSnapshot& local, const SidecarStats& stats,
-                          const ClusterView& cluster) {
-  std::vector<MetricFamily> out;
-  std::map<TaskRef, TaskState> decided;
-  for (const TaskView& v : cluster.tasks) decided[v.task] = v.state;
-  // Each part's own families, then what only the cluster view and the notifier tell.
-  AddTaskFamilies(local, decided, &out);
-  AddCgroupFamilies(local, &out);
-  AddWatcherFamilies(local, stats.pauses, &out);
-  AddSnapshotFamilies(stats.keeper, &out);
-  AddExchangeFamilies(stats.exchange, stats.members, &out);
-  AddTraceFamilies(stats.receiver, stats.store, stats.forwarder, &out);
+std::string RenderMetrics(std::vector<MetricFamily> observed, const std::vector<TaskView>& local,
+                          const ServeStats& stats, const ClusterView& cluster) {
+  std::vector<MetricFamily> out = std::move(observed);
   AddClusterFamilies(local, cluster, out);
   AddAlertFamilies(stats, out);
   AddApiFamilies(stats, out);

@@ -1,7 +1,7 @@
 // The cluster view from first-hand views and the exchange's records: merging, why a task is
 // unknown, a node cut off (seen from outside, and from inside), a sidecar down, partitions, and
 // blocked-reason annotations.
-#include "serve/cluster_view.h"
+#include "diagnose/cluster_view.h"
 
 #include <gtest/gtest.h>
 
@@ -142,10 +142,7 @@ TEST_F(ClusterViewTest, ACutOffNodeIsOneIncidentNotNTaskFailures) {
 // The alert on a cut-off node needs one series naming the node (not one per task), and only
 // while it lasts: a down sidecar is not a cut-off node.
 TEST_F(ClusterViewTest, MetricsNameASilentNodeOnceAndNothingElse) {
-  LocalSnapshot local;
-  local.views = local_;
-  local.counters.resize(local.views.size());
-  EXPECT_EQ(RenderMetrics(local, SidecarStats(), Build()).find("trainscope_node_silent{"),
+  EXPECT_EQ(RenderMetrics({}, local_, ServeStats(), Build()).find("trainscope_node_silent{"),
             std::string::npos);
   Report("n3:4317", {View({"worker", 1}, TaskState::kUp)});
   MemberOf("n3:4317").status = MemberStatus::kSilent;
@@ -154,7 +151,7 @@ TEST_F(ClusterViewTest, MetricsNameASilentNodeOnceAndNothingElse) {
   MemberOf("n2:4317").last_error = "connection refused";
   ClusterView view = Build();
   EXPECT_EQ(view.cluster, "c");
-  const std::string text = RenderMetrics(local, SidecarStats(), view);
+  const std::string text = RenderMetrics({}, local_, ServeStats(), view);
   EXPECT_NE(text.find("trainscope_node_silent{cluster=\"c\",node=\"n3:4317\"} 1"),
             std::string::npos)
       << text;

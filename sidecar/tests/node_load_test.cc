@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "serve/starved_nodes.h"
+#include "diagnose/starved_nodes.h"
 #include "trainscope/sidecar/v1/sidecar.pb.h"
 
 namespace trainscope::sidecar {

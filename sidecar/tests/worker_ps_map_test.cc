@@ -1,11 +1,11 @@
 // The worker x ps map and its slow links (worker_ps_map.h), and the first half of a slow-link
 // verdict, each edge against its own past (EdgeWatch): a table of rows, columns and single edges.
-#include "serve/worker_ps_map.h"
+#include "diagnose/worker_ps_map.h"
 
 #include <gtest/gtest.h>
 
-#include "serve/cluster_view.h"
-#include "serve/stragglers.h"
+#include "diagnose/cluster_view.h"
+#include "diagnose/stragglers.h"
 #include "trainscope/sidecar/edge_watch.h"
 
 namespace trainscope::sidecar {

@@ -106,6 +106,13 @@ prometheus::MetricFamily& AddFamily(std::vector<prometheus::MetricFamily>* famil
   return families->back();
 }
 
+std::vector<prometheus::ClientMetric::Label> TaskLabels(std::string_view cluster,
+                                                        const TaskRef& task) {
+  return {{names::kLabelCluster, std::string(cluster)},
+          {names::kLabelRole, task.role},
+          {names::kLabelTask, std::to_string(task.index)}};
+}
+
 prometheus::ClientMetric& AddMetric(prometheus::MetricFamily& family,
                                     std::vector<prometheus::ClientMetric::Label> labels) {
   family.metric.emplace_back();

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "detect/poller.h"
+#include "diagnose/stragglers.h"
 #include "fuzz_records.h"
 #include "google/protobuf/stubs/logging.h"
-#include "serve/stragglers.h"
 #include "trainscope/sidecar/task_tracker.h"
 
 namespace {

@@ -134,6 +134,9 @@ prometheus::MetricFamily& AddFamily(std::vector<prometheus::MetricFamily>* famil
 // Appends a series with `labels` to `family` and returns it.
 prometheus::ClientMetric& AddMetric(prometheus::MetricFamily& family,
                                     std::vector<prometheus::ClientMetric::Label> labels = {});
+// The labels that name a task in every trainscope series: cluster, role, task (its index).
+std::vector<prometheus::ClientMetric::Label> TaskLabels(std::string_view cluster,
+                                                        const TaskRef& task);
 // A family of one unlabelled gauge / counter.
 void AddGauge(std::vector<prometheus::MetricFamily>* families, const char* name, const char* help,
               double value);

@@ -1,5 +1,5 @@
 // Starved nodes (starved_nodes.h).
-#include "serve/starved_nodes.h"
+#include "diagnose/starved_nodes.h"
 
 #include <algorithm>
 #include <set>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "serve/stragglers.h"
+#include "diagnose/stragglers.h"
 #include "trainscope/common/clock.h"
 
 namespace trainscope::sidecar {

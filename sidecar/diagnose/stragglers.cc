@@ -1,5 +1,5 @@
 // Stragglers (stragglers.h).
-#include "serve/stragglers.h"
+#include "diagnose/stragglers.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // Building and reading the cluster view; see cluster_view.h.
-#include "serve/cluster_view.h"
+#include "diagnose/cluster_view.h"
 
 #include <algorithm>
 #include <map>
@@ -9,8 +9,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "serve/starved_nodes.h"
-#include "serve/stragglers.h"
+#include "diagnose/starved_nodes.h"
+#include "diagnose/stragglers.h"
 #include "trainscope/common/clock.h"
 
 namespace trainscope::sidecar {

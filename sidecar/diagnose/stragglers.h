@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "serve/worker_ps_map.h"
+#include "diagnose/worker_ps_map.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/sidecar/edge_watch.h"
 #include "trainscope/sidecar/task_view.h"

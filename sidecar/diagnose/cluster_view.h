@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "diagnose/worker_ps_map.h"
 #include "gossip/exchange_core.h"
-#include "serve/worker_ps_map.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/sidecar/api.h"
 #include "trainscope/sidecar/node_load.h"
