@@ -1,19 +1,15 @@
 // HTTP GET and POST on Boost.Beast, the library the HTTP server already uses; see http_client.h.
-// One exchange runs as a coroutine on its own io_context, which this thread runs up to the
-// deadline; past it, the socket is closed and the coroutine unwinds before the context goes.
+// One exchange runs on its own io_context, which this thread runs up to the deadline; past it,
+// the socket is closed and the steps still pending end before the context goes.
 #include "trainscope/common/http_client.h"
 
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
 
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/ssl.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
@@ -37,12 +33,6 @@ struct Request {
   http::request<http::string_body> message;
   size_t max_bytes = 0;
   int timeout_ms = 0;
-};
-
-// What one exchange came to: the answer, or the step that failed and why.
-struct Outcome {
-  std::optional<HttpResponse> response;
-  absl::Status error;
 };
 
 bool IsAddress(const std::string& host) {
@@ -90,10 +80,10 @@ void RequireName(SSL* ssl, const std::string& host) {
 absl::Status HandshakeError(SSL* ssl, const error_code& ec, const std::string& where) {
   const long verify = SSL_get_verify_result(ssl);
   if (verify == X509_V_ERR_HOSTNAME_MISMATCH || verify == X509_V_ERR_IP_ADDRESS_MISMATCH) {
-    return absl::UnavailableError(absl::StrCat(
-        "refusing ", where, ": its TLS certificate does not name the host dialled (",
-        X509_verify_cert_error_string(verify),
-        "); dial a name or address in its subjectAltName, or add this one there"));
+    return absl::UnavailableError(
+        absl::StrCat("refusing ", where, ": its TLS certificate does not name the host dialled (",
+                     X509_verify_cert_error_string(verify),
+                     "); dial a name or address in its subjectAltName, or add this one there"));
   }
   if (verify != X509_V_OK) {
     return absl::UnavailableError(absl::StrCat("refusing ", where,
@@ -110,8 +100,7 @@ absl::Status ReadError(const error_code& ec, const Request& r) {
         absl::StrCat(r.where, " sent more than ", r.max_bytes, " bytes"));
   }
   if (ec.category() == http::make_error_code(http::error::body_limit).category() ||
-      ec == asio::error::eof ||
-      ec == http::error::end_of_stream) {
+      ec == asio::error::eof || ec == http::error::end_of_stream) {
     return absl::InvalidArgumentError(
         absl::StrCat(r.where, " did not answer in HTTP (", ec.message(), ")"));
   }
@@ -130,90 +119,110 @@ HttpResponse ToResponse(http::response<http::string_body>& answer) {
   return out;
 }
 
-// Writes the request and reads the answer on `stream` (a socket, or TLS over one).
-template <typename Stream>
-asio::awaitable<void> Talk(Stream& stream, Request& r, Outcome& out) {
-  error_code ec;
-  co_await http::async_write(stream, r.message, asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) {
-    out.error = absl::UnavailableError(absl::StrCat("cannot reach ", r.where, ": ", ec.message()));
-    co_return;
-  }
-  boost::beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(r.max_bytes);
-  parser.header_limit(64 * 1024);
-  co_await http::async_read_header(stream, buffer, parser,
-                                   asio::redirect_error(asio::use_awaitable, ec));
-  // Boost 1.74's parser applies body_limit to chunked and close-delimited bodies but not to a
-  // Content-Length it has read: that one is checked here, before any of the body is taken.
-  if (!ec && parser.content_length().value_or(0) > r.max_bytes) ec = http::error::body_limit;
-  if (!ec) {
-    co_await http::async_read(stream, buffer, parser,
-                              asio::redirect_error(asio::use_awaitable, ec));
-  }
-  if (ec) {
-    out.error = ReadError(ec, r);
-    co_return;
-  }
-  out.response = ToResponse(parser.get());
+absl::Status Unreachable(const error_code& ec, const Request& r) {
+  return absl::UnavailableError(absl::StrCat("cannot reach ", r.where, ": ", ec.message()));
 }
 
-asio::awaitable<void> Exchange(tcp::socket& socket, asio::ssl::stream<tcp::socket&>* tls,
-                               Request& r, Outcome& out) {
-  error_code ec;
-  tcp::resolver resolver(socket.get_executor());
-  auto endpoints = co_await resolver.async_resolve(r.to.host, std::to_string(r.to.port),
-                                                   asio::redirect_error(asio::use_awaitable, ec));
-  if (!ec) {
-    co_await asio::async_connect(socket, endpoints, asio::redirect_error(asio::use_awaitable, ec));
+// One exchange as a chain of asynchronous steps on the caller's io_context: resolve, connect,
+// the TLS handshake, write, read the header, read the body. (Callbacks, not coroutines: clang
+// 14, which builds the sanitizer trees, cannot compile Boost 1.74's awaitables.)
+class Call {
+ public:
+  Call(asio::io_context& io, Request& r, asio::ssl::context* ctx)
+      : r_(r), resolver_(io), socket_(io) {
+    if (ctx != nullptr) tls_.emplace(socket_, *ctx);
+    parser_.body_limit(r.max_bytes);
+    parser_.header_limit(64 * 1024);
   }
-  if (ec) {
-    out.error = absl::UnavailableError(absl::StrCat("cannot reach ", r.where, ": ", ec.message()));
-    co_return;
+
+  void Start() {
+    resolver_.async_resolve(r_.to.host, std::to_string(r_.to.port),
+                            [this](error_code ec, const tcp::resolver::results_type& endpoints) {
+                              if (ec) return Fail(Unreachable(ec, r_));
+                              asio::async_connect(
+                                  socket_, endpoints,
+                                  [this](error_code e, const tcp::endpoint&) { Connected(e); });
+                            });
   }
-  if (tls == nullptr) {
-    co_await Talk(socket, r, out);
-    co_return;
+  // Ends every step still pending (each then ends with operation_aborted).
+  void Cancel() {
+    error_code ignored;
+    resolver_.cancel();
+    socket_.close(ignored);
   }
-  RequireName(tls->native_handle(), r.to.host);
-  co_await tls->async_handshake(asio::ssl::stream_base::client,
-                                asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) {
-    out.error = HandshakeError(tls->native_handle(), ec, r.where);
-    co_return;
+  bool done() const { return done_; }
+  absl::StatusOr<HttpResponse> Result() {
+    if (response_) return std::move(*response_);
+    return error_.ok() ? absl::InternalError("no answer") : error_;
   }
-  co_await Talk(*tls, r, out);
-}
+
+ private:
+  void Connected(error_code ec) {
+    if (ec) return Fail(Unreachable(ec, r_));
+    if (!tls_) return Write(socket_);
+    RequireName(tls_->native_handle(), r_.to.host);
+    tls_->async_handshake(asio::ssl::stream_base::client, [this](error_code e) {
+      if (e) return Fail(HandshakeError(tls_->native_handle(), e, r_.where));
+      Write(*tls_);
+    });
+  }
+  template <typename Stream>
+  void Write(Stream& stream) {
+    http::async_write(stream, r_.message, [this, &stream](error_code ec, size_t) {
+      if (ec) return Fail(Unreachable(ec, r_));
+      http::async_read_header(stream, buffer_, parser_,
+                              [this, &stream](error_code e, size_t) { HeaderRead(stream, e); });
+    });
+  }
+  template <typename Stream>
+  void HeaderRead(Stream& stream, error_code ec) {
+    // Boost 1.74's parser applies body_limit to chunked and close-delimited bodies but not to a
+    // Content-Length it has read: that one is checked here, before the body is taken.
+    if (!ec && parser_.content_length().value_or(0) > r_.max_bytes) ec = http::error::body_limit;
+    if (ec) return Fail(ReadError(ec, r_));
+    http::async_read(stream, buffer_, parser_, [this](error_code e, size_t) {
+      if (e) return Fail(ReadError(e, r_));
+      response_ = ToResponse(parser_.get());
+      done_ = true;
+    });
+  }
+  void Fail(absl::Status status) {
+    error_ = std::move(status);
+    done_ = true;
+  }
+
+  Request& r_;
+  tcp::resolver resolver_;
+  tcp::socket socket_;
+  std::optional<asio::ssl::stream<tcp::socket&>> tls_;  // Over socket_, when TLS is on.
+  boost::beast::flat_buffer buffer_;
+  http::response_parser<http::string_body> parser_;
+  std::optional<HttpResponse> response_;
+  absl::Status error_;
+  bool done_ = false;
+};
 
 // Runs the exchange to its end or its deadline, whichever comes first.
 absl::StatusOr<HttpResponse> Run(Request& r, const TlsFiles& files) {
-  asio::io_context io;
-  tcp::socket socket(io);
   std::optional<asio::ssl::context> ctx;
-  std::optional<asio::ssl::stream<tcp::socket&>> tls;
   if (files.enabled()) {
     ctx.emplace(asio::ssl::context::tls_client);
     ctx->set_options(asio::ssl::context::no_sslv2 | asio::ssl::context::no_sslv3 |
                      asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
     if (absl::Status s = SetUpTls(*ctx, files); !s.ok()) return s;
-    tls.emplace(socket, *ctx);
   }
-  Outcome out;
-  bool finished = false;
-  asio::co_spawn(io, Exchange(socket, tls ? &*tls : nullptr, r, out),
-                 [&finished](std::exception_ptr) { finished = true; });
+  asio::io_context io;
+  Call call(io, r, ctx ? &*ctx : nullptr);
+  call.Start();
   io.run_for(std::chrono::milliseconds(r.timeout_ms));
-  if (!finished) {
-    error_code ignored;
-    socket.close(ignored);  // Every pending step ends with operation_aborted.
+  if (!call.done()) {
+    call.Cancel();
     io.restart();
-    io.run();
+    io.run();  // The cancelled steps end before the call and the context go.
     return absl::DeadlineExceededError(
         absl::StrCat(r.where, " did not answer within ", r.timeout_ms, " ms"));
   }
-  if (!out.response) return out.error.ok() ? absl::InternalError("no answer") : out.error;
-  return std::move(*out.response);
+  return call.Result();
 }
 
 absl::StatusOr<HttpResponse> Send(http::verb verb, const std::string& host_port,
@@ -222,8 +231,11 @@ absl::StatusOr<HttpResponse> Send(http::verb verb, const std::string& host_port,
                                   const TlsFiles& tls, const std::vector<std::string>& extra) {
   absl::StatusOr<HostPort> to = ParseHostPort(host_port);
   if (!to.ok()) return to.status();
-  Request r{*to, absl::StrCat(tls.enabled() ? "https://" : "http://", host_port, path), {},
-            max_bytes, timeout_ms};
+  Request r{*to,
+            absl::StrCat(tls.enabled() ? "https://" : "http://", host_port, path),
+            {},
+            max_bytes,
+            timeout_ms};
   r.message = http::request<http::string_body>(verb, path.empty() ? "/" : path, 11);
   r.message.set(http::field::host, host_port);
   r.message.set(http::field::connection, "close");
