@@ -1,6 +1,8 @@
 // HttpGet and HttpPost (Beast) against a raw socket server on loopback that answers one
 // connection with canned bytes, or with nothing: what is sent, what is read back, and a clear
 // error for every way an answer goes wrong (none, too slow, too big, not HTTP).
+#include "trainscope/common/http_client.h"
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -10,8 +12,6 @@
 #include <atomic>
 #include <string>
 #include <thread>
-
-#include "trainscope/common/http_client.h"
 
 namespace trainscope {
 namespace {
@@ -127,8 +127,7 @@ TEST(HttpClient, EveryBadAnswerIsAClearError) {
       {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n7d0\r\n" + std::string(2000, 'x') +
            "\r\n0\r\n\r\n",
        absl::StatusCode::kInvalidArgument, "sent more than 100 bytes"},
-      {"SSH-2.0-OpenSSH_9.2\r\n\r\n", absl::StatusCode::kInvalidArgument,
-       "did not answer in HTTP"},
+      {"SSH-2.0-OpenSSH_9.2\r\n\r\n", absl::StatusCode::kInvalidArgument, "did not answer in HTTP"},
       {"", absl::StatusCode::kInvalidArgument, "did not answer in HTTP"},
   };
   for (const Case& c : cases) {

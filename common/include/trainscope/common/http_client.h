@@ -1,7 +1,8 @@
 #pragma once
-// HTTP GET and POST on Boost.Beast (as the server, http_server.h), with a deadline on the whole exchange and a size cap on the
-// answer: for trainscopectl and the benches to ask a sidecar, and for the sidecar to post alerts
-// to Alertmanager. Proxies from the environment are not used (these are direct, local calls).
+// HTTP GET and POST on Boost.Beast (as the server, http_server.h), with a deadline on the whole
+// exchange and a size cap on the answer: for trainscopectl and the benches to ask a sidecar, and
+// for the sidecar to post alerts to Alertmanager. Proxies from the environment are not used
+// (these are direct, local calls).
 
 #include <cstddef>
 #include <map>
