@@ -94,6 +94,10 @@ absl::Status HandshakeError(SSL* ssl, const error_code& ec, const std::string& w
       absl::StrCat("cannot reach ", where, ": TLS handshake failed (", ec.message(), ")"));
 }
 
+absl::Status Unreachable(const error_code& ec, const Request& r) {
+  return absl::UnavailableError(absl::StrCat("cannot reach ", r.where, ": ", ec.message()));
+}
+
 absl::Status ReadError(const error_code& ec, const Request& r) {
   if (ec == http::error::body_limit || ec == http::error::header_limit) {
     return absl::InvalidArgumentError(
@@ -104,7 +108,7 @@ absl::Status ReadError(const error_code& ec, const Request& r) {
     return absl::InvalidArgumentError(
         absl::StrCat(r.where, " did not answer in HTTP (", ec.message(), ")"));
   }
-  return absl::UnavailableError(absl::StrCat("cannot reach ", r.where, ": ", ec.message()));
+  return Unreachable(ec, r);
 }
 
 HttpResponse ToResponse(http::response<http::string_body>& answer) {
@@ -117,10 +121,6 @@ HttpResponse ToResponse(http::response<http::string_body>& answer) {
   }
   out.body = std::move(answer.body());
   return out;
-}
-
-absl::Status Unreachable(const error_code& ec, const Request& r) {
-  return absl::UnavailableError(absl::StrCat("cannot reach ", r.where, ": ", ec.message()));
 }
 
 // One exchange as a chain of asynchronous steps on the caller's io_context: resolve, connect,
