@@ -13,30 +13,32 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "detect/detect_metrics.h"
-#include "detect/stack_keeper.h"
-#include "detect/task_watcher.h"
-#include "diagnose/cluster_view.h"
-#include "gossip/gossip_metrics.h"
-#include "gossip/peer_exchange.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "serve/alert_notifier.h"
-#include "serve/api_auth.h"
-#include "serve/api_routes.h"
-#include "serve/http_routes.h"
-#include "serve/metrics.h"
 #include "spdlog/spdlog.h"
-#include "traces/trace_metrics.h"
-#include "traces/trace_receiver.h"
 #include "trainscope/common/clock.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/common/grpc_channel.h"
 #include "trainscope/common/grpc_tls.h"
 #include "trainscope/common/http_server.h"
 #include "trainscope/common/http_tls.h"
+#include "trainscope/sidecar/alert_notifier.h"
+#include "trainscope/sidecar/api_auth.h"
+#include "trainscope/sidecar/api_routes.h"
+#include "trainscope/sidecar/cluster_view.h"
+#include "trainscope/sidecar/detect_metrics.h"
+#include "trainscope/sidecar/gossip_metrics.h"
+#include "trainscope/sidecar/http_routes.h"
 #include "trainscope/sidecar/local_hosts.h"
+#include "trainscope/sidecar/metrics.h"
 #include "trainscope/sidecar/names.h"
+#include "trainscope/sidecar/node_load_watch.h"
+#include "trainscope/sidecar/peer_exchange.h"
+#include "trainscope/sidecar/stack_keeper.h"
+#include "trainscope/sidecar/stuck_explain.h"
+#include "trainscope/sidecar/task_watcher.h"
+#include "trainscope/sidecar/trace_metrics.h"
+#include "trainscope/sidecar/trace_receiver.h"
 #include "trainscope/sidecar/trace_store.h"
 
 namespace trainscope::sidecar {
@@ -489,18 +491,12 @@ class Sidecar::Impl {
     return t;
   }
 
-  // This node's tasks as the watcher decided them; with `explained`, a stuck task's reason also
-  // says where it is stuck (stack_keeper.h).
-  std::vector<TaskView> LocalViews(bool explained = true) const {
+  // This node's tasks as the watcher decided them.
+  std::vector<TaskView> LocalViews() const {
     std::vector<TaskView> views = watcher_->snapshot()->views;
     for (TaskView& v : views) {
       v.node = plan_.self;
       v.node_hostname = plan_.hostname;
-      if (!explained || !keeper_) continue;
-      if (std::string e = keeper_->Explanation(v.task.ShortName()); !e.empty()) {
-        absl::StrAppend(&v.reason, v.reason.empty() ? "" : "; ", e);
-        v.stuck_where = std::move(e);
-      }
     }
     return views;
   }
@@ -534,8 +530,9 @@ class Sidecar::Impl {
           "--exchange_key_file (docs/security.md)",
           options_.grpc_port);
     }
+    // This node's tasks as the exchange sends them: a stuck one's reason says where it waits.
     exchange_ = std::make_unique<PeerExchange>(
-        std::move(x), [this] { return LocalViews(); }, channel_credentials_);
+        std::move(x), [this] { return ExplainedLocal(ViewInputs()); }, channel_credentials_);
     exchange_->SetLoadProvider([this] { return node_load_.Get(MonotonicSeconds()); });
     exchange_->SetOnChange([this] {
       if (notifier_) notifier_->Poke();
@@ -550,13 +547,15 @@ class Sidecar::Impl {
     k.memory_bytes = options_.snapshot_memory_bytes;
     k.blocked_after_s = options_.snapshot_blocked_after_s;
     k.capture.stacks = options_.stack_snapshots;
+    k.summarize = [](const TaskView& v, const pb::StackSnapshot& s) {
+      return ExplainStuck(v, &s, s.taken_unix(), nullptr);
+    };
     StackKeeper::Capturer capture;
     if (const std::shared_ptr<CaptureHelper> helper = options_.capture_helper) {
       capture = [helper](const TaskView& v) { return helper->Capture(CaptureTargetOf(v)); };
     }
     keeper_ = std::make_unique<StackKeeper>(
-        std::move(k), [this] { return LocalViews(false); }, [this] { return CurrentView().tasks; },
-        std::move(capture));
+        std::move(k), [w = watcher_.get()] { return w->snapshot()->views; }, std::move(capture));
     if (exchange_) {
       exchange_->SetStacksProvider(
           [this](const std::string& task, bool fresh) { return keeper_->Stacks(task, fresh); });
@@ -593,7 +592,8 @@ class Sidecar::Impl {
                                   options_.snapshot_fetch_max_bytes);
   }
 
-  ClusterView CurrentView() const {
+  // What the diagnosis takes: the observers' values of this moment.
+  ClusterViewInputs ViewInputs() const {
     ClusterViewInputs in;
     in.cluster = options_.cluster_name;
     in.spec = &plan_.config.cluster;
@@ -611,8 +611,11 @@ class Sidecar::Impl {
     in.now_unix = UnixSeconds();
     in.worker_ps_map = options_.worker_ps_map;
     in.node_load = node_load_.Get(MonotonicSeconds());
-    return BuildClusterView(in);
+    in.stacks = keeper_ ? keeper_->Newest() : nullptr;
+    return in;
   }
+
+  ClusterView CurrentView() const { return BuildClusterView(ViewInputs()); }
 
   // The observers' own families (detect, gossip, traces), each as its part builds them; zeros
   // for a part not running (no exchange, no upstream).

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "gossip/exchange_keys.h"
+#include "trainscope/sidecar/exchange_keys.h"
 #include "trainscope/sidecar/v1/sidecar.pb.h"
 
 namespace {

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Many honest readers of one sidecar (issue 23, part 3): --viewers status pages (each
 refreshes every second: /api/v1/tasks, /api/v1/traces/slow and /api/v1/traces/errors, as
-sidecar/serve/status_page.html does) and --scrapers Prometheus-like scrapers of /metrics at
+sidecar/serve/src/status_page.html does) and --scrapers Prometheus-like scrapers of /metrics at
 1 s, each on a keep-alive connection from an address of its own (127.0.0.2, ...), against a
 trainscope-sidecar watching --tasks scripted tasks (sidecar_fake_task). Prints the sidecar's CPU
 (share of one core) idle and under the readers, its resident memory, and the readers' latency

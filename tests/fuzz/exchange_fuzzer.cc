@@ -1,4 +1,4 @@
-// libFuzzer target: the sidecar-to-sidecar exchange (sidecar/gossip/exchange_core.cc) as a peer
+// libFuzzer target: the sidecar-to-sidecar exchange (sidecar/gossip/src/exchange_core.cc) as a peer
 // drives it: Ping, PingReq and Sync requests the node serves, and the answers to the ones it
 // sent, all bytes a peer chooses. Each record of the input (fuzz_records.h) is one message; its
 // tag says which (see kTag*), the payload is the serialized protobuf. The node is "a:1" of
@@ -14,8 +14,8 @@
 
 #include "fuzz_records.h"
 #include "google/protobuf/stubs/logging.h"
-#include "gossip/exchange_core.h"
-#include "gossip/exchange_keys.h"
+#include "trainscope/sidecar/exchange_core.h"
+#include "trainscope/sidecar/exchange_keys.h"
 
 namespace {
 

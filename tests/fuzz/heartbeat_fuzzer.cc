@@ -1,4 +1,4 @@
-// libFuzzer target: heartbeat answers as the sidecar decodes them (sidecar/detect/poller.cc,
+// libFuzzer target: heartbeat answers as the sidecar decodes them (sidecar/detect/src/poller.cc,
 // DecodeHeartbeatAnswer) and then judges them (TaskTracker), over a history of polls: a task's
 // answers are the bytes any process on the watched port can send. Each record of the input
 // (fuzz_records.h) is one poll: the tag gives the delay before it and its latency, the payload
@@ -10,10 +10,10 @@
 #include <optional>
 #include <vector>
 
-#include "detect/poller.h"
-#include "diagnose/stragglers.h"
 #include "fuzz_records.h"
 #include "google/protobuf/stubs/logging.h"
+#include "trainscope/sidecar/poller.h"
+#include "trainscope/sidecar/stragglers.h"
 #include "trainscope/sidecar/task_tracker.h"
 
 namespace {

@@ -1,7 +1,7 @@
 // libFuzzer target: OTLP Export requests as the sidecar's receiver takes them
-// (sidecar/traces/trace_receiver.cc, TraceReceiver::Export without gRPC): the input is a serialized
-// ExportTraceServiceRequest, which any task on the node may send. The spans it files go into a
-// TraceStore that is then read the way the HTTP API reads it (slow and failed requests, each
+// (sidecar/traces/src/trace_receiver.cc, TraceReceiver::Export without gRPC): the input is a
+// serialized ExportTraceServiceRequest, which any task on the node may send. The spans it files go
+// into a TraceStore that is then read the way the HTTP API reads it (slow and failed requests, each
 // trace as JSON).
 #include <cstddef>
 #include <cstdint>
@@ -9,9 +9,9 @@
 #include <string>
 
 #include "google/protobuf/stubs/logging.h"
-#include "traces/trace_receiver.h"
 #include "trainscope/common/clock.h"
 #include "trainscope/sidecar/api.h"
+#include "trainscope/sidecar/trace_receiver.h"
 #include "trainscope/sidecar/trace_store.h"
 
 namespace {

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "fuzz_records.h"
-#include "gossip/exchange_core.h"
 #include "opentelemetry/proto/collector/trace/v1/trace_service.pb.h"
+#include "trainscope/sidecar/exchange_core.h"
 #include "trainscope/v1/runtime.pb.h"
 
 namespace {

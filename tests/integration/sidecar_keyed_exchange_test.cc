@@ -8,9 +8,9 @@
 #include <fstream>
 #include <thread>
 
-#include "gossip/exchange_keys.h"
 #include "grpcpp/grpcpp.h"
 #include "sidecar_harness.h"
+#include "trainscope/sidecar/exchange_keys.h"
 #include "trainscope/sidecar/v1/sidecar.grpc.pb.h"
 
 namespace trainscope::testing {

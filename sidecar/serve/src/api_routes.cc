@@ -1,0 +1,143 @@
+// The sidecar's HTTP routes; see api_routes.h.
+#include "trainscope/sidecar/api_routes.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "status_page.h"
+#include "trainscope/common/clock.h"
+#include "trainscope/sidecar/names.h"
+
+namespace trainscope::sidecar {
+namespace {
+
+bool IsTraceId(std::string_view id) {
+  return id.size() == 32 && std::all_of(id.begin(), id.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+RequestFilter FilterFrom(const std::string& query) {
+  RequestFilter f;
+  f.method = QueryParam(query, "method");
+  f.ps = QueryParam(query, "ps");
+  int limit = 0;
+  if (absl::SimpleAtoi(QueryParam(query, "limit"), &limit) && limit > 0) {
+    f.limit = static_cast<size_t>(std::min(limit, 1000));
+  }
+  return f;
+}
+
+HttpServer::Response Json(std::string body) { return {200, "application/json", std::move(body)}; }
+
+// The HTTP status that answers a failed call.
+int HttpStatusOf(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      return 400;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kFailedPrecondition:
+      return 409;
+    case absl::StatusCode::kResourceExhausted:
+      return 413;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    case absl::StatusCode::kCancelled:
+      return 499;  // The client left: nobody reads it.
+    default:
+      return 503;
+  }
+}
+
+// /api/v1/tasks: the cluster view's tasks (?local=1: this node's), or only ?task=NAME.
+HttpServer::Response ServeTasks(const ApiSources& s, const HttpServer::Request& r) {
+  pb::TaskList list = ToTaskList(s.cluster_name, s.view(), QueryParam(r.query, "local") == "1");
+  const std::string task = QueryParam(r.query, "task");
+  if (!task.empty()) {
+    auto* tasks = list.mutable_tasks();
+    tasks->erase(std::remove_if(tasks->begin(), tasks->end(),
+                                [&](const pb::TaskView& t) { return t.name() != task; }),
+                 tasks->end());
+  }
+  return Json(ToJson(list));
+}
+
+// /api/v1/traces/<trace id>: one kept trace, 400 for a malformed id, 404 for one not kept.
+HttpServer::Response ServeTrace(const ApiSources& s, const HttpServer::Request& r) {
+  std::string id = absl::AsciiStrToLower(r.path.substr(names::kPathTracesPrefix.size()));
+  if (!IsTraceId(id)) {
+    return HttpServer::Response{400, "text/plain; charset=utf-8",
+                                "a trace id is 32 hex digits: /api/v1/traces/<trace id>\n"};
+  }
+  auto detail = s.traces->Trace(id, MonotonicSeconds());
+  if (!detail) {
+    return HttpServer::Response{
+        404, "text/plain; charset=utf-8",
+        absl::StrCat("trace ", id,
+                     " is not kept here (neither slow nor failed, or already forgotten)\n")};
+  }
+  return Json(ApiJson(ToProto(*detail)));
+}
+
+// /api/v1/stacks: a task's snapshots as JSON (or ?format=text); ?fresh=1 takes one first and
+// needs a credential.
+HttpServer::Response ServeStacks(const ApiSources& s, const HttpServer::Request& r) {
+  const bool fresh = QueryParam(r.query, "fresh") == "1";
+  if (fresh) {
+    if (s.auth == nullptr) {
+      return HttpServer::Response{403, "text/plain; charset=utf-8",
+                                  "fresh captures need a credential\n"};
+    }
+    if (auto refusal = s.auth->Refusal(r, "fresh captures")) return *std::move(refusal);
+  }
+  auto list = s.stacks(QueryParam(r.query, "task"), fresh, [r] { return r.Gone(); });
+  if (!list.ok()) {
+    return HttpServer::Response{HttpStatusOf(list.status()), "text/plain; charset=utf-8",
+                                absl::StrCat(list.status().message(), "\n")};
+  }
+  if (QueryParam(r.query, "format") == "text") {
+    return HttpServer::Response{200, "text/plain; charset=utf-8",
+                                StacksToText(*list, UnixSeconds())};
+  }
+  return Json(ToJson(*list));
+}
+
+}  // namespace
+
+void AddApiRoutes(ApiSources sources, HttpRoutes* routes) {
+  auto s = std::make_shared<const ApiSources>(std::move(sources));
+  routes->Exact(std::string(names::kPathMetrics), [s](const HttpServer::Request&) {
+    return HttpServer::Response{200, "text/plain; version=0.0.4; charset=utf-8", s->metrics()};
+  });
+  routes->Exact(std::string(names::kPathTasks),
+                [s](const HttpServer::Request& r) { return ServeTasks(*s, r); });
+  routes->Exact(std::string(names::kPathSd), [s](const HttpServer::Request& r) {
+    ClusterView view = s->view();
+    return Json(SdJson(view.tasks, QueryParam(r.query, "local") == "1"));
+  });
+  routes->Exact(std::string(names::kPathTracesSlow), [s](const HttpServer::Request& r) {
+    return Json(ApiJson(ToRequestList(s->traces->Slow(FilterFrom(r.query), MonotonicSeconds()),
+                                      s->slow_window_s, s->slow_per_key)));
+  });
+  routes->Exact(std::string(names::kPathTracesErrors), [s](const HttpServer::Request& r) {
+    return Json(ApiJson(ToRequestList(s->traces->Errors(FilterFrom(r.query), MonotonicSeconds()))));
+  });
+  routes->Prefix(std::string(names::kPathTracesPrefix),
+                 [s](const HttpServer::Request& r) { return ServeTrace(*s, r); });
+  routes->Exact(std::string(names::kPathStacks),
+                [s](const HttpServer::Request& r) { return ServeStacks(*s, r); });
+  routes->Exact(std::string(names::kPathHealthz), [](const HttpServer::Request&) {
+    return HttpServer::Response{200, "text/plain; charset=utf-8", "ok\n"};
+  });
+  auto page = [](const HttpServer::Request&) {
+    return HttpServer::Response{200, "text/html; charset=utf-8", std::string(StatusPageHtml())};
+  };
+  routes->Exact(std::string(names::kPathStatusPage), page);
+  routes->Exact("/index.html", page);
+}
+
+}  // namespace trainscope::sidecar

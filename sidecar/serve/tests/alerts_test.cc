@@ -1,0 +1,302 @@
+// First-hand alerts: which ones a cluster view raises and with which labels (the contract with
+// the Prometheus rules), their JSON, and the notifier against a stand-in Alertmanager.
+#include "trainscope/sidecar/alerts.h"
+
+#include <civetweb.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "nlohmann/json.hpp"
+#include "trainscope/sidecar/alert_notifier.h"
+
+namespace trainscope::sidecar {
+namespace {
+
+using Labels = std::map<std::string, std::string>;
+
+TaskView View(const std::string& role, int index, TaskState state) {
+  TaskView v;
+  v.cluster = "c";
+  v.task = {role, index};
+  v.state = state;
+  v.reason = "because";
+  v.since = 100;
+  return v;
+}
+
+ClusterView SampleView() {
+  ClusterView view;
+  view.tasks = {View("worker", 0, TaskState::kDead), View("worker", 1, TaskState::kHung),
+                View("ps", 0, TaskState::kDone), View("ps", 1, TaskState::kUp),
+                View("worker", 3, TaskState::kDead)};
+  view.tasks[3].partitioned_from = {"worker:2"};
+  view.tasks[4].source = "other:4317";  // Another node's: not first-hand.
+  view.local = {{"worker", 0}, {"worker", 1}, {"ps", 0}, {"ps", 1}};
+  PartitionInfo p;
+  p.a = {"worker", 2};
+  p.b = {"ps", 1};
+  p.a_address = "10.0.0.2:2222";
+  p.b_address = "10.0.0.1:2222";
+  p.error = "connection lost";
+  p.since = 50;
+  view.partitions = {p};
+  NodeInfo self{"me:4317", "me", "alive", 0, {}, "", true};
+  NodeInfo silent{"b:4317", "b", "silent", 70, {{"worker", 3}}, "answers no probe", false};
+  NodeInfo alive{"c:4317", "c", "alive", 0, {}, "", false};
+  view.nodes = {self, silent, alive};
+  return view;
+}
+
+TEST(FirstHandAlerts, LabelsAreTheRulesOwn) {
+  auto alerts = FirstHandAlerts(SampleView(), {"c", "http://me:9400/"});
+  std::vector<Labels> labels;
+  for (const FiringAlert& a : alerts) labels.push_back(a.labels);
+  const std::vector<Labels> want = {{{"alertname", "TrainscopeTaskDead"},
+                                     {"cluster", "c"},
+                                     {"role", "worker"},
+                                     {"task", "0"},
+                                     {"severity", "critical"}},
+                                    {{"alertname", "TrainscopeTaskHung"},
+                                     {"cluster", "c"},
+                                     {"role", "worker"},
+                                     {"task", "1"},
+                                     {"severity", "critical"}},
+                                    {{"alertname", "TrainscopeTaskPartitioned"},
+                                     {"cluster", "c"},
+                                     {"role", "ps"},
+                                     {"task", "1"},
+                                     {"peer_role", "worker"},
+                                     {"peer_task", "2"},
+                                     {"severity", "critical"}},
+                                    {{"alertname", "TrainscopeNodeIsolated"},
+                                     {"cluster", "c"},
+                                     {"node", "b:4317"},
+                                     {"severity", "critical"}}};
+  EXPECT_EQ(labels, want);  // Not the done ps:0, not another node's worker:3.
+  EXPECT_EQ(alerts[0].annotations.at("summary"), "worker:0 of cluster c is dead");
+  EXPECT_NE(alerts[0].annotations.at("description").find("http://me:9400/"), std::string::npos);
+  EXPECT_NE(alerts[0].annotations.at("description").find("because"), std::string::npos);
+  EXPECT_NE(alerts[2].annotations.at("description").find("connection lost"), std::string::npos);
+  EXPECT_EQ(alerts[2].starts_at, 50);
+  EXPECT_EQ(alerts[0].hold_s, 0);  // Confirmed by the sidecar: at once.
+  EXPECT_GT(alerts[2].hold_s, 0);  // Inferred, the sidecars' link fine: must last a while.
+  EXPECT_EQ(alerts[3].starts_at, 70);
+  // The two nodes' sidecars cannot reach each other directly either: a second path failing the
+  // same way confirms it, at once.
+  ClusterView cut = SampleView();
+  cut.partitions[0].nodes_cut = true;
+  EXPECT_EQ(FirstHandAlerts(cut, {"c", "http://me:9400/"})[2].hold_s, 0);
+  for (const FiringAlert& a : alerts) {
+    EXPECT_EQ(a.annotations.at("runbook_url").rfind("https://", 0), 0u);
+  }
+}
+
+// A task OOM-killed by its cgroup's limit: the alert says so, in its description and reason.
+TEST(FirstHandAlerts, DeadTaskAlertCarriesOomKilled) {
+  ClusterView view;
+  TaskView ps = View("ps", 0, TaskState::kDead);
+  ps.reason =
+      "OOM-killed by its container's memory limit (64 MiB; usage was 64 MiB): process 7712 is "
+      "gone (no /proc/7712)";
+  ps.cgroup.version = 1;
+  ps.cgroup.oom_killed = true;
+  view.tasks = {ps};
+  view.local = {{"ps", 0}};
+  auto alerts = FirstHandAlerts(view, {"c", "http://me:9400/"});
+  ASSERT_EQ(alerts.size(), 1u);
+  EXPECT_EQ(alerts[0].labels.at("alertname"), "TrainscopeTaskDead");
+  EXPECT_EQ(alerts[0].annotations.at("reason").rfind("OOM-killed by its container's", 0), 0u);
+  EXPECT_NE(alerts[0].annotations.at("description").find(": OOM-killed by its container's"),
+            std::string::npos)
+      << alerts[0].annotations.at("description");
+}
+
+TEST(FirstHandAlerts, NothingWhenHealthyOrDone) {
+  ClusterView view;
+  view.tasks = {View("ps", 0, TaskState::kUp), View("worker", 0, TaskState::kDone),
+                View("worker", 1, TaskState::kBlocked)};
+  view.local = {{"ps", 0}, {"worker", 0}, {"worker", 1}};
+  view.nodes = {{"me:1", "me", "isolated", 1, {}, "", true},
+                {"b:1", "b", "down", 1, {}, "", false}};
+  EXPECT_TRUE(FirstHandAlerts(view, {"c", "http://me/"}).empty());
+}
+
+TEST(AlertsToJson, FiringExpiresResolvedEndsNow) {
+  FiringAlert a;
+  a.labels = {{"alertname", "X"}};
+  a.starts_at = 1700000000.25;
+  const double now = 1700000010;
+  auto body =
+      nlohmann::json::parse(AlertsToJson({{a}, {a, true, 1700000005}}, "http://me/", now, 40));
+  ASSERT_EQ(body.size(), 2u);
+  EXPECT_EQ(body[0]["startsAt"], "2023-11-14T22:13:20.250Z");
+  EXPECT_EQ(body[0]["endsAt"], "2023-11-14T22:14:10.000Z");  // now + 40 s
+  EXPECT_EQ(body[1]["endsAt"], "2023-11-14T22:13:25.000Z");
+  EXPECT_EQ(body[0]["generatorURL"], "http://me/");
+  EXPECT_EQ(body[0]["labels"]["alertname"], "X");
+}
+
+TEST(AlertNotifier, ParsesUrls) {
+  auto urls = AlertNotifier::ParseUrls({"a:9093, http://b:9093/am/", "[::1]:9093"});
+  ASSERT_TRUE(urls.ok()) << urls.status();
+  EXPECT_EQ(*urls,
+            (std::vector<std::string>{"http://a:9093", "http://b:9093/am", "http://[::1]:9093"}));
+  EXPECT_EQ(*AlertNotifier::ParseUrls({"https://a:9093/"}),
+            std::vector<std::string>{"https://a:9093"});
+  EXPECT_FALSE(AlertNotifier::ParseUrls({"a"}).ok());
+}
+
+// A stand-in Alertmanager: records the body of every POST /api/v2/alerts.
+class FakeAlertmanager {
+ public:
+  FakeAlertmanager() {
+    mg_init_library(0);
+    const char* options[] = {"listening_ports", "127.0.0.1:0", "num_threads", "2", nullptr};
+    ctx_ = mg_start(nullptr, nullptr, options);
+    mg_set_request_handler(ctx_, "/api/v2/alerts", &FakeAlertmanager::Handle, this);
+    mg_server_port ports[1];
+    mg_get_server_ports(ctx_, 1, ports);
+    port_ = ports[0].port;
+  }
+  ~FakeAlertmanager() { mg_stop(ctx_); }
+  std::string url() const { return "127.0.0.1:" + std::to_string(port_); }
+
+  std::vector<nlohmann::json> posts() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return posts_;
+  }
+  // Waits until `n` posts arrived; false after 5 s.
+  bool WaitFor(size_t n) {
+    for (int i = 0; i < 500; i++) {
+      if (posts().size() >= n) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+
+ private:
+  static int Handle(mg_connection* conn, void* self_ptr) {
+    auto* self = static_cast<FakeAlertmanager*>(self_ptr);
+    std::string body;
+    char buf[4096];
+    int n = 0;
+    while ((n = mg_read(conn, buf, sizeof(buf))) > 0) body.append(buf, static_cast<size_t>(n));
+    {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      self->posts_.push_back(nlohmann::json::parse(body));
+    }
+    mg_printf(conn, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    return 200;
+  }
+
+  mg_context* ctx_ = nullptr;
+  int port_ = 0;
+  std::mutex mu_;
+  std::vector<nlohmann::json> posts_;
+};
+
+TEST(AlertNotifier, PostsResendsAndResolvesPastAnUnreachableAlertmanager) {
+  FakeAlertmanager am;
+  std::mutex mu;
+  std::vector<FiringAlert> failing;
+  NotifierOptions o;
+  o.urls = *AlertNotifier::ParseUrls({am.url() + ",127.0.0.1:1"});  // Port 1: refused.
+  o.generator_url = "http://me/";
+  o.resend_interval_s = 1;
+  o.evaluate_interval_s = 0.2;
+  AlertNotifier notifier(o, [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return failing;
+  });
+  notifier.Start();
+  FiringAlert dead;
+  dead.labels = {{"alertname", "TrainscopeTaskDead"}, {"task", "1"}};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    failing = {dead};
+  }
+  notifier.Poke();
+  ASSERT_TRUE(am.WaitFor(1));
+  EXPECT_EQ(am.posts()[0][0]["labels"]["task"], "1");
+  ASSERT_TRUE(am.WaitFor(2));  // Sent again while it lasts.
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    failing.clear();
+  }
+  notifier.Poke();
+  const size_t before = am.posts().size();
+  ASSERT_TRUE(am.WaitFor(before + 1));
+  const nlohmann::json last = am.posts().back()[0];
+  EXPECT_EQ(last["labels"]["task"], "1");
+  EXPECT_LT(last["endsAt"].get<std::string>(), am.posts()[0][0]["endsAt"].get<std::string>());
+  NotifierStats s = notifier.stats();
+  EXPECT_GE(s.sent, 3);
+  EXPECT_GE(s.failed, 1);  // The refused one, counted, without holding up the other.
+  EXPECT_EQ(s.firing, 0);
+  notifier.Stop();
+}
+
+TEST(AlertNotifier, NewAlertIsPostedAtOnceNotAtTheNextEvaluationOrResend) {
+  FakeAlertmanager am;
+  std::mutex mu;
+  std::vector<FiringAlert> failing;
+  NotifierOptions o;
+  o.urls = *AlertNotifier::ParseUrls({am.url()});
+  // An hour to the next evaluation or resend: a post within WaitFor's 5 s is the Poke's.
+  o.resend_interval_s = 3600;
+  o.evaluate_interval_s = 3600;
+  AlertNotifier notifier(o, [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return failing;
+  });
+  notifier.Start();
+  FiringAlert dead;
+  dead.labels = {{"alertname", "TrainscopeTaskDead"}, {"task", "1"}};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    failing = {dead};
+  }
+  notifier.Poke();
+  ASSERT_TRUE(am.WaitFor(1));
+  EXPECT_EQ(am.posts()[0][0]["labels"]["task"], "1");
+}
+
+TEST(AlertNotifier, HeldAlertThatEndsEarlyIsNeverPosted) {
+  FakeAlertmanager am;
+  std::mutex mu;
+  std::vector<FiringAlert> failing;
+  NotifierOptions o;
+  o.urls = *AlertNotifier::ParseUrls({am.url()});
+  o.evaluate_interval_s = 0.05;
+  AlertNotifier notifier(o, [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return failing;
+  });
+  notifier.Start();
+  FiringAlert blip;
+  blip.labels = {{"alertname", "TrainscopeTaskPartitioned"}};
+  blip.hold_s = 0.5;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    failing = {blip};
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    failing.clear();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_TRUE(am.posts().empty());  // Neither firing nor resolved.
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    failing = {blip};
+  }
+  ASSERT_TRUE(am.WaitFor(1));  // Lasting past the hold: posted.
+  notifier.Stop();
+}
+
+}  // namespace
+}  // namespace trainscope::sidecar
