@@ -91,7 +91,7 @@ HeartbeatInfo Convert(const pb::HeartbeatResponse& r) {
   hb.resident_bytes = r.resources().resident_bytes();
   hb.threads = r.resources().threads();
   hb.open_fds = r.resources().open_fds();
-  hb.unix_seconds = r.unix_seconds();
+  hb.inflight_reported_unix = r.unix_seconds();
   for (int i = 0; i < std::min(r.inflight_size(), kMaxInflight); ++i) {
     const pb::InflightCall& c = r.inflight(i);
     CallInFlight call;
@@ -283,7 +283,7 @@ PollResult OutsideAnswer(const std::string& address, bool local, PortOwnerCache&
   HeartbeatInfo& hb = r.heartbeat;
   hb.outside = true;
   hb.listen_address = address;
-  hb.unix_seconds = UnixSeconds();
+  hb.inflight_reported_unix = UnixSeconds();
   if (!local) return r;
   std::optional<ProcStat> st = owner.Read(address, received_s, finder);
   if (!st) return r;

@@ -188,26 +188,9 @@ void TaskTracker::ApplyHeartbeat(const HeartbeatInfo& hb, double t) {
   late_cpu_.reset();
   last_hb_ = hb;
 
-  view_.phase = hb.phase;
-  view_.pid = hb.pid;
-  view_.pid_start_ticks = hb.pid_start_ticks;
-  view_.identity_error = hb.identity_error;
-  view_.hostname = hb.hostname;
-  view_.incarnation = hb.incarnation;
-  view_.listen_address = hb.listen_address;
-  view_.runtime_version = hb.runtime_version;
-  view_.metrics_address = hb.metrics_address;
-  view_.steps = hb.steps;
-  view_.last_step_seconds = hb.last_step_recovered ? 0 : hb.last_step_seconds;
-  view_.expects_progress = hb.expects_progress;
-  view_.peers = hb.peers;
+  static_cast<TaskReport&>(view_) = hb;  // The report, whole (task_view.h).
+  if (hb.last_step_recovered) view_.last_step_seconds = 0;
   ObservePace(hb, t);
-  view_.cpu_seconds = hb.cpu_seconds;
-  view_.resident_bytes = hb.resident_bytes;
-  view_.threads = hb.threads;
-  view_.open_fds = hb.open_fds;
-  view_.inflight = hb.inflight;
-  view_.inflight_reported_unix = hb.unix_seconds;
 }
 
 void TaskTracker::ApplyServing(const HeartbeatInfo& hb, double t) {
@@ -311,7 +294,7 @@ double TaskTracker::UsualLatency() const { return std::max(0.0, usual_latency_);
 std::optional<TaskTracker::Decision> TaskTracker::DecideBlocked(double age) {
   const HeartbeatInfo& hb = last_hb_;
   if (!hb.waiting || hb.waiting_on.empty()) return std::nullopt;
-  double waited = std::max(0.0, hb.unix_seconds - hb.waiting_since_unix) + age;
+  double waited = std::max(0.0, hb.inflight_reported_unix - hb.waiting_since_unix) + age;
   if (hb.waiting_since_unix <= 0) waited = 0;
   if (waited >= options_.blocked_after_s) {
     std::vector<std::string> parts;

@@ -30,7 +30,7 @@ class TrackerTest : public ::testing::Test {
     hb.phase = phase_;
     hb.steps = steps_;
     hb.expects_progress = true;
-    hb.unix_seconds = kUnix0 + now_;
+    hb.inflight_reported_unix = kUnix0 + now_;
     hb.restored_step = restored_step_;
     hb.last_step_seconds = step_seconds_;
     hb.last_step_recovered = step_recovered_;
@@ -47,7 +47,7 @@ class TrackerTest : public ::testing::Test {
     hb.proc_state = 'S';
     hb.threads = 3;
     hb.resident_bytes = 210 << 20;
-    hb.unix_seconds = kUnix0 + now_;
+    hb.inflight_reported_unix = kUnix0 + now_;
     return hb;
   }
   void Answer(double latency = 0.001) {

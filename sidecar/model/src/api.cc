@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <iterator>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -199,35 +201,117 @@ std::string CleanText(std::string_view text, size_t max) {
   return out;
 }
 
+namespace {
+
+// The text and seconds of a view, each beside its field of pb::TaskView (of the same name),
+// copied both ways through protobuf's reflection: a new fact of these kinds is one row here.
+struct TextField {
+  const char* name;
+  std::string TaskView::*member;
+  size_t max = kMaxText;
+};
+const TextField kTextFields[] = {
+    {"cluster", &TaskView::cluster},
+    {"address", &TaskView::address},
+    {"reason", &TaskView::reason, 4 * kMaxText},
+    {"source", &TaskView::source},
+    {"phase", &TaskView::phase},
+    {"hostname", &TaskView::hostname},
+    {"listen_address", &TaskView::listen_address},
+    {"runtime_version", &TaskView::runtime_version},
+    {"metrics_address", &TaskView::metrics_address},
+    {"node", &TaskView::node},
+    {"node_hostname", &TaskView::node_hostname},
+};
+
+// `signed_`: any finite value (a time); else a duration or figure, never below 0 on the way in.
+// Not finite: `otherwise`.
+struct SecondsField {
+  const char* name;
+  double TaskView::*member;
+  bool signed_ = false;
+  double otherwise = 0;
+};
+const SecondsField kSecondsFields[] = {
+    {"since", &TaskView::since, true},
+    {"last_step_seconds", &TaskView::last_step_seconds, true},
+    {"recent_step_seconds", &TaskView::recent_step_seconds},
+    {"usual_step_seconds", &TaskView::usual_step_seconds},
+    {"step_raised_seconds", &TaskView::step_raised_seconds},
+    {"cpu_seconds", &TaskView::cpu_seconds},
+    {"heartbeat_age_seconds", &TaskView::heartbeat_age_seconds, true, -1},
+    {"latency_seconds", &TaskView::latency_seconds},
+    {"phi", &TaskView::phi},
+    {"observed_at", &TaskView::observed_at, true},
+    {"learned_at", &TaskView::learned_at, true},
+    {"serve_seconds", &TaskView::serve_seconds},
+    {"serve_queue_seconds", &TaskView::serve_queue_seconds},
+    {"serve_work_seconds", &TaskView::serve_work_seconds},
+};
+
+const google::protobuf::FieldDescriptor* FieldOf(const char* name) {
+  const google::protobuf::FieldDescriptor* f = pb::TaskView::descriptor()->FindFieldByName(name);
+  if (f == nullptr) std::abort();  // A row that names no field: caught by every test.
+  return f;
+}
+
+// The descriptors of the rows, in their order (looked up once).
+struct Descriptors {
+  std::vector<const google::protobuf::FieldDescriptor*> text, seconds;
+};
+const Descriptors& TaskViewFields() {
+  static const Descriptors* d = [] {
+    auto* out = new Descriptors;
+    for (const TextField& f : kTextFields) out->text.push_back(FieldOf(f.name));
+    for (const SecondsField& f : kSecondsFields) out->seconds.push_back(FieldOf(f.name));
+    return out;
+  }();
+  return *d;
+}
+
+void RowsToProto(const TaskView& v, pb::TaskView* out) {
+  const Descriptors& d = TaskViewFields();
+  const google::protobuf::Reflection* r = out->GetReflection();
+  for (size_t i = 0; i < std::size(kTextFields); ++i) {
+    r->SetString(out, d.text[i], CleanText(v.*kTextFields[i].member, kTextFields[i].max));
+  }
+  for (size_t i = 0; i < std::size(kSecondsFields); ++i) {
+    const SecondsField& f = kSecondsFields[i];
+    r->SetDouble(out, d.seconds[i], Finite(v.*f.member, f.otherwise));
+  }
+}
+
+void RowsFromProto(const pb::TaskView& p, TaskView* v) {
+  const Descriptors& d = TaskViewFields();
+  const google::protobuf::Reflection* r = p.GetReflection();
+  for (size_t i = 0; i < std::size(kTextFields); ++i) {
+    v->*kTextFields[i].member = CleanText(r->GetString(p, d.text[i]), kTextFields[i].max);
+  }
+  for (size_t i = 0; i < std::size(kSecondsFields); ++i) {
+    const SecondsField& f = kSecondsFields[i];
+    const double x = Finite(r->GetDouble(p, d.seconds[i]), f.otherwise);
+    v->*f.member = f.signed_ ? x : std::max(0.0, x);
+  }
+}
+
+}  // namespace
+
 void ToProto(const TaskView& v, bool full_peers, pb::TaskView* out) {
   out->Clear();
-  out->set_cluster(CleanText(v.cluster));
+  RowsToProto(v, out);
   out->set_role(CleanText(v.task.role));
   out->set_task(v.task.index);
   out->set_name(CleanText(v.task.ShortName()));
-  out->set_address(CleanText(v.address));
   out->set_state(std::string(StateName(v.state)));
-  out->set_reason(CleanText(v.reason, 4 * kMaxText));
-  out->set_since(Finite(v.since));
   for (const BlockedPeer& b : v.blocked_on) {
     out->add_waiting_on(CleanText(b.peer.ShortName()));
     BlockedOnToProto(b, out->add_blocked_on());
   }
-  out->set_source(CleanText(v.source));
-  out->set_phase(CleanText(v.phase));
   out->set_pid(static_cast<int32_t>(v.pid));
-  out->set_hostname(CleanText(v.hostname));
   out->set_incarnation(v.incarnation);
   out->set_restarts(static_cast<int32_t>(v.restarts));
-  out->set_listen_address(CleanText(v.listen_address));
-  out->set_runtime_version(CleanText(v.runtime_version));
-  out->set_metrics_address(CleanText(v.metrics_address));
   out->set_steps(static_cast<double>(v.steps));
-  out->set_last_step_seconds(Finite(v.last_step_seconds));
   out->set_expects_progress(v.expects_progress);
-  out->set_recent_step_seconds(Finite(v.recent_step_seconds));
-  out->set_usual_step_seconds(Finite(v.usual_step_seconds));
-  out->set_step_raised_seconds(Finite(v.step_raised_seconds));
   for (const PeerInfo& p : v.peers) {
     if (full_peers || IsFailingOrSlow(p)) {
       PeerToProto(p, out->add_peers());
@@ -235,21 +319,10 @@ void ToProto(const TaskView& v, bool full_peers, pb::TaskView* out) {
       SlimPeerToProto(p, out->add_peers());
     }
   }
-  out->set_cpu_seconds(Finite(v.cpu_seconds));
   out->set_resident_bytes(static_cast<double>(v.resident_bytes));
   out->set_threads(v.threads);
   out->set_open_fds(v.open_fds);
-  out->set_heartbeat_age_seconds(Finite(v.heartbeat_age_seconds, -1));
-  out->set_latency_seconds(Finite(v.latency_seconds));
-  out->set_phi(Finite(v.phi));
-  out->set_observed_at(Finite(v.observed_at));
-  out->set_node(CleanText(v.node));
-  out->set_node_hostname(CleanText(v.node_hostname));
-  out->set_learned_at(Finite(v.learned_at));
   for (const std::string& t : v.partitioned_from) out->add_partitioned_from(CleanText(t));
-  out->set_serve_seconds(Finite(v.serve_seconds));
-  out->set_serve_queue_seconds(Finite(v.serve_queue_seconds));
-  out->set_serve_work_seconds(Finite(v.serve_work_seconds));
   if (v.cgroup.version > 0) CgroupToProto(v.cgroup, out->mutable_cgroup());
 }
 
@@ -257,47 +330,23 @@ absl::StatusOr<TaskView> FromProto(const pb::TaskView& p) {
   TaskView v;
   if (absl::Status s = CheckIdentity(p, &v.state); !s.ok()) return s;
   v.task = {p.role(), p.task()};
-  v.cluster = CleanText(p.cluster());
-  v.address = CleanText(p.address());
-  v.reason = CleanText(p.reason(), 4 * kMaxText);
-  v.since = Finite(p.since());
+  RowsFromProto(p, &v);
   v.blocked_on = BlockedOnFromProto(p);
-  v.source = CleanText(p.source());
-  v.phase = CleanText(p.phase());
   v.pid = p.pid();
-  v.hostname = CleanText(p.hostname());
   v.incarnation = p.incarnation();
   v.restarts = std::max(0, p.restarts());
-  v.listen_address = CleanText(p.listen_address());
-  v.runtime_version = CleanText(p.runtime_version());
-  v.metrics_address = CleanText(p.metrics_address());
   v.steps = Count(p.steps());
-  v.last_step_seconds = Finite(p.last_step_seconds());
   v.expects_progress = p.expects_progress();
-  v.recent_step_seconds = std::max(0.0, Finite(p.recent_step_seconds()));
-  v.usual_step_seconds = std::max(0.0, Finite(p.usual_step_seconds()));
-  v.step_raised_seconds = std::max(0.0, Finite(p.step_raised_seconds()));
   for (int i = 0; i < std::min(p.peers_size(), kMaxListItems); ++i) {
     if (std::optional<PeerInfo> info = PeerFromProto(p.peers(i)))
       v.peers.push_back(*std::move(info));
   }
-  v.cpu_seconds = std::max(0.0, Finite(p.cpu_seconds()));
   v.resident_bytes = Count(p.resident_bytes());
   v.threads = std::max(0, p.threads());
   v.open_fds = std::max(0, p.open_fds());
-  v.heartbeat_age_seconds = Finite(p.heartbeat_age_seconds(), -1);
-  v.latency_seconds = std::max(0.0, Finite(p.latency_seconds()));
-  v.phi = std::max(0.0, Finite(p.phi()));
-  v.observed_at = Finite(p.observed_at());
-  v.node = CleanText(p.node());
-  v.node_hostname = CleanText(p.node_hostname());
-  v.learned_at = Finite(p.learned_at());
   for (int i = 0; i < std::min(p.partitioned_from_size(), kMaxListItems); ++i) {
     v.partitioned_from.push_back(CleanText(p.partitioned_from(i)));
   }
-  v.serve_seconds = std::max(0.0, Finite(p.serve_seconds()));
-  v.serve_queue_seconds = std::max(0.0, Finite(p.serve_queue_seconds()));
-  v.serve_work_seconds = std::max(0.0, Finite(p.serve_work_seconds()));
   if (p.has_cgroup()) v.cgroup = CgroupFromProto(p.cgroup());
   return v;
 }

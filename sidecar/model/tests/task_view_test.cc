@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "trainscope/sidecar/api.h"
 
 namespace trainscope::sidecar {
@@ -44,6 +46,54 @@ TEST(TaskViewApi, ProtoAndJsonRoundTrip) {
   EXPECT_EQ(b.peers[0].consecutive_failures, 4);
   EXPECT_TRUE(b.peers[0].network_failure);
   EXPECT_DOUBLE_EQ(b.peers[0].step_share, 0.9);
+}
+
+// Every text and seconds fact crosses the proto both ways (api.cc copies them by a table of
+// field names), and is bounded on the way in: durations never below 0, nothing not finite.
+TEST(TaskViewApi, EveryTextAndSecondsFactRoundTripsAndIsBounded) {
+  TaskView v;
+  v.task = {"ps", 0};
+  v.state = TaskState::kUp;
+  std::vector<std::string TaskView::*> texts = {
+      &TaskView::cluster,        &TaskView::address,         &TaskView::reason,
+      &TaskView::source,         &TaskView::phase,           &TaskView::hostname,
+      &TaskView::listen_address, &TaskView::runtime_version, &TaskView::metrics_address,
+      &TaskView::node,           &TaskView::node_hostname};
+  std::vector<double TaskView::*> seconds = {&TaskView::since,
+                                             &TaskView::last_step_seconds,
+                                             &TaskView::recent_step_seconds,
+                                             &TaskView::usual_step_seconds,
+                                             &TaskView::step_raised_seconds,
+                                             &TaskView::cpu_seconds,
+                                             &TaskView::heartbeat_age_seconds,
+                                             &TaskView::latency_seconds,
+                                             &TaskView::phi,
+                                             &TaskView::observed_at,
+                                             &TaskView::learned_at,
+                                             &TaskView::serve_seconds,
+                                             &TaskView::serve_queue_seconds,
+                                             &TaskView::serve_work_seconds};
+  for (size_t i = 0; i < texts.size(); ++i) v.*texts[i] = "text " + std::to_string(i);
+  for (size_t i = 0; i < seconds.size(); ++i) v.*seconds[i] = 1.5 + static_cast<double>(i);
+  pb::TaskView p;
+  ToProto(v, true, &p);
+  auto back = FromProto(p);
+  ASSERT_TRUE(back.ok()) << back.status();
+  for (size_t i = 0; i < texts.size(); ++i) EXPECT_EQ((*back).*texts[i], v.*texts[i]) << i;
+  for (size_t i = 0; i < seconds.size(); ++i) EXPECT_EQ((*back).*seconds[i], v.*seconds[i]) << i;
+
+  p.set_since(-5);                        // A time may be anything finite.
+  p.set_cpu_seconds(-5);                  // A duration may not be negative.
+  p.set_phi(std::nan(""));                // Not finite: 0.
+  p.set_heartbeat_age_seconds(INFINITY);  // Not finite: "never answered".
+  p.set_phase(std::string(kMaxText + 10, 'x'));
+  back = FromProto(p);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->since, -5);
+  EXPECT_EQ(back->cpu_seconds, 0);
+  EXPECT_EQ(back->phi, 0);
+  EXPECT_EQ(back->heartbeat_age_seconds, -1);
+  EXPECT_LE(back->phase.size(), kMaxText);
 }
 
 TEST(TaskViewApi, OlderSidecarsJsonStillParses) {

@@ -42,33 +42,18 @@ struct TrackerOptions {
 };
 
 // A valid heartbeat answer, converted from HeartbeatResponse at the gRPC edge.
-struct HeartbeatInfo {
+// A heartbeat as the poller decoded it: the task's report (task_view.h), and what only the
+// tracker reads to decide its state.
+struct HeartbeatInfo : TaskReport {
   std::string cluster_name;
   TaskRef task;
-  uint64_t incarnation = 0;
-  int64_t pid = 0;
-  std::string hostname;
-  std::string listen_address;
-  std::string runtime_version;
-  std::string phase;  // "training", "creating_session", ...
   bool waiting = false;
   std::string waiting_what;
   double waiting_since_unix = 0;
   std::vector<PeerInfo> waiting_on;
-  int64_t steps = 0;
-  std::vector<PeerInfo> peers;
-  double cpu_seconds = 0;
-  int64_t resident_bytes = 0;
-  int32_t threads = 0;
-  int32_t open_fds = 0;
-  double unix_seconds = 0;  // The task's clock.
-  std::vector<CallInFlight> inflight;
-  std::string metrics_address;
-  double last_step_seconds = 0;
   // The last step recovered from a failure (retried calls, a restarted ps): its time is no
   // measure of speed.
   bool last_step_recovered = false;
-  bool expects_progress = false;
   // ps tasks: ParameterService calls served so far and their time on the ps (cumulative).
   bool serving = false;
   int64_t served_calls = 0;
@@ -91,8 +76,6 @@ struct HeartbeatInfo {
   // pid 0 and `identity_error` says why: the reported pid is never read as the task.
   bool pid_verified = false;
   int64_t ns_pid = 0;
-  uint64_t pid_start_ticks = 0;
-  std::string identity_error;
 };
 
 enum class FailureKind {

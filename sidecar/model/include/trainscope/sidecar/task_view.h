@@ -145,7 +145,41 @@ inline bool HeldByItsCpuQuota(const TaskCgroup& c) {
   return c.cpu_throttled_ratio && *c.cpu_throttled_ratio >= kThrottledSlowShare;
 }
 
-struct TaskView {
+// What a task said of itself in its last valid heartbeat: the one shape a heartbeat has inside
+// the sidecar. The poller makes it from the heartbeat proto (poller.cc, the way in), the task's
+// view holds it (TaskView derives from it), and api.cc gives it to the API and the exchange (the
+// way out). A new fact of the heartbeat touches the proto, this struct, those two edges and what
+// uses it.
+struct TaskReport {
+  std::string phase;
+  // A local task's: its process as this node's /proc names it, verified by its listening socket
+  // (0 when it could not be: never the pid the task reports), with its start time (a reused pid
+  // has another). A remote task's: as its node's sidecar says.
+  int64_t pid = 0;
+  uint64_t pid_start_ticks = 0;  // Local tasks only (not sent to other nodes).
+  std::string identity_error;    // Local tasks: why `pid` is 0 though it answers.
+  std::string hostname;
+  uint64_t incarnation = 0;
+  std::string listen_address;
+  std::string runtime_version;
+  std::string metrics_address;
+  int64_t steps = 0;
+  // The last step's duration; 0 when none, or (in a view) when that step recovered from a
+  // failure (retried calls, a restarted ps: its time was the recovery's, not the task's speed).
+  double last_step_seconds = 0;
+  bool expects_progress = false;
+  std::vector<PeerInfo> peers;
+  double cpu_seconds = 0;
+  int64_t resident_bytes = 0;
+  int32_t threads = 0;
+  int32_t open_fds = 0;
+  // The calls in flight at the last heartbeat, and when the task answered it (its clock).
+  std::vector<CallInFlight> inflight;
+  double inflight_reported_unix = 0;
+};
+
+// A task as the sidecar sees it: its report, and the state and reason decided from it.
+struct TaskView : TaskReport {
   std::string cluster;
   TaskRef task;
   std::string address;  // From the cluster spec.
@@ -159,43 +193,19 @@ struct TaskView {
   double learned_at = 0;  // Remote tasks: when this sidecar learned the current version.
   std::vector<std::string> partitioned_from;  // Tasks it is partitioned from ("ps:0").
 
-  // Facts from the last valid heartbeat (zero/empty when none).
-  std::string phase;
-  // A local task's: its process as this node's /proc names it, verified by its listening socket
-  // (0 when it could not be: never the pid the task reports), with its start time (a reused pid
-  // has another). A remote task's: as its node's sidecar says.
-  int64_t pid = 0;
-  uint64_t pid_start_ticks = 0;  // Local tasks only (not sent to other nodes).
-  std::string identity_error;    // Local tasks: why `pid` is 0 though it answers.
-  std::string hostname;
-  uint64_t incarnation = 0;
+  // Facts from the last valid heartbeat are the TaskReport's (zero/empty when none); these the
+  // sidecar adds.
   int64_t restarts = 0;
-  std::string listen_address;
-  std::string runtime_version;
-  std::string metrics_address;
-  int64_t steps = 0;
-  // The last step's duration; 0 when none, or when that step recovered from a failure (retried
-  // calls, a restarted ps: its time was the recovery's, not the task's speed).
-  double last_step_seconds = 0;
-  bool expects_progress = false;
   // Filled by the sidecar (StepPace, RaisedWatch): its seconds per step over the last 10 s (from
   // its step counter), the usual (0 while learning it), and how long the recent has been well
   // above the usual.
   double recent_step_seconds = 0;
   double usual_step_seconds = 0;
   double step_raised_seconds = 0;
-  std::vector<PeerInfo> peers;
   // ps tasks: the recent mean time of a ParameterService call on the ps itself, and its parts.
   double serve_seconds = 0;
   double serve_queue_seconds = 0;
   double serve_work_seconds = 0;
-  double cpu_seconds = 0;
-  int64_t resident_bytes = 0;
-  int32_t threads = 0;
-  int32_t open_fds = 0;
-  // The calls in flight at the last heartbeat, and when the task answered it (its clock).
-  std::vector<CallInFlight> inflight;
-  double inflight_reported_unix = 0;
   // A stuck task of this node: where it is stuck (also at the end of `reason`), from its
   // snapshot and calls in flight; its words (not its numbers) changing is news for the exchange.
   std::string stuck_where;
