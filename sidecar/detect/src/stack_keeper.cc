@@ -16,13 +16,6 @@
 namespace trainscope::sidecar {
 namespace {
 
-const TaskView* Find(const std::vector<TaskView>& views, const std::string& task) {
-  for (const TaskView& v : views) {
-    if (v.task.ShortName() == task) return &v;
-  }
-  return nullptr;
-}
-
 pb::CallInFlight CallToProto(const CallInFlight& c, double extra_age) {
   pb::CallInFlight out;
   out.set_method(c.method);
@@ -131,7 +124,7 @@ void StackKeeper::ServeDemands() {
     }
     absl::Status st;
     const std::vector<TaskView> local = local_();  // As the demand was made, not a tick ago.
-    const TaskView* v = Find(local, d->task);
+    const TaskView* v = FindTask(local, d->task);
     if (v == nullptr) {
       st = absl::NotFoundError(absl::StrCat(d->task, " is not watched by this sidecar"));
     } else if (v->pid <= 0 && !v->identity_error.empty()) {
@@ -342,7 +335,7 @@ absl::Status StackKeeper::AwaitCapture(const TaskView& view, const DemandOptions
 absl::StatusOr<pb::StackList> StackKeeper::Stacks(const std::string& task, bool fresh,
                                                   const DemandOptions& demand) {
   const std::vector<TaskView> local = local_();
-  const TaskView* v = Find(local, task);
+  const TaskView* v = FindTask(local, task);
   if (v == nullptr) return absl::NotFoundError(absl::StrCat(task, " is not watched here"));
   if (fresh) {
     // An exited task first: its pid may still name a zombie that no longer holds the task's port.

@@ -166,13 +166,6 @@ std::string ExplainStuck(const TaskView& task, const pb::StackSnapshot* snapshot
 
 namespace {
 
-const TaskView* Find(const std::vector<TaskView>& views, const std::string& task) {
-  for (const TaskView& v : views) {
-    if (v.task.ShortName() == task) return &v;
-  }
-  return nullptr;
-}
-
 // The state of `peer` in a few words for the explanation of `task`; "" when up or unknown, and
 // for a peer a blocked task's reason names already.
 std::string PeerWords(const TaskView& task, const std::vector<TaskView>& peers,
@@ -180,7 +173,7 @@ std::string PeerWords(const TaskView& task, const std::vector<TaskView>& peers,
   for (const BlockedPeer& b : task.blocked_on) {
     if (b.peer.ShortName() == peer) return "";
   }
-  const TaskView* p = Find(peers, peer);
+  const TaskView* p = FindTask(peers, peer);
   if (p == nullptr || IsHealthy(p->state)) return "";
   // The state and the first clause of its reason: what it is, not where it is stuck.
   std::string words(StateName(p->state));

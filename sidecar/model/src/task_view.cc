@@ -32,6 +32,13 @@ int Severity(TaskState state) { return state == TaskState::kDone ? -1 : static_c
 
 bool IsHealthy(TaskState state) { return state == TaskState::kUp || state == TaskState::kDone; }
 
+const TaskView* FindTask(const std::vector<TaskView>& views, std::string_view task) {
+  for (const TaskView& v : views) {
+    if (v.task.ShortName() == task) return &v;
+  }
+  return nullptr;
+}
+
 bool IsStuck(TaskState state) {
   return state == TaskState::kHung || state == TaskState::kStalled || state == TaskState::kBlocked;
 }

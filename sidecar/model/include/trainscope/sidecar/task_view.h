@@ -226,6 +226,9 @@ struct TaskView : TaskReport {
 // news for the exchange (it probes that peer's node at once), though the state may not change.
 bool HeldUpByAPeer(const TaskView& v);
 
+// The view of `task` ("worker:0") in `views`; null when none.
+const TaskView* FindTask(const std::vector<TaskView>& views, std::string_view task);
+
 // Problems first (by severity), then by role and index.
 void SortForPeople(std::vector<TaskView>& views);
 
