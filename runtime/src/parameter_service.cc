@@ -86,10 +86,10 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
                               v1::CreateVariableResponse* response) override {
     telemetry::RemoteContext remote;
     telemetry::ServerCall call(p_.telemetry, *context, telemetry::methods::kCreateVariable,
-                               p_.caller_index(request->from()), GetTrace(*request, &remote),
+                               p_.callers->Index(request->from()), GetTrace(*request, &remote),
                                MessageBytes(*request));
     Inflight inflight(p_, "CreateVariable", request->from());
-    if (absl::Status st = p_.check_caller(*context, request->from(), "CreateVariable"); !st.ok()) {
+    if (absl::Status st = p_.callers->Check(*context, request->from(), "CreateVariable"); !st.ok()) {
       return call.Finish(ToGrpcStatus(st), 0);
     }
     p_.faults->BeforeParameterCall();
@@ -107,7 +107,7 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
                    HumanBytes(p_.store->bytes_held()), p_.store->num_variables());
     }
     response->set_existed(*existed);
-    p_.fill_ps_state(response->mutable_ps_state());
+    p_.ps_memory->Fill(response->mutable_ps_state());
     return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
 
@@ -115,7 +115,7 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
                     v1::PullResponse* response) override {
     telemetry::RemoteContext remote;
     telemetry::ServerCall call(p_.telemetry, *context, telemetry::methods::kPull,
-                               p_.caller_index(request->from()), GetTrace(*request, &remote),
+                               p_.callers->Index(request->from()), GetTrace(*request, &remote),
                                MessageBytes(*request));
     Inflight inflight(p_, "Pull", request->from());
     const double start = MonotonicSeconds();
@@ -137,7 +137,7 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
     const double end = MonotonicSeconds();
     p_.status->RecordServed(end - start, queued - start, end - queued);
     response->set_version(p_.store->updates_applied());
-    p_.fill_incarnation(response->mutable_ps_state());
+    p_.ps_memory->FillIncarnation(response->mutable_ps_state());
     return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
 
@@ -145,16 +145,16 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
                     v1::PushResponse* response) override {
     telemetry::RemoteContext remote;
     telemetry::ServerCall call(p_.telemetry, *context, telemetry::methods::kPush,
-                               p_.caller_index(request->from()), GetTrace(*request, &remote),
+                               p_.callers->Index(request->from()), GetTrace(*request, &remote),
                                MessageBytes(*request));
     Inflight inflight(p_, "Push", request->from());
     const double start = MonotonicSeconds();
-    if (absl::Status st = p_.check_caller(*context, request->from(), "Push"); !st.ok()) {
+    if (absl::Status st = p_.callers->Check(*context, request->from(), "Push"); !st.ok()) {
       return call.Finish(ToGrpcStatus(st), 0);
     }
     p_.faults->BeforeParameterCall();
     const std::string from = TaskIdFromProto(request->from()).ShortName();
-    p_.fill_incarnation(response->mutable_ps_state());
+    p_.ps_memory->FillIncarnation(response->mutable_ps_state());
     // At most once: a retry of a Push this ps applied (its answer lost) is answered, not applied.
     const uint64_t sequence = request->sequence();
     if (sequence != 0 && !p_.recent_pushes->Insert(from, request->sender_incarnation(), sequence)) {

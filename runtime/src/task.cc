@@ -62,24 +62,6 @@ void SleepFor(int64_t ms) {
   if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
-absl::Status Task::Impl::CheckCallerCertificate(const grpc::ServerContext& context,
-                                                const v1::TaskId& from, absl::string_view method) {
-  if (!options_.tls.mutual()) return absl::OkStatus();
-  const TaskRef caller = TaskIdFromProto(from);
-  const std::string* address = cluster_.FindAddress(caller);
-  if (address == nullptr) return absl::OkStatus();  // The call's own checks refuse it.
-  auto host = ParseHostPort(*address);
-  if (!host.ok()) return absl::OkStatus();
-  absl::Status st = CheckCertificateNamesHost(PeerCertificateNames(context), host->host);
-  if (st.ok()) return st;
-  metrics_->RecordIdentityRefused();
-  std::string message =
-      absl::StrCat(self_.ShortName(), " refused ", method, " from ", caller.ShortName(), " at ",
-                   context.peer(), ": ", st.message());
-  spdlog::warn("{}", message);
-  return absl::PermissionDeniedError(message);
-}
-
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Task::Impl::SetUpTls() {
   const std::string name = self_.ShortName();
   auto refuse = [&](const absl::Status& st) {
@@ -99,10 +81,6 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Task::Impl::SetUpTls() 
                  kTlsRefreshSeconds);
   }
   return server;
-}
-
-int Task::Impl::CallerIndex(const v1::TaskId& from) const {
-  return telemetry_ ? telemetry_->rpc().PeerIndex(from.role(), from.index()) : -1;
 }
 
 Task::Impl::Impl(const RuntimeOptions& options, const TfConfig& config)
@@ -247,37 +225,22 @@ absl::Status Task::Impl::StartServer(std::shared_ptr<grpc::ServerCredentials> cr
 }
 
 ParameterServiceParts Task::Impl::ParameterServicePartsOf() {
-  return {
-      store_.get(),
-      telemetry_.get(),
-      metrics_.get(),
-      &status_,
-      &faults_,
-      &recent_pushes_,
-      [this](const v1::TaskId& from) { return CallerIndex(from); },
-      [this](const grpc::ServerContext& context, const v1::TaskId& from, absl::string_view method) {
-        return CheckCallerCertificate(context, from, method);
-      },
-      [this](v1::PsState* state) { FillPsState(state); },
-      [this](v1::PsState* state) { FillIncarnation(state); }};
+  return {store_.get(), telemetry_.get(), metrics_.get(), &status_,
+          &faults_,     &recent_pushes_,  callers_.get(), &ps_memory_};
 }
 
 TaskServiceParts Task::Impl::TaskServicePartsOf() {
-  TaskServiceParts parts{
-      self_,
-      options_.enable_fault_injection,
-      telemetry_.get(),
-      &trainers_,
-      &faults_,
-      [this]() -> const v1::TaskIdentity& { return Identity(); },
-      [this](const v1::TaskId& from) { return CallerIndex(from); },
-      [this](const grpc::ServerContext& context, const v1::TaskId& from, absl::string_view method) {
-        return CheckCallerCertificate(context, from, method);
-      },
-      [this](v1::HeartbeatResponse* response) { FillHeartbeat(response); },
-      nullptr};
-  if (store_) parts.fill_ps_state = [this](v1::PsState* state) { FillPsState(state); };
-  return parts;
+  const PsMemory* ps_memory = store_ ? &ps_memory_ : nullptr;
+  return {self_,
+          options_.enable_fault_injection,
+          telemetry_.get(),
+          &trainers_,
+          &faults_,
+          Identity(),
+          callers_.get(),
+          Heartbeat(&status_, Identity(), telemetry_ ? telemetry_->metrics_address() : "",
+                    ps_memory),
+          ps_memory};
 }
 
 absl::Status Task::Impl::Start() {
@@ -303,6 +266,8 @@ absl::Status Task::Impl::Start() {
 
   TS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, SetUpTls());
   TS_RETURN_IF_ERROR(StartTelemetry(host));
+  callers_ = std::make_unique<Callers>(cluster_, self_, options_.tls.mutual(), telemetry_.get(),
+                                       metrics_.get());
   if (self_.role == "ps") {
     store_ = std::make_unique<ParameterStore>(
         ParameterStoreOptions{name, options_.ps_memory_limit_bytes});

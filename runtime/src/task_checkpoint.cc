@@ -53,25 +53,13 @@ absl::Status Task::Impl::RestoreFromCheckpoint() {
     }
     ++restored;
   }
-  restored_ = true;
   metrics_->RecordRestore();
-  restored_step_ = c.step;
-  restored_from_ = loaded->path;
+  ps_memory_.SetRestored(c.step, loaded->path);
   spdlog::info(
       "{} restored {} variables ({}) of step {} from {} (written {:.1f} s ago) in {:.1f} ms", me,
       restored, HumanBytes(store_->bytes_held()), c.step, loaded->path,
       UnixSeconds() - c.unix_seconds, (MonotonicSeconds() - start) * 1000);
   return absl::OkStatus();
-}
-
-void Task::Impl::FillIncarnation(v1::PsState* state) const { state->set_incarnation(incarnation_); }
-
-void Task::Impl::FillPsState(v1::PsState* state) const {
-  state->set_incarnation(incarnation_);
-  if (!restored_) return;
-  state->set_restored(true);
-  state->set_restored_step(restored_step_);
-  state->set_restored_from(restored_from_);
 }
 
 void Task::Impl::StartCheckpointSaver() {

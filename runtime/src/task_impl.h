@@ -1,14 +1,15 @@
 #pragma once
 // Task::Impl, the state of a task that its parts share: the lifecycle (task.cc), the TaskService
 // and ParameterService handlers (task_service.cc, parameter_service.cc), CreateSession
-// (session.cc) and signal handling (signals.cc). Private to the runtime.
+// (session.cc) and signal handling (signals.cc). The services get what they need as small
+// objects and values (Callers, PsMemory, Heartbeat, the identity), never callbacks into it.
+// Private to the runtime.
 
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,10 +18,13 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "callers.h"
 #include "checkpoint.h"
 #include "fault_injector.h"
+#include "heartbeat.h"
 #include "internal.h"
 #include "parameter_store.h"
+#include "ps_memory.h"
 #include "signals.h"
 #include "task_metrics.h"
 #include "task_status.h"
@@ -51,31 +55,21 @@ struct ParameterServiceParts {
   TaskStatus* status;
   FaultInjector* faults;
   RecentRequests* recent_pushes;  // Push ids applied lately: a retried Push is applied once.
-  // The caller's telemetry peer index, or -1.
-  std::function<int(const v1::TaskId& from)> caller_index;
-  // Under mutual TLS, whether the caller's certificate names the task it claims to be.
-  std::function<absl::Status(const grpc::ServerContext& context, const v1::TaskId& from,
-                             absl::string_view method)>
-      check_caller;
-  // What the ps tells its callers of its memory: all of it, or the incarnation alone (hot path).
-  std::function<void(v1::PsState* state)> fill_ps_state;
-  std::function<void(v1::PsState* state)> fill_incarnation;
+  const Callers* callers;         // Their peer indexes; under mutual TLS, their certificates.
+  const PsMemory* ps_memory;      // What the ps tells its callers of its memory.
 };
 
-// What a task's TaskService uses; the task owns each and outlives the service.
+// What a task's TaskService uses; the task owns each pointed to and outlives the service.
 struct TaskServiceParts {
   TaskRef self;
   bool accepts_faults;              // --enable_fault_injection.
   telemetry::Telemetry* telemetry;  // May be null (--disable_telemetry).
   TrainerRegistry* trainers;
   FaultInjector* faults;
-  std::function<const v1::TaskIdentity&()> identity;  // Built in Start, never changing.
-  std::function<int(const v1::TaskId& from)> caller_index;
-  std::function<absl::Status(const grpc::ServerContext& context, const v1::TaskId& from,
-                             absl::string_view method)>
-      check_caller;
-  std::function<void(v1::HeartbeatResponse* response)> fill_heartbeat;
-  std::function<void(v1::PsState* state)> fill_ps_state;  // ps only; empty elsewhere.
+  v1::TaskIdentity identity;  // Built in Start, never changing.
+  const Callers* callers;
+  Heartbeat heartbeat;
+  const PsMemory* ps_memory;  // ps only; null elsewhere.
 };
 
 // Thread-safe where its members are (atomics, the registry); Start, CreateSession, FinishTraining
@@ -102,13 +96,6 @@ class Task::Impl {
   // heartbeat.
   const v1::TaskIdentity& Identity() const { return identity_; }
   v1::TaskIdentity BuildIdentity() const;
-  // The answer to a Heartbeat (task_service.cc).
-  void FillHeartbeat(v1::HeartbeatResponse* response) const;
-  // Under mutual TLS: OK when the caller's certificate names the host the cluster spec gives
-  // `from`, the task it claims to be; else PERMISSION_DENIED naming both, logged and counted.
-  // OK without mutual TLS (nothing to check against). For calls that change state.
-  absl::Status CheckCallerCertificate(const grpc::ServerContext& context, const v1::TaskId& from,
-                                      absl::string_view method);
   // What this ps's ParameterService is built from.
   ParameterServiceParts ParameterServicePartsOf();
   // What this task's TaskService is built from.
@@ -120,18 +107,11 @@ class Task::Impl {
   // Credentials from options_.tls: sets channel_credentials_ and returns the server's. TLS
   // handshake failures are then logged as this task's (LogTlsRefusalsAs).
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> SetUpTls();
-  // The calling task's telemetry peer index, or -1.
-  int CallerIndex(const v1::TaskId& from) const;
 
   // ps: loads this task's variables from the newest checkpoint in --checkpoint_dir that reads
   // whole (before it serves, so no worker sees it empty when there is one to restore).
+  // What it restored goes into ps_memory_.
   absl::Status RestoreFromCheckpoint();
-  // What a ps tells its callers about its memory (incarnation, restored checkpoint): in
-  // Handshake, CreateVariable and heartbeat answers.
-  void FillPsState(v1::PsState* state) const;
-  // The incarnation alone, in Pull and Push answers (the hot path): a worker that sees a new one
-  // handshakes again and learns the rest there.
-  void FillIncarnation(v1::PsState* state) const;
   // The checkpointing task: saves the values a PullAll just brought when a checkpoint is due.
   void MaybeCheckpoint(const std::vector<std::string>& values);
   // Called by CreateSession: makes this task the checkpointing one when it is (chief, or worker:0
@@ -162,10 +142,10 @@ class Task::Impl {
   std::unique_ptr<ParameterStore> store_;  // ps only.
   std::unique_ptr<Session> session_;
   std::unique_ptr<ParameterClient> client_;
-  // ps: the checkpoint it restored at startup, if any.
-  bool restored_ = false;
-  int64_t restored_step_ = 0;
-  std::string restored_from_;
+  // ps: its incarnation and the checkpoint it restored at startup, if any.
+  PsMemory ps_memory_{incarnation_};
+  // Who calls the services: built in Start, once telemetry is.
+  std::unique_ptr<Callers> callers_;
   RecentRequests recent_pushes_{4096};
   // The checkpointing task (chief, or worker:0 without one) with --checkpoint_dir.
   std::unique_ptr<CheckpointSaver> saver_;

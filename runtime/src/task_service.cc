@@ -10,7 +10,6 @@
 #include "spdlog/spdlog.h"
 #include "task_impl.h"
 #include "trainscope/common/cluster_spec.h"
-#include "trainscope/common/proc.h"
 #include "trainscope/runtime/status_macros.h"
 #include "trainscope/telemetry/grpc_instrumentation.h"
 #include "trainscope/telemetry/telemetry.h"
@@ -94,10 +93,10 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   grpc::Status Handshake(grpc::ServerContext* context, const v1::HandshakeRequest* request,
                          v1::HandshakeResponse* response) override {
     telemetry::ServerCall call(p_.telemetry, *context, telemetry::methods::kHandshake,
-                               p_.caller_index(request->from().task()), nullptr,
+                               p_.callers->Index(request->from().task()), nullptr,
                                MessageBytes(*request));
-    *response->mutable_identity() = p_.identity();
-    if (p_.fill_ps_state) p_.fill_ps_state(response->mutable_ps_state());
+    *response->mutable_identity() = p_.identity;
+    if (p_.ps_memory != nullptr) p_.ps_memory->Fill(response->mutable_ps_state());
     const v1::TaskIdentity& from = request->from();
     p_.trainers->RecordHandshake(TaskIdFromProto(from.task()), from.incarnation());
     const v1::TaskIdentity& me = response->identity();
@@ -115,8 +114,8 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   grpc::Status Done(grpc::ServerContext* context, const v1::DoneRequest* request,
                     v1::DoneResponse* response) override {
     telemetry::ServerCall call(p_.telemetry, *context, telemetry::methods::kDone,
-                               p_.caller_index(request->from()), nullptr, MessageBytes(*request));
-    if (absl::Status st = p_.check_caller(*context, request->from(), "Done"); !st.ok()) {
+                               p_.callers->Index(request->from()), nullptr, MessageBytes(*request));
+    if (absl::Status st = p_.callers->Check(*context, request->from(), "Done"); !st.ok()) {
       return call.Finish(ToGrpcStatus(st), 0);
     }
     absl::StatusOr<int> remaining =
@@ -131,7 +130,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     telemetry::ServerCall call(p_.telemetry, *context, telemetry::methods::kHeartbeat, -1, nullptr,
                                MessageBytes(*request));
     p_.faults->BeforeHeartbeat();
-    p_.fill_heartbeat(response);
+    p_.heartbeat.Fill(response);
     return call.Finish(grpc::Status::OK, MessageBytes(*response));
   }
 
@@ -170,70 +169,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   const TaskServiceParts p_;
 };
 
-void FillPeerView(const PeerHealth::Snapshot& s, v1::PeerView* view) {
-  *view->mutable_peer() = TaskIdToProto(s.peer);
-  view->set_address(s.address);
-  view->set_connected(s.connected);
-  view->set_consecutive_failures(s.consecutive_failures);
-  view->set_last_error(s.last_error);
-  view->set_seconds_since_success(s.seconds_since_success);
-  view->set_peer_incarnation(s.peer_incarnation);
-  view->set_peer_listen_address(s.peer_listen_address);
-  view->set_latency_seconds(s.latency_seconds);
-  view->set_step_share(s.step_share);
-  view->set_network_failure(s.network_failure);
-  view->set_seconds_failing(s.seconds_failing);
-}
-
 }  // namespace
-
-void Task::Impl::FillHeartbeat(v1::HeartbeatResponse* response) const {
-  *response->mutable_identity() = Identity();
-  TaskStatus::Snapshot s = status_.Read();
-  response->set_phase(static_cast<v1::Phase>(s.phase));
-  if (s.waiting) {
-    v1::Waiting* waiting = response->mutable_waiting();
-    waiting->set_what(s.waiting_what);
-    waiting->set_since_unix_seconds(s.waiting_since_unix);
-    for (const auto& peer : s.waiting_on) FillPeerView(peer, waiting->add_peers());
-  }
-  response->set_steps(s.steps);
-  for (const auto& peer : s.peers) FillPeerView(peer, response->add_peers());
-  const double now = MonotonicSeconds();
-  for (const InflightCalls::Call& c : status_.inflight().Oldest(64)) {
-    v1::InflightCall* out = response->add_inflight();
-    out->set_method(c.method);
-    *out->mutable_peer() = TaskIdToProto(c.peer);
-    out->set_age_seconds(std::max(0.0, now - c.start));
-    if (c.traced) {
-      telemetry::SpanContext context;
-      context.trace_id = c.trace_id;
-      out->set_trace_id(context.TraceIdHex());
-    }
-    out->set_tid(c.tid);
-    out->set_served(c.served);
-  }
-  ResourceUsage usage = ReadResourceUsage();
-  v1::ResourceUsage* resources = response->mutable_resources();
-  resources->set_cpu_seconds(usage.cpu_seconds);
-  resources->set_resident_bytes(usage.resident_bytes);
-  resources->set_threads(usage.threads);
-  resources->set_open_fds(usage.open_fds);
-  response->set_unix_seconds(UnixSeconds());
-  response->set_last_step_seconds(s.last_step_seconds);
-  response->set_last_step_recovered(s.last_step_recovered);
-  response->set_expects_progress(s.expects_progress);
-  if (telemetry_) response->set_metrics_address(telemetry_->metrics_address());
-  if (s.served_calls > 0) {
-    v1::ServingStats* serving = response->mutable_serving();
-    serving->set_calls(s.served_calls);
-    serving->set_seconds(s.served_seconds);
-    serving->set_queue_seconds(s.served_queue_seconds);
-    serving->set_work_seconds(s.served_work_seconds);
-  }
-  // So that the sidecar can say a restarted ps came back with its checkpoint.
-  if (store_) FillPsState(response->mutable_ps_state());
-}
 
 std::unique_ptr<grpc::Service> NewTaskService(TaskServiceParts parts) {
   return std::make_unique<TaskServiceImpl>(std::move(parts));
