@@ -89,7 +89,8 @@ class ParameterServiceImpl final : public v1::ParameterService::Service {
                                p_.callers->Index(request->from()), GetTrace(*request, &remote),
                                MessageBytes(*request));
     Inflight inflight(p_, "CreateVariable", request->from());
-    if (absl::Status st = p_.callers->Check(*context, request->from(), "CreateVariable"); !st.ok()) {
+    if (absl::Status st = p_.callers->Check(*context, request->from(), "CreateVariable");
+        !st.ok()) {
       return call.Finish(ToGrpcStatus(st), 0);
     }
     p_.faults->BeforeParameterCall();

@@ -231,16 +231,16 @@ ParameterServiceParts Task::Impl::ParameterServicePartsOf() {
 
 TaskServiceParts Task::Impl::TaskServicePartsOf() {
   const PsMemory* ps_memory = store_ ? &ps_memory_ : nullptr;
-  return {self_,
-          options_.enable_fault_injection,
-          telemetry_.get(),
-          &trainers_,
-          &faults_,
-          Identity(),
-          callers_.get(),
-          Heartbeat(&status_, Identity(), telemetry_ ? telemetry_->metrics_address() : "",
-                    ps_memory),
-          ps_memory};
+  return {
+      self_,
+      options_.enable_fault_injection,
+      telemetry_.get(),
+      &trainers_,
+      &faults_,
+      Identity(),
+      callers_.get(),
+      Heartbeat(&status_, Identity(), telemetry_ ? telemetry_->metrics_address() : "", ps_memory),
+      ps_memory};
 }
 
 absl::Status Task::Impl::Start() {

@@ -106,8 +106,8 @@ class ServedTask {
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
-    stub_ = v1::TaskService::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+    stub_ = v1::TaskService::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                         grpc::InsecureChannelCredentials()));
   }
   ~ServedTask() { server_->Shutdown(); }
 
