@@ -77,6 +77,12 @@ class Session {
   std::function<bool()> stopping_;
 };
 
+class ParameterClient;
+// The client of the ps tasks of `session`, as `self`, with a deadline on every attempt and
+// `ps_patience_s` of patience with an outage (ParameterClient). `session` must outlive it.
+std::unique_ptr<ParameterClient> NewParameterClient(Session* session, const TaskRef& self,
+                                                    int rpc_deadline_ms, double ps_patience_s);
+
 // One handshake with `peer` as `identity`, waiting at most `deadline_ms`; records the peer's
 // identity in its PeerHealth. Used again when a ps turns out to have restarted, so that it
 // knows this task's session (and accepts its Done).

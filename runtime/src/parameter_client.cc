@@ -88,6 +88,12 @@ ParameterClient::ParameterClient(Session* session, const TaskRef& self, int rpc_
 
 ParameterClient::~ParameterClient() = default;
 
+std::unique_ptr<ParameterClient> NewParameterClient(Session* session, const TaskRef& self,
+                                                    int rpc_deadline_ms, double ps_patience_s) {
+  return std::unique_ptr<ParameterClient>(
+      new ParameterClient(session, self, rpc_deadline_ms, ps_patience_s));
+}
+
 // One call of a batch: to which ps, and how to start one attempt of it (asynchronously, calling
 // `done` with the outcome).
 struct ParameterClient::Call {

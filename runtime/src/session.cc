@@ -81,8 +81,8 @@ absl::StatusOr<ParameterClient*> Task::Impl::CreateSession() {
   status_.SetExpectsProgress(true);
   session_ = std::make_unique<Session>(std::move(ps), telemetry_.get(), &status_, Identity(),
                                        &faults_, [this] { return stopping_.load(); });
-  client_.reset(
-      new ParameterClient(session_.get(), self_, options_.rpc_deadline_ms, options_.ps_patience_s));
+  client_ =
+      NewParameterClient(session_.get(), self_, options_.rpc_deadline_ms, options_.ps_patience_s);
   // A ps that restarted and restored a checkpoint: the run goes on from its step.
   client_->SetOnResume([this](int64_t step) {
     status_.SetSteps(step);

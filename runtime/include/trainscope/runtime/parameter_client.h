@@ -66,6 +66,10 @@ class ParameterClient {
  private:
   // The runtime's own side: the task makes the client and saves checkpoints through it.
   friend class Task::Impl;
+  // Makes a client over `session` (internal.h): the task's CreateSession, and the runtime's tests.
+  friend std::unique_ptr<ParameterClient> NewParameterClient(Session* session, const TaskRef& self,
+                                                             int rpc_deadline_ms,
+                                                             double ps_patience_s);
   // `ps_patience_s`: how long an outage of ps tasks is waited out (RuntimeOptions).
   ParameterClient(Session* session, const TaskRef& self, int rpc_deadline_ms, double ps_patience_s);
   // Called with each PullAll's values before it returns (the runtime saves checkpoints so).
