@@ -124,7 +124,9 @@ struct Plan {
   std::vector<std::string> peers;
   bool exchange = false;
   std::map<std::string, std::string> node_of_host;  // Spec host -> the node id expected there.
-  std::vector<std::string> bind;                    // Addresses HTTP and gRPC listen on.
+  // Each task of the spec -> the node id expected to watch it (this node's where none is known).
+  std::shared_ptr<const std::map<TaskRef, std::string>> expected_nodes;
+  std::vector<std::string> bind;  // Addresses HTTP and gRPC listen on.
 };
 
 // Where HTTP and gRPC listen: --http_address when given, else those addresses of this node's
@@ -295,6 +297,17 @@ absl::Status PlanSelf(const SidecarOptions& o, bool bound, const std::string& fi
   return absl::OkStatus();
 }
 
+std::shared_ptr<const std::map<TaskRef, std::string>> ExpectedNodes(const Plan& plan) {
+  auto nodes = std::make_shared<std::map<TaskRef, std::string>>();
+  for (const TaskRef& t : plan.config.cluster.AllTasks()) {
+    auto hp = ParseHostPort(*plan.config.cluster.FindAddress(t));
+    if (!hp.ok()) continue;
+    auto it = plan.node_of_host.find(hp->host);
+    (*nodes)[t] = it == plan.node_of_host.end() ? plan.self : it->second;
+  }
+  return nodes;
+}
+
 absl::StatusOr<Plan> MakePlan(const SidecarOptions& o) {
   if (absl::Status s = Validate(o); !s.ok()) return s;
   Plan plan;
@@ -307,6 +320,7 @@ absl::StatusOr<Plan> MakePlan(const SidecarOptions& o) {
   plan.bind = BindAddresses(o, plan.tasks, hosts);
   if (absl::Status s = PlanSelf(o, bound, scan.first_local_host, plan); !s.ok()) return s;
   if (absl::Status s = PlanPeers(o, scan.remote_hosts, plan); !s.ok()) return s;
+  plan.expected_nodes = ExpectedNodes(plan);
   return plan;
 }
 
@@ -602,12 +616,7 @@ class Sidecar::Impl {
     in.self = plan_.exchange ? plan_.self : "";
     in.self_hostname = plan_.hostname;
     in.has_peers = !plan_.peers.empty();
-    in.expected_node = [this](const TaskRef& t) -> std::string {
-      auto hp = ParseHostPort(*plan_.config.cluster.FindAddress(t));
-      if (!hp.ok()) return "";
-      auto it = plan_.node_of_host.find(hp->host);
-      return it == plan_.node_of_host.end() ? plan_.self : it->second;
-    };
+    in.expected_nodes = plan_.expected_nodes;
     in.now_unix = UnixSeconds();
     in.worker_ps_map = options_.worker_ps_map;
     in.node_load = node_load_.Get(MonotonicSeconds());

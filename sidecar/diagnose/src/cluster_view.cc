@@ -122,7 +122,10 @@ void MergeRecords(Merge& m) {
 // Tasks that no node reports on: say whose sidecar should have, and what is known of it.
 std::string UnreportedReason(const Merge& m, const TaskRef& t) {
   if (!m.in.has_peers) return "not watched by this sidecar, and no peer sidecar is configured";
-  std::string node = m.in.expected_node ? m.in.expected_node(t) : "";
+  std::string node;
+  if (m.in.expected_nodes != nullptr) {
+    if (auto it = m.in.expected_nodes->find(t); it != m.in.expected_nodes->end()) node = it->second;
+  }
   if (node.empty()) return "no sidecar reports on it (its host is no node of the exchange)";
   if (node == m.in.self)
     return "its host is this node, but this sidecar does not watch it "

@@ -71,9 +71,9 @@ class ClusterViewTest : public ::testing::Test {
     in.self = "n1:4317";
     in.self_hostname = "n1";
     in.has_peers = true;
-    in.expected_node = [](const TaskRef& t) {
-      return t.role == "ps" ? std::string("n1:4317") : "n" + std::to_string(t.index + 2) + ":4317";
-    };
+    in.expected_nodes =
+        std::make_shared<const std::map<TaskRef, std::string>>(std::map<TaskRef, std::string>{
+            {{"ps", 0}, "n1:4317"}, {{"worker", 0}, "n2:4317"}, {{"worker", 1}, "n3:4317"}});
     in.now_unix = 100;
     return BuildClusterView(in);
   }

@@ -6,6 +6,7 @@
 // side is called dead or hung), what a blocked task's peers really are (dead, missing, listening
 // elsewhere), and why a task nobody reports on is unknown. Pure functions over values.
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,9 +66,9 @@ struct ClusterViewInputs {
   std::string self;  // This node's id and host name.
   std::string self_hostname;
   bool has_peers = false;
-  // The id of the node expected to watch a task (from its host in the spec), for the reason of
-  // a task nobody reports on; "" when unknown.
-  std::function<std::string(const TaskRef&)> expected_node;
+  // The id of the node expected to watch each task (from its host in the spec), for the reason
+  // of a task nobody reports on; a task not in it: unknown.
+  std::shared_ptr<const std::map<TaskRef, std::string>> expected_nodes;
   double now_unix = 0;
   bool worker_ps_map = true;  // false: no map and no slow links (SidecarOptions).
   NodeLoad node_load;         // This node's (the others' come in their records).
