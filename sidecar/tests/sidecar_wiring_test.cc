@@ -62,7 +62,7 @@ class FakeWorker final : public rpb::TaskService::Service {
  private:
   const std::string address_;
   const double start_ = UnixSeconds();
-  int64_t steps_ = 0;
+  std::atomic<int64_t> steps_{0};
 };
 
 bool Eventually(const std::function<bool()>& done, int seconds = 15) {
