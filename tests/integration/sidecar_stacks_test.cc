@@ -262,6 +262,8 @@ TEST_F(SidecarStacks, StoppedPsStaysStoppedIsShownAndTrainsOnAfterSigcont) {
   Sidecar sidecar(cluster, {"--stall_after_s", "1.5"});
   ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kUp, seconds(20), "training"))
       << sidecar.Describe();
+  // Stopped before this sidecar ever heard it, the ps would be missing (never answered), not hung.
+  ASSERT_TRUE(sidecar.WaitForState("ps:0", TaskState::kUp, seconds(20))) << sidecar.Describe();
   kill(ps->pid(), SIGSTOP);
   auto hung = sidecar.WaitForState("ps:0", TaskState::kHung, seconds(10));
   if (!hung) kill(ps->pid(), SIGCONT);
