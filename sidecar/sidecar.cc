@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "incident_ticker.h"
 #include "spdlog/spdlog.h"
 #include "trainscope/common/clock.h"
 #include "trainscope/common/cluster_spec.h"
@@ -376,6 +377,7 @@ class Sidecar::Impl {
     if (!auth.ok()) return auth.status();
     auth_ = std::move(*auth);
     BuildKeeper();
+    BuildIncidents();
     AddRoutes();
     if (absl::Status s = StartHttp(); !s.ok()) return s;
     if (absl::Status s = StartGrpc(); !s.ok()) return s;
@@ -390,6 +392,7 @@ class Sidecar::Impl {
                  grpc_port_ >= 0 ? std::to_string(grpc_port_) : "off");
     watcher_->Start();
     keeper_->Start();
+    incidents_->Start();
     if (exchange_) exchange_->Start();
     if (notifier_) notifier_->Start();
   }
@@ -402,6 +405,7 @@ class Sidecar::Impl {
     spdlog::info("trainscope-sidecar: stopping");
     if (notifier_) notifier_->Stop();
     if (exchange_) exchange_->Stop();
+    if (incidents_) incidents_->Stop();
     if (keeper_) keeper_->Stop();
     if (watcher_) watcher_->Stop();
     if (grpc_server_) {
@@ -655,12 +659,23 @@ class Sidecar::Impl {
     ServeStats stats;
     if (notifier_) stats.alerts = notifier_->stats();
     stats.api_refused = auth_->refused();
+    stats.incidents = incidents_->Now();
     return RenderMetrics(ObservedFamilies(*local, view), local->views, stats, view);
+  }
+
+  // The incident book, advanced on a tick of its own from the values of the moment.
+  void BuildIncidents() {
+    IncidentTickerOptions t;
+    t.cluster = options_.cluster_name;
+    t.inputs = [this] { return ViewInputs(); };
+    incidents_ = std::make_unique<IncidentTicker>(std::move(t));
   }
 
   void AddRoutes() {
     ApiSources api;
     api.cluster_name = options_.cluster_name;
+    api.node = plan_.exchange ? plan_.self : "";
+    api.incidents = [this] { return incidents_->Now(); };
     api.slow_window_s = options_.slow_window_s;
     api.slow_per_key = options_.slow_per_key;
     api.view = [this] { return CurrentView(); };
@@ -751,6 +766,7 @@ class Sidecar::Impl {
   const std::string summary_;
   std::unique_ptr<TaskWatcher> watcher_;
   std::unique_ptr<StackKeeper> keeper_;
+  std::unique_ptr<IncidentTicker> incidents_;
   std::unique_ptr<ApiAuth> auth_;
   std::unique_ptr<PeerExchange> exchange_;
   mutable SharedNodeLoad node_load_;  // This node's, for its record and its own view.

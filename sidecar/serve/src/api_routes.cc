@@ -106,6 +106,42 @@ HttpServer::Response ServeStacks(const ApiSources& s, const HttpServer::Request&
   return Json(ToJson(*list));
 }
 
+// /api/v1/incidents: open first, then the recent (?limit=N, at most 1000), with the goodput.
+// Without their evidence (the snapshots are large): /api/v1/incidents/<id> has it.
+HttpServer::Response ServeIncidents(const ApiSources& s, const HttpServer::Request& r,
+                                    const std::string& node) {
+  pb::IncidentList list;
+  list.set_cluster(s.cluster_name);
+  list.set_node(node);
+  int limit = 100;
+  if (int asked = 0; absl::SimpleAtoi(QueryParam(r.query, "limit"), &asked)) {
+    limit = std::clamp(asked, 0, 1000);
+  }
+  if (auto now = s.incidents ? s.incidents() : nullptr) {
+    *list.mutable_goodput() = now->goodput;
+    for (const pb::Incident& in : now->incidents) {
+      if (list.incidents_size() >= limit) break;
+      pb::Incident* out = list.add_incidents();
+      *out = in;
+      for (pb::IncidentEvidence& e : *out->mutable_evidence()) e.clear_snapshot();
+    }
+  }
+  return Json(ApiJson(list));
+}
+
+// /api/v1/incidents/<id>: one incident with its evidence; 404 naming what is kept.
+HttpServer::Response ServeIncident(const ApiSources& s, const HttpServer::Request& r) {
+  const std::string id = r.path.substr(names::kPathIncidentsPrefix.size());
+  if (auto now = s.incidents ? s.incidents() : nullptr) {
+    for (const pb::Incident& in : now->incidents) {
+      if (in.id() == id) return Json(ApiJson(in));
+    }
+  }
+  return HttpServer::Response{404, "text/plain; charset=utf-8",
+                              absl::StrCat("no incident ", CleanText(id, 64),
+                                           " here (GET /api/v1/incidents lists those kept)\n")};
+}
+
 }  // namespace
 
 void AddApiRoutes(ApiSources sources, HttpRoutes* routes) {
@@ -130,6 +166,10 @@ void AddApiRoutes(ApiSources sources, HttpRoutes* routes) {
                  [s](const HttpServer::Request& r) { return ServeTrace(*s, r); });
   routes->Exact(std::string(names::kPathStacks),
                 [s](const HttpServer::Request& r) { return ServeStacks(*s, r); });
+  routes->Exact(std::string(names::kPathIncidents),
+                [s](const HttpServer::Request& r) { return ServeIncidents(*s, r, s->node); });
+  routes->Prefix(std::string(names::kPathIncidentsPrefix),
+                 [s](const HttpServer::Request& r) { return ServeIncident(*s, r); });
   routes->Exact(std::string(names::kPathHealthz), [](const HttpServer::Request&) {
     return HttpServer::Response{200, "text/plain; charset=utf-8", "ok\n"};
   });

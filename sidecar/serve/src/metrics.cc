@@ -165,6 +165,46 @@ void AddApiFamilies(const ServeStats& stats, std::vector<MetricFamily>& out) {
   out.push_back(std::move(refused));
 }
 
+// The ledger of this node's workers (each worker's seconds counted by its own node's sidecar
+// only, so sums over sidecars count each once), the seconds lost by incident kind and the
+// incidents open, as this node sees the cluster.
+void AddLedgerFamilies(const std::vector<TaskView>& local, const IncidentsNow* now,
+                       std::vector<MetricFamily>& out) {
+  auto seconds = MakeFamily(names::kTrainingSeconds,
+                            "Seconds of each worker and chief of this node, by outcome: "
+                            "productive, waiting (held by an incident), down, redone, idle.",
+                            MetricType::Counter);
+  auto lost = MakeFamily(names::kIncidentLostSeconds,
+                         "Training seconds lost to incidents (waiting and down), by the "
+                         "incident's kind, over the cluster as this sidecar sees it.",
+                         MetricType::Counter);
+  auto open = MakeFamily(names::kIncidentsOpen,
+                         "Incidents open now, one per root cause, as this sidecar sees it.",
+                         MetricType::Gauge);
+  if (now != nullptr) {
+    const std::string& cluster = now->goodput.cluster();
+    for (const TaskView& v : local) {
+      auto it = now->seconds.find(v.task);
+      if (it == now->seconds.end()) continue;
+      for (int i = 0; i < kNumOutcomes; ++i) {
+        auto labels = telemetry::TaskLabels(cluster, v.task);
+        labels.push_back(
+            {std::string(names::kLabelOutcome), std::string(OutcomeName(static_cast<Outcome>(i)))});
+        AddMetric(seconds, labels).counter.value = it->second.seconds[i];
+      }
+    }
+    for (const auto& [kind, s] : now->lost_by_kind) {
+      AddMetric(lost, {{std::string(names::kLabelCluster), cluster},
+                       {std::string(names::kLabelKind), kind}})
+          .counter.value = s;
+    }
+    AddMetric(open, {{std::string(names::kLabelCluster), cluster}}).gauge.value = now->open;
+  }
+  out.push_back(std::move(seconds));
+  out.push_back(std::move(lost));
+  out.push_back(std::move(open));
+}
+
 }  // namespace
 
 std::string RenderMetrics(std::vector<MetricFamily> observed, const std::vector<TaskView>& local,
@@ -173,6 +213,7 @@ std::string RenderMetrics(std::vector<MetricFamily> observed, const std::vector<
   AddClusterFamilies(local, cluster, out);
   AddAlertFamilies(stats, out);
   AddApiFamilies(stats, out);
+  AddLedgerFamilies(local, stats.incidents.get(), out);
   telemetry::AddProcessFamilies(&out);  // The one process collector, shared with the runtime.
   std::ostringstream text;
   prometheus::TextSerializer().Serialize(text, out);

@@ -230,6 +230,19 @@ inline constexpr char kNodeSilent[] = "trainscope_node_silent";
 // back the alerts its tasks' peers raise about them (they name the task, not the node).
 inline constexpr char kTaskNodeSilent[] = "trainscope_task_node_silent";
 
+// The ledger (sidecar/diagnose/ledger.h): every second of each worker and chief of this node,
+// by `outcome`: productive, waiting (held by an incident), down (itself dead or gone quiet),
+// redone (steps done again after a checkpoint restore), idle (before its session, or done).
+// Counted from the sidecar's start; the store keeps the totals across restarts (the API's).
+inline constexpr char kTrainingSeconds[] = "trainscope_training_seconds_total";
+inline constexpr char kLabelOutcome[] = "outcome";
+// Training seconds lost (waiting and down) to incidents, by the incident's `kind` (dead, hung,
+// partition, slow, ...), over the whole cluster as this sidecar sees it.
+inline constexpr char kIncidentLostSeconds[] = "trainscope_incident_lost_seconds_total";
+inline constexpr char kLabelKind[] = "kind";
+// Incidents open now (one per root cause), as this sidecar sees the cluster.
+inline constexpr char kIncidentsOpen[] = "trainscope_incidents_open";
+
 // The sidecar as the node's trace agent (OTLP TraceService/Export on its gRPC port).
 // Spans received (valid or not) in Export calls.
 inline constexpr char kTracesSpansReceived[] = "trainscope_sidecar_traces_spans_received_total";

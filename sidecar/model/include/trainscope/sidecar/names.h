@@ -36,5 +36,9 @@ inline constexpr std::string_view kPathStatusPage = "/";
 inline constexpr std::string_view kPathTracesSlow = "/api/v1/traces/slow";
 inline constexpr std::string_view kPathTracesErrors = "/api/v1/traces/errors";
 inline constexpr std::string_view kPathTracesPrefix = "/api/v1/traces/";
+// Incidents, one per root cause (open first, then the recent: ?limit=N), with the job's
+// goodput; one incident in full at /api/v1/incidents/<id>.
+inline constexpr std::string_view kPathIncidents = "/api/v1/incidents";
+inline constexpr std::string_view kPathIncidentsPrefix = "/api/v1/incidents/";
 
 }  // namespace trainscope::sidecar::names

@@ -4,6 +4,7 @@
 // so this part knows nothing of how the sidecar is built. Private to the sidecar library.
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -11,6 +12,7 @@
 #include "trainscope/sidecar/api_auth.h"
 #include "trainscope/sidecar/cluster_view.h"
 #include "trainscope/sidecar/http_routes.h"
+#include "trainscope/sidecar/incidents.h"
 #include "trainscope/sidecar/trace_store.h"
 
 namespace trainscope::sidecar {
@@ -18,6 +20,7 @@ namespace trainscope::sidecar {
 // What the routes read. Every function is called from the HTTP server's threads.
 struct ApiSources {
   std::string cluster_name;
+  std::string node;  // This sidecar's node id ("" without an exchange).
   double slow_window_s = 0;  // What /api/v1/traces/slow says of its window.
   int slow_per_key = 0;
   std::function<ClusterView()> view;     // The whole cluster as this node sees it now.
@@ -29,6 +32,8 @@ struct ApiSources {
   std::function<absl::StatusOr<pb::StackList>(const std::string& task, bool fresh,
                                               std::function<bool()> cancelled)>
       stacks;
+  // The incidents and the ledger as of the wiring's last tick (null until its first).
+  std::function<std::shared_ptr<const IncidentsNow>()> incidents;
   // Who may ask for a fresh capture (fresh=1): reads need nothing. Must outlive the routes.
   ApiAuth* auth = nullptr;
 };

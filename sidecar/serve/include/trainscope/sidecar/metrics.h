@@ -9,12 +9,14 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "prometheus/metric_family.h"
 #include "trainscope/sidecar/alert_notifier.h"
 #include "trainscope/sidecar/cluster_view.h"
+#include "trainscope/sidecar/incidents.h"
 #include "trainscope/sidecar/task_view.h"
 
 namespace trainscope::sidecar {
@@ -23,6 +25,8 @@ namespace trainscope::sidecar {
 // presence.
 struct ServeStats {
   NotifierStats alerts;
+  // The incidents and the ledger as of the wiring's last tick; null: none yet.
+  std::shared_ptr<const IncidentsNow> incidents;
   std::map<std::string, int64_t> api_refused;  // ApiAuth::refused(): by reason.
 };
 

@@ -1,0 +1,75 @@
+#pragma once
+// The ledger: every second of every worker (and chief) counted once, as one of
+//   productive  training, steps past the highest reached;
+//   waiting     held by an incident (blocked, stalled or slowed by another task, a link, a node);
+//   down        the task itself dead or gone quiet (its own incident);
+//   redone      training again through steps already done once (after a checkpoint restore);
+//   idle        before its session, or done.
+// From it: the lost seconds of each incident and of each cause kind, and the job's goodput
+// (productive over the time that was not idle). Pure: the seconds come in as values.
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "trainscope/common/cluster_spec.h"
+#include "trainscope/sidecar/api.h"
+#include "trainscope/sidecar/task_view.h"
+
+namespace trainscope::sidecar {
+
+enum class Outcome { kProductive, kWaiting, kDown, kRedone, kIdle };
+inline constexpr int kNumOutcomes = 5;
+std::string_view OutcomeName(Outcome outcome);  // "productive", ...
+
+// The incident holding a task, as the ledger needs it.
+struct HeldBy {
+  std::string id;    // The incident's id.
+  std::string kind;  // Its kind ("dead", "partition", ...).
+  bool own = false;  // The task is the incident's cause.
+};
+
+struct TaskSeconds {
+  std::array<double, kNumOutcomes> seconds{};
+  int64_t highest_steps = 0;  // The most steps it has reported.
+};
+
+class Ledger {
+ public:
+  // Charges `dt` seconds of each worker and chief of `views` to one outcome. `held`: the
+  // incident holding each task, when one does.
+  void Charge(const std::vector<TaskView>& views, const std::map<TaskRef, HeldBy>& held, double dt);
+
+  const std::map<TaskRef, TaskSeconds>& tasks() const { return tasks_; }
+  // Seconds lost (waiting and down) to one incident, and by incident kind.
+  double LostTo(const std::string& id) const;
+  double LostTo(const std::string& id, const TaskRef& task) const;
+  const std::map<std::string, double>& lost_by_kind() const { return lost_by_kind_; }
+
+  pb::Goodput Goodput(const std::string& cluster) const;
+
+  // What the store keeps and gives back: (task, outcome, seconds) rows, and per kind.
+  struct Row {
+    std::string task;
+    std::string outcome;  // An OutcomeName, or "lost:<kind>" for the seconds lost by kind.
+    double seconds = 0;
+  };
+  std::vector<Row> Rows() const;
+  // Adds rows kept before a restart (unknown tasks and outcomes are skipped).
+  void Restore(const std::vector<Row>& rows);
+  // Puts back the seconds an incident still open before a restart had cost each task.
+  void RestoreLost(const pb::Incident& incident);
+
+ private:
+  std::map<TaskRef, TaskSeconds> tasks_;
+  std::map<std::string, double> lost_by_kind_;
+  std::map<std::pair<std::string, TaskRef>, double> lost_by_incident_;
+};
+
+// The outcome of one second of `v`, held by `held` (null: by nothing).
+Outcome OutcomeOf(const TaskView& v, const HeldBy* held, int64_t highest_steps);
+
+}  // namespace trainscope::sidecar

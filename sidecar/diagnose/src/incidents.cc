@@ -1,0 +1,506 @@
+#include "trainscope/sidecar/incidents.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "trainscope/common/clock.h"
+
+namespace trainscope::sidecar {
+namespace {
+
+// A task blocked on a peer that answers again (a restarted ps it is reconnecting to) stays with
+// that peer's open incident; with none open, it is an incident of its own once held this long.
+constexpr double kBlockedOnAWellPeerAfterS = 2.5;
+constexpr int kMaxDepth = 8;  // Waits followed from a task to its root.
+constexpr size_t kMaxSummaryReason = 100;
+
+bool Well(TaskState s) { return s == TaskState::kUp || s == TaskState::kDone; }
+
+bool OwnFault(TaskState s) {
+  return s == TaskState::kDead || s == TaskState::kHung || s == TaskState::kMissing ||
+         s == TaskState::kUnreachable;
+}
+
+// The first clause of a reason, short: what a one-line summary quotes.
+std::string FirstClause(const std::string& reason) {
+  std::string s = reason.substr(0, reason.find("; "));
+  if (s.size() > kMaxSummaryReason) s = s.substr(0, kMaxSummaryReason - 3) + "...";
+  return s;
+}
+
+struct Wait {
+  TaskRef peer;
+  std::string in;  // "Pull to ps:1", "" when no call says.
+};
+
+// "Pull/Push to ps:1": the calls `v` has in flight to `peer`.
+std::string CallsTo(const TaskView& v, const TaskRef& peer) {
+  std::set<std::string> methods;
+  for (const CallInFlight& c : v.inflight) {
+    if (!c.served && c.peer == peer) methods.insert(c.method);
+  }
+  if (methods.empty()) return "";
+  return absl::StrCat(absl::StrJoin(methods, "/"), " to ", peer.ShortName());
+}
+
+// The peers a stuck or slow task waits on: those it is blocked on, then its long calls in
+// flight, then (slow) the peer that takes most of its step.
+std::vector<Wait> WaitsOf(const TaskView& v) {
+  std::vector<Wait> waits;
+  for (const BlockedPeer& b : v.blocked_on) waits.push_back({b.peer, CallsTo(v, b.peer)});
+  for (const CallInFlight& c : v.inflight) {
+    if (WaitsLong(c)) waits.push_back({c.peer, CallsTo(v, c.peer)});
+  }
+  if (v.state == TaskState::kSlow) {
+    for (const PeerInfo& p : v.peers) {
+      if (p.step_share >= 0.5) waits.push_back({p.peer, CallsTo(v, p.peer)});
+    }
+  }
+  return waits;
+}
+
+struct Resolver {
+  const ClusterView& view;
+  double now;
+  double missing_after_s;
+  std::map<TaskRef, const TaskView*> tasks;
+  std::map<std::string, const NodeInfo*> nodes;
+  std::set<std::pair<TaskRef, TaskRef>> slow_links;
+
+  Resolver(const ClusterView& v, double now_unix, double missing_after)
+      : view(v), now(now_unix), missing_after_s(missing_after) {
+    for (const TaskView& t : v.tasks) tasks[t.task] = &t;
+    for (const NodeInfo& n : v.nodes) nodes[n.id] = &n;
+    for (const SlowLink& l : v.worker_ps.slow_links) slow_links.insert({l.from, l.to});
+  }
+
+  const TaskView* Find(const TaskRef& t) const {
+    auto it = tasks.find(t);
+    return it == tasks.end() ? nullptr : it->second;
+  }
+
+  std::optional<Holding> Resolve(const TaskView& v, int depth) const;
+  std::optional<Holding> Own(const TaskView& v) const;
+  std::optional<Holding> Partition(const TaskView& v) const;
+  std::optional<Holding> NodeCut(const TaskView& v) const;
+};
+
+std::optional<Holding> Resolver::Own(const TaskView& v) const {
+  if (v.state == TaskState::kMissing && (v.since <= 0 || now - v.since < missing_after_s)) {
+    return std::nullopt;  // Not heard yet, or quiet for a moment: not yet anyone's concern.
+  }
+  Holding h;
+  h.cause = {"task", v.task.ShortName(), ""};
+  h.kind = std::string(StateName(v.state));
+  h.since = v.since;
+  return h;
+}
+
+// A task partitioned from a peer: the link between their nodes (or the two tasks, on one node).
+std::optional<Holding> Resolver::Partition(const TaskView& v) const {
+  for (const PartitionInfo& p : view.partitions) {
+    if (p.a != v.task) continue;
+    Holding h;
+    h.kind = "partition";
+    h.since = p.since;
+    if (!p.a_node.empty() && !p.b_node.empty() && p.a_node != p.b_node) {
+      h.cause = {"link", std::min(p.a_node, p.b_node), std::max(p.a_node, p.b_node)};
+    } else {
+      h.cause = {"link", p.a.ShortName(), p.b.ShortName()};
+    }
+    h.waits_in = CallsTo(v, p.b);
+    return h;
+  }
+  return std::nullopt;
+}
+
+// A task its node's sidecar no longer reports on, because that node is cut off or down.
+std::optional<Holding> Resolver::NodeCut(const TaskView& v) const {
+  if (v.state != TaskState::kUnreachable && v.state != TaskState::kMissing) return std::nullopt;
+  auto it = nodes.find(v.node);
+  if (it == nodes.end()) return std::nullopt;
+  const std::string& s = it->second->status;
+  if (s != "silent" && s != "down" && s != "isolated") return std::nullopt;
+  Holding h;
+  h.cause = {"node", v.node, ""};
+  h.kind = "isolated";
+  h.since = it->second->since > 0 ? it->second->since : v.since;
+  return h;
+}
+
+std::optional<Holding> Resolver::Resolve(const TaskView& v, int depth) const {
+  if (Well(v.state)) return std::nullopt;
+  if (auto p = Partition(v)) return p;
+  if (auto n = NodeCut(v)) return n;
+  if (OwnFault(v.state) || depth >= kMaxDepth) return Own(v);
+  bool pending = false;  // Waits on a peer that is not yet anyone's concern (missing a moment).
+  for (const Wait& w : WaitsOf(v)) {
+    const TaskView* peer = Find(w.peer);
+    if (peer == nullptr || peer == &v) continue;
+    if (slow_links.contains({v.task, w.peer})) {
+      Holding h{{"link", v.task.ShortName(), w.peer.ShortName()}, "slow", "", w.in, v.since};
+      return h;
+    }
+    std::optional<Holding> root = Resolve(*peer, depth + 1);
+    if (!root && Well(peer->state)) {
+      // Blocked on a peer that answers (it restarted, or only this task cannot reach it): the
+      // peer's incident, if one is open, else the link's (Track decides).
+      root = Holding{{"task", w.peer.ShortName(), ""}, "", "", "", v.since};
+    }
+    if (!root) {
+      pending = true;
+      continue;
+    }
+    root->waits_in = w.in;
+    return root;
+  }
+  if (pending) return std::nullopt;
+  return Own(v);
+}
+
+uint64_t Fnv1a(std::string_view s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+CauseKey KeyOf(const pb::IncidentCause& c) {
+  if (c.kind() == "node") return {"node", c.node(), ""};
+  if (c.kind() == "link") return {"link", c.task().empty() ? c.node() : c.task(), c.peer()};
+  return {"task", c.task(), ""};
+}
+
+void FillCause(const CauseKey& key, const ClusterView& view, pb::IncidentCause* out) {
+  out->set_kind(key.kind);
+  if (key.kind == "node") {
+    out->set_node(key.a);
+    return;
+  }
+  const TaskView* t = FindTask(view.tasks, key.a);
+  if (t != nullptr || key.kind == "task") {
+    out->set_task(key.a);
+    if (t != nullptr) out->set_node(t->node);
+  } else {
+    out->set_node(key.a);
+  }
+  out->set_peer(key.b);
+}
+
+void AddLine(pb::Incident& incident, double now, std::string text, int max_lines) {
+  if (incident.timeline_size() >= max_lines) incident.mutable_timeline()->DeleteSubrange(1, 1);
+  pb::IncidentEvent* e = incident.add_timeline();
+  e->set_unix_seconds(now);
+  e->set_text(std::move(text));
+}
+
+// What a cause's state is, in words: its reason (task), its node's (node), the link's error.
+std::string CauseReason(const pb::Incident& incident, const ClusterView& view) {
+  const pb::IncidentCause& c = incident.cause();
+  if (c.kind() == "task") {
+    const TaskView* t = FindTask(view.tasks, c.task());
+    return t == nullptr ? "" : FirstClause(t->reason);
+  }
+  if (c.kind() == "node") {
+    for (const NodeInfo& n : view.nodes) {
+      if (n.id == c.node()) return FirstClause(n.reason);
+    }
+    return "";
+  }
+  for (const PartitionInfo& p : view.partitions) {
+    if (p.a.ShortName() == c.task() || p.a_node == c.node() || p.b_node == c.node()) {
+      return FirstClause(p.error);
+    }
+  }
+  return "";
+}
+
+bool Worse(const std::string& kind, const std::string& than) {
+  TaskState a, b;
+  if (!ParseStateName(kind, &a) || !ParseStateName(than, &b)) return false;
+  return Severity(a) > Severity(b);
+}
+
+}  // namespace
+
+std::string CauseKey::Text() const {
+  if (kind == "node") return absl::StrCat("node ", a);
+  if (kind == "link") return absl::StrCat(a, " <-> ", b);
+  return a;
+}
+
+std::map<TaskRef, Holding> RootCauses(const ClusterView& view, double now, double missing_after_s) {
+  Resolver r(view, now, missing_after_s);
+  std::map<TaskRef, Holding> out;
+  for (const TaskView& v : view.tasks) {
+    std::optional<Holding> h = r.Resolve(v, 0);
+    if (!h) continue;
+    h->how = std::string(StateName(v.state));
+    out[v.task] = std::move(*h);
+  }
+  return out;
+}
+
+std::string IncidentId(const std::string& cluster, const CauseKey& key, double started) {
+  const int64_t ms = std::llround(started * 1000);
+  const uint64_t h = Fnv1a(absl::StrCat(cluster, "|", key.kind, "|", key.a, "|", key.b, "|", ms));
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "inc-%012" PRIx64, static_cast<uint64_t>(h & 0xffffffffffffULL));
+  return buf;
+}
+
+std::string IncidentSummary(const pb::Incident& incident, const std::string& cause_reason,
+                            double now) {
+  const double end = incident.open() ? now : incident.ended();
+  const pb::IncidentCause& c = incident.cause();
+  std::string cause = c.kind() == "task" ? c.task()
+                      : c.kind() == "node"
+                          ? absl::StrCat("node ", c.node())
+                          : absl::StrCat(c.task().empty() ? c.node() : c.task(), " <-> ", c.peer());
+  std::string s = absl::StrCat(cause, " ", incident.kind());
+  if (!cause_reason.empty()) absl::StrAppend(&s, " (", cause_reason, ")");
+  absl::StrAppend(&s, " for ", HumanDuration(std::max(0.0, end - incident.started())));
+  std::vector<std::string> held;
+  std::set<std::string> where;
+  for (const pb::AffectedTask& a : incident.affected()) {
+    if (a.task() == c.task() && c.kind() == "task") continue;
+    held.push_back(a.task());
+    where.insert(a.waits_in().empty() ? a.how() : absl::StrCat("waiting in ", a.waits_in()));
+  }
+  if (held.empty()) return s;
+  std::string names = held.size() > 4
+                          ? absl::StrCat(held.size(), " tasks (", held[0], ", ", held[1], ", ...)")
+                          : absl::StrJoin(held, ", ");
+  if (held.size() >= 2 && held.size() <= 4) {
+    const size_t last = names.rfind(", ");
+    names.replace(last, 2, " and ");
+  }
+  absl::StrAppend(&s, ", holding ", names);
+  if (where.size() == 1) absl::StrAppend(&s, " (", *where.begin(), ")");
+  return s;
+}
+
+IncidentBook::IncidentBook(IncidentBookOptions options) : options_(options) {}
+
+void IncidentBook::Changed(const pb::Incident& incident) { changed_[incident.id()] = incident; }
+
+IncidentBook::Open& IncidentBook::OpenFor(const Holding& h, const ClusterView& view, double now) {
+  if (auto it = open_.find(h.cause); it != open_.end()) return it->second;
+  // The same cause back soon after its incident closed: that incident again.
+  for (auto it = closed_.rbegin(); it != closed_.rend(); ++it) {
+    if (KeyOf(it->cause()) != h.cause || now - it->ended() > options_.reopen_within_s) continue;
+    Open& o = open_[h.cause];
+    o.incident = std::move(*it);
+    o.key = h.cause;
+    closed_.erase(std::next(it).base());
+    o.incident.set_open(true);
+    o.incident.set_ended(0);
+    AddLine(o.incident, now, absl::StrCat(h.cause.Text(), " is ", h.kind, " again"),
+            options_.max_timeline);
+    return o;
+  }
+  Open& o = open_[h.cause];
+  o.key = h.cause;
+  pb::Incident& in = o.incident;
+  const double started = h.since > 0 && h.since <= now ? h.since : now;
+  in.set_id(IncidentId(view.cluster, h.cause, started));
+  in.set_cluster(view.cluster);
+  in.set_kind(h.kind);
+  FillCause(h.cause, view, in.mutable_cause());
+  in.set_owner(in.cause().node());
+  in.set_started(started);
+  in.set_open(true);
+  AddLine(in, started, absl::StrCat(h.cause.Text(), " ", h.kind, ": ", CauseReason(in, view)),
+          options_.max_timeline);
+  return o;
+}
+
+void IncidentBook::Update(Open& o, const std::map<TaskRef, const Holding*>& held,
+                          const ClusterView& view, const NewestStacks* stacks, double now) {
+  pb::Incident& in = o.incident;
+  o.restored = false;
+  for (const auto& [t, h] : held) {
+    if (t.ShortName() == o.key.a && o.key.kind == "task" && Worse(h->how, in.kind())) {
+      AddLine(in, now, absl::StrCat(o.key.a, " is now ", h->how), options_.max_timeline);
+      in.set_kind(h->how);
+    }
+    pb::AffectedTask* a = nullptr;
+    for (pb::AffectedTask& x : *in.mutable_affected()) {
+      if (x.task() == t.ShortName()) a = &x;
+    }
+    if (a == nullptr) {
+      a = in.add_affected();
+      a->set_task(t.ShortName());
+      a->set_since(now);
+    }
+    if (a->how() != h->how || a->until() != 0) {
+      AddLine(in, now,
+              absl::StrCat(t.ShortName(), " ", h->how,
+                           h->waits_in.empty() ? "" : " waiting in " + h->waits_in),
+              options_.max_timeline);
+    }
+    a->set_how(h->how);
+    if (!h->waits_in.empty()) a->set_waits_in(h->waits_in);
+    a->set_until(0);
+    if (stacks == nullptr) continue;
+    auto s = stacks->find(t.ShortName());
+    if (s == stacks->end() || s->second.taken_unix() < in.started()) continue;
+    bool kept = false;
+    for (pb::IncidentEvidence& e : *in.mutable_evidence()) {
+      if (e.kind() != "snapshot" || e.task() != t.ShortName()) continue;
+      kept = true;
+      if (e.unix_seconds() < s->second.taken_unix()) {
+        e.set_unix_seconds(s->second.taken_unix());
+        e.set_summary(s->second.summary());
+        *e.mutable_snapshot() = s->second;
+      }
+    }
+    if (!kept && in.evidence_size() < options_.max_evidence) {
+      pb::IncidentEvidence* e = in.add_evidence();
+      e->set_kind("snapshot");
+      e->set_task(t.ShortName());
+      e->set_unix_seconds(s->second.taken_unix());
+      e->set_summary(s->second.summary());
+      *e->mutable_snapshot() = s->second;
+    }
+  }
+  for (pb::AffectedTask& a : *in.mutable_affected()) {
+    auto t = ParseTaskRef(a.task());
+    if (a.until() == 0 && (!t.ok() || !held.contains(*t))) {
+      a.set_until(now);
+      AddLine(in, now, absl::StrCat(a.task(), " is back"), options_.max_timeline);
+    }
+  }
+  auto cause = ParseTaskRef(o.key.a);
+  const bool cause_held = o.key.kind != "task" || (cause.ok() && held.contains(*cause));
+  if (std::string r = CauseReason(in, view); cause_held && !r.empty()) in.set_cause_reason(r);
+  in.set_updated(now);
+  in.set_summary(IncidentSummary(in, in.cause_reason(), now));
+}
+
+void IncidentBook::Close(Open& o, double when, std::string why) {
+  pb::Incident& in = o.incident;
+  in.set_open(false);
+  in.set_ended(when);
+  for (pb::AffectedTask& a : *in.mutable_affected()) {
+    if (a.until() == 0) a.set_until(when);
+  }
+  AddLine(in, when, std::move(why), options_.max_timeline);
+  in.set_updated(when);
+  in.set_summary(IncidentSummary(in, in.cause_reason(), when));
+  Changed(in);
+  closed_.push_back(std::move(in));
+  if (closed_.size() > options_.max_closed) closed_.erase(closed_.begin());
+}
+
+void IncidentBook::Track(const ClusterView& view, const NewestStacks* stacks, double now) {
+  std::map<TaskRef, Holding> causes = RootCauses(view, now, options_.missing_after_s);
+  std::map<CauseKey, std::map<TaskRef, const Holding*>> by_cause;
+  for (auto& [t, h] : causes) {
+    if (h.kind.empty()) {
+      // Blocked on a peer that answers: with that peer's open incident, else the link's.
+      if (!open_.contains(h.cause)) {
+        if (now - h.since < kBlockedOnAWellPeerAfterS) continue;
+        h.cause = {"link", t.ShortName(), h.cause.a};
+        h.kind = "blocked";
+      }
+    }
+    by_cause[h.cause][t] = &h;
+  }
+  for (auto& [key, held] : by_cause) {
+    Open& o = OpenFor(*held.begin()->second, view, now);
+    Update(o, held, view, stacks, now);
+  }
+  for (auto it = open_.begin(); it != open_.end();) {
+    if (by_cause.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    const bool restored = it->second.restored;
+    const double when = restored ? it->second.incident.updated() : now;
+    Close(it->second, when,
+          restored
+              ? "closed: not seen after the sidecar restarted"
+              : absl::StrCat("closed: ", it->first.Text(), " and every task it held are back"));
+    it = open_.erase(it);
+  }
+  std::map<TaskRef, HeldBy> held_by;
+  for (const auto& [t, h] : causes) {
+    auto o = open_.find(h.cause);
+    if (o == open_.end()) continue;
+    held_by[t] = {o->second.incident.id(), o->second.incident.kind(),
+                  h.cause.kind == "task" && h.cause.a == t.ShortName()};
+  }
+  const double dt = last_now_ > 0 ? std::clamp(now - last_now_, 0.0, 5.0) : 0;
+  last_now_ = now;
+  ledger_.Charge(view.tasks, held_by, dt);
+  for (auto& [key, o] : open_) {
+    o.incident.set_lost_seconds(ledger_.LostTo(o.incident.id()));
+    for (pb::AffectedTask& a : *o.incident.mutable_affected()) {
+      if (auto t = ParseTaskRef(a.task()); t.ok()) {
+        a.set_lost_seconds(ledger_.LostTo(o.incident.id(), *t));
+      }
+    }
+    Changed(o.incident);
+  }
+}
+
+std::vector<pb::Incident> IncidentBook::List() const {
+  std::vector<pb::Incident> out;
+  for (const auto& [key, o] : open_) out.push_back(o.incident);
+  std::sort(out.begin(), out.end(),
+            [](const pb::Incident& a, const pb::Incident& b) { return a.started() > b.started(); });
+  for (auto it = closed_.rbegin(); it != closed_.rend(); ++it) out.push_back(*it);
+  return out;
+}
+
+IncidentsNow IncidentBook::Now(const std::string& cluster) const {
+  IncidentsNow now;
+  now.incidents = List();
+  now.goodput = ledger_.Goodput(cluster);
+  now.seconds = ledger_.tasks();
+  now.lost_by_kind = ledger_.lost_by_kind();
+  now.open = static_cast<int>(open_.size());
+  return now;
+}
+
+const pb::Incident* IncidentBook::Find(std::string_view id) const {
+  for (const auto& [key, o] : open_) {
+    if (o.incident.id() == id) return &o.incident;
+  }
+  for (const pb::Incident& c : closed_) {
+    if (c.id() == id) return &c;
+  }
+  return nullptr;
+}
+
+std::vector<pb::Incident> IncidentBook::TakeChanged() {
+  std::vector<pb::Incident> out;
+  for (auto& [id, in] : changed_) out.push_back(std::move(in));
+  changed_.clear();
+  return out;
+}
+
+void IncidentBook::Restore(const std::vector<pb::Incident>& kept) {
+  for (const pb::Incident& in : kept) {
+    if (Find(in.id()) != nullptr || in.id().empty()) continue;
+    if (!in.open()) {
+      closed_.push_back(in);
+      continue;
+    }
+    Open& o = open_[KeyOf(in.cause())];
+    o.incident = in;
+    o.key = KeyOf(in.cause());
+    o.restored = true;
+    ledger_.RestoreLost(in);
+  }
+  std::sort(closed_.begin(), closed_.end(),
+            [](const pb::Incident& a, const pb::Incident& b) { return a.ended() < b.ended(); });
+  while (closed_.size() > options_.max_closed) closed_.erase(closed_.begin());
+}
+
+}  // namespace trainscope::sidecar

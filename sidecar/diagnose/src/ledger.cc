@@ -1,0 +1,141 @@
+#include "trainscope/sidecar/ledger.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "trainscope/common/phase.h"
+
+namespace trainscope::sidecar {
+namespace {
+
+constexpr std::array<std::string_view, kNumOutcomes> kOutcomeNames = {"productive", "waiting",
+                                                                      "down", "redone", "idle"};
+constexpr char kLostPrefix[] = "lost:";
+
+bool Trains(const TaskRef& t) { return t.role == "worker" || t.role == "chief"; }
+
+bool BeforeOrAfterTraining(const TaskView& v) {
+  return v.phase == PhaseName(Phase::kStarting) || v.phase == PhaseName(Phase::kCreatingSession) ||
+         v.phase == PhaseName(Phase::kDone) || v.phase == PhaseName(Phase::kLeaving) ||
+         v.phase.empty();
+}
+
+double& At(TaskSeconds& s, Outcome o) { return s.seconds[static_cast<int>(o)]; }
+
+}  // namespace
+
+std::string_view OutcomeName(Outcome outcome) { return kOutcomeNames[static_cast<int>(outcome)]; }
+
+Outcome OutcomeOf(const TaskView& v, const HeldBy* held, int64_t highest_steps) {
+  if (v.state == TaskState::kDone) return Outcome::kIdle;
+  if (held != nullptr) {
+    const bool gone = v.state == TaskState::kDead || v.state == TaskState::kMissing;
+    return held->own && gone ? Outcome::kDown : Outcome::kWaiting;
+  }
+  if (v.state == TaskState::kDead) return Outcome::kDown;
+  // Missing and not (yet) an incident: never heard, or quiet for less than the book waits.
+  if (v.state == TaskState::kMissing || BeforeOrAfterTraining(v)) return Outcome::kIdle;
+  return v.steps < highest_steps ? Outcome::kRedone : Outcome::kProductive;
+}
+
+void Ledger::Charge(const std::vector<TaskView>& views, const std::map<TaskRef, HeldBy>& held,
+                    double dt) {
+  if (dt <= 0) return;
+  for (const TaskView& v : views) {
+    if (!Trains(v.task)) continue;
+    TaskSeconds& s = tasks_[v.task];
+    auto h = held.find(v.task);
+    const HeldBy* by = h == held.end() ? nullptr : &h->second;
+    const Outcome o = OutcomeOf(v, by, s.highest_steps);
+    double lost = dt;
+    if (o == Outcome::kWaiting && v.state == TaskState::kSlow && v.usual_step_seconds > 0 &&
+        v.recent_step_seconds > v.usual_step_seconds) {
+      // A slowed task still trains: the share of its usual pace is productive.
+      const double kept = dt * v.usual_step_seconds / v.recent_step_seconds;
+      At(s, Outcome::kProductive) += kept;
+      lost = dt - kept;
+    }
+    At(s, o) += lost;
+    if (by != nullptr && (o == Outcome::kWaiting || o == Outcome::kDown)) {
+      lost_by_kind_[by->kind] += lost;
+      lost_by_incident_[{by->id, v.task}] += lost;
+    }
+    if (v.state != TaskState::kDead && v.state != TaskState::kMissing) {
+      s.highest_steps = std::max(s.highest_steps, v.steps);
+    }
+  }
+}
+
+double Ledger::LostTo(const std::string& id) const {
+  double sum = 0;
+  for (auto it = lost_by_incident_.lower_bound({id, TaskRef{}});
+       it != lost_by_incident_.end() && it->first.first == id; ++it) {
+    sum += it->second;
+  }
+  return sum;
+}
+
+double Ledger::LostTo(const std::string& id, const TaskRef& task) const {
+  auto it = lost_by_incident_.find({id, task});
+  return it == lost_by_incident_.end() ? 0 : it->second;
+}
+
+pb::Goodput Ledger::Goodput(const std::string& cluster) const {
+  pb::Goodput g;
+  g.set_cluster(cluster);
+  std::array<double, kNumOutcomes> sum{};
+  for (const auto& [t, s] : tasks_) {
+    for (int i = 0; i < kNumOutcomes; ++i) sum[i] += s.seconds[i];
+  }
+  double elapsed = 0;
+  for (double x : sum) elapsed += x;
+  g.set_elapsed_seconds(elapsed);
+  g.set_productive_seconds(sum[static_cast<int>(Outcome::kProductive)]);
+  g.set_waiting_seconds(sum[static_cast<int>(Outcome::kWaiting)]);
+  g.set_down_seconds(sum[static_cast<int>(Outcome::kDown)]);
+  g.set_redone_seconds(sum[static_cast<int>(Outcome::kRedone)]);
+  g.set_idle_seconds(sum[static_cast<int>(Outcome::kIdle)]);
+  const double counted = elapsed - g.idle_seconds();
+  g.set_goodput(counted > 0 ? g.productive_seconds() / counted : 1);
+  for (const auto& [kind, s] : lost_by_kind_) (*g.mutable_lost_by_kind())[kind] = s;
+  return g;
+}
+
+std::vector<Ledger::Row> Ledger::Rows() const {
+  std::vector<Row> rows;
+  for (const auto& [t, s] : tasks_) {
+    for (int i = 0; i < kNumOutcomes; ++i) {
+      rows.push_back({t.ShortName(), std::string(kOutcomeNames[i]), s.seconds[i]});
+    }
+  }
+  for (const auto& [kind, s] : lost_by_kind_) {
+    rows.push_back({"", absl::StrCat(kLostPrefix, kind), s});
+  }
+  return rows;
+}
+
+void Ledger::Restore(const std::vector<Row>& rows) {
+  for (const Row& r : rows) {
+    if (!(r.seconds >= 0) || r.seconds > 1e12) continue;  // Not a count of seconds (or NaN).
+    if (absl::StartsWith(r.outcome, kLostPrefix)) {
+      lost_by_kind_[r.outcome.substr(sizeof(kLostPrefix) - 1)] += r.seconds;
+      continue;
+    }
+    auto task = ParseTaskRef(r.task);
+    auto o = std::find(kOutcomeNames.begin(), kOutcomeNames.end(), r.outcome);
+    if (!task.ok() || !Trains(*task) || o == kOutcomeNames.end()) continue;
+    tasks_[*task].seconds[o - kOutcomeNames.begin()] += r.seconds;
+  }
+}
+
+void Ledger::RestoreLost(const pb::Incident& incident) {
+  for (const pb::AffectedTask& a : incident.affected()) {
+    auto task = ParseTaskRef(a.task());
+    if (task.ok() && a.lost_seconds() > 0 && a.lost_seconds() < 1e12) {
+      lost_by_incident_[{incident.id(), *task}] = a.lost_seconds();
+    }
+  }
+}
+
+}  // namespace trainscope::sidecar

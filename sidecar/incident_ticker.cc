@@ -1,0 +1,59 @@
+#include "incident_ticker.h"
+
+#include <chrono>
+
+namespace trainscope::sidecar {
+
+IncidentTicker::IncidentTicker(IncidentTickerOptions options)
+    : options_(std::move(options)), book_(options_.book) {}
+
+IncidentTicker::~IncidentTicker() { Stop(); }
+
+void IncidentTicker::Restore(const std::vector<pb::Incident>& incidents,
+                             const std::vector<Ledger::Row>& rows) {
+  book_.Restore(incidents);
+  book_.ledger().Restore(rows);
+  auto now = std::make_shared<const IncidentsNow>(book_.Now(options_.cluster));
+  std::lock_guard<std::mutex> lock(mu_);
+  now_ = std::move(now);
+}
+
+void IncidentTicker::Start() {
+  thread_ = std::thread([this] {
+    const auto period = std::chrono::duration<double>(options_.period_s);
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopping_) {
+      lock.unlock();
+      Tick();
+      lock.lock();
+      cv_.wait_for(lock, period, [this] { return stopping_; });
+    }
+  });
+}
+
+void IncidentTicker::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void IncidentTicker::Tick() {
+  const ClusterViewInputs in = options_.inputs();
+  const ClusterView view = BuildClusterView(in);
+  book_.Track(view, in.stacks.get(), in.now_unix);
+  auto now = std::make_shared<const IncidentsNow>(book_.Now(options_.cluster));
+  std::vector<pb::Incident> changed = book_.TakeChanged();
+  if (options_.on_changed && !changed.empty()) options_.on_changed(changed, book_.ledger());
+  std::lock_guard<std::mutex> lock(mu_);
+  now_ = std::move(now);
+}
+
+std::shared_ptr<const IncidentsNow> IncidentTicker::Now() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return now_;
+}
+
+}  // namespace trainscope::sidecar

@@ -1,0 +1,52 @@
+#pragma once
+// The wiring's tick of the incident book: every `period_s`, the values of the moment (the
+// cluster view's inputs) go to the book (diagnose/incidents.h), what it shows is published for
+// the routes and /metrics, and what changed is handed to `on_changed` (the store). The book
+// advances whether or not anyone reads the page.
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "trainscope/sidecar/cluster_view.h"
+#include "trainscope/sidecar/incidents.h"
+
+namespace trainscope::sidecar {
+
+struct IncidentTickerOptions {
+  std::string cluster;
+  double period_s = 0.2;
+  IncidentBookOptions book;
+  std::function<ClusterViewInputs()> inputs;  // The observers' values of this moment.
+  // Called on the ticker's thread with the incidents opened, changed or closed, and the ledger.
+  std::function<void(const std::vector<pb::Incident>&, const Ledger&)> on_changed;
+};
+
+class IncidentTicker {
+ public:
+  explicit IncidentTicker(IncidentTickerOptions options);
+  ~IncidentTicker();
+
+  // Puts back what the store kept; before Start.
+  void Restore(const std::vector<pb::Incident>& incidents, const std::vector<Ledger::Row>& rows);
+  void Start();
+  void Stop();
+  // One tick now (the thread's body; tests call it).
+  void Tick();
+  // As of the last tick; null before the first.
+  std::shared_ptr<const IncidentsNow> Now() const;
+
+ private:
+  IncidentTickerOptions options_;
+  IncidentBook book_;  // The ticker's thread only (and Restore, before it starts).
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::shared_ptr<const IncidentsNow> now_;
+  std::thread thread_;
+};
+
+}  // namespace trainscope::sidecar
