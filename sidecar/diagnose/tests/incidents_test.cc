@@ -1,0 +1,217 @@
+// The incident book and the ledger as pure functions: views made by hand, time as values.
+#include "trainscope/sidecar/incidents.h"
+
+#include <gtest/gtest.h>
+
+#include "trainscope/sidecar/ledger.h"
+
+namespace trainscope::sidecar {
+namespace {
+
+TaskView Task(const std::string& name, TaskState state, double since = 100) {
+  TaskView v;
+  v.task = *ParseTaskRef(name);
+  v.cluster = "c";
+  v.state = state;
+  v.since = since;
+  v.phase = v.task.role == "ps" ? "serving" : "training";
+  v.reason = name + " " + std::string(StateName(state)) + ": because; more";
+  return v;
+}
+
+TaskView BlockedOn(const std::string& name, const std::string& peer, double since = 101) {
+  TaskView v = Task(name, TaskState::kBlocked, since);
+  v.blocked_on.push_back({*ParseTaskRef(peer), "127.0.0.1:1", 1, "connection refused"});
+  CallInFlight c;
+  c.method = "Pull";
+  c.peer = *ParseTaskRef(peer);
+  c.age_seconds = 1;
+  v.inflight.push_back(c);
+  return v;
+}
+
+ClusterView View(std::vector<TaskView> tasks) {
+  ClusterView v;
+  v.cluster = "c";
+  v.tasks = std::move(tasks);
+  return v;
+}
+
+struct RootCase {
+  std::string name;
+  std::vector<TaskView> tasks;
+  std::map<std::string, std::string> want;  // task -> cause text ("" for not held)
+};
+
+TEST(RootCauses, FollowWaitsToTheirRoot) {
+  TaskView stalled = Task("worker:1", TaskState::kStalled);
+  CallInFlight c;
+  c.method = "Push";
+  c.peer = *ParseTaskRef("ps:1");
+  c.age_seconds = 3;
+  stalled.inflight.push_back(c);
+  const std::vector<RootCase> cases = {
+      {"all well", {Task("ps:0", TaskState::kUp), Task("worker:0", TaskState::kUp)}, {}},
+      {"a dead ps holds the worker blocked on it",
+       {Task("ps:0", TaskState::kDead), BlockedOn("worker:0", "ps:0")},
+       {{"ps:0", "ps:0"}, {"worker:0", "ps:0"}}},
+      {"a chain: blocked on a task blocked on a hung one",
+       {Task("ps:0", TaskState::kHung), BlockedOn("worker:0", "ps:0"),
+        BlockedOn("chief:0", "worker:0")},
+       {{"ps:0", "ps:0"}, {"worker:0", "ps:0"}, {"chief:0", "ps:0"}}},
+      {"a stalled call to a stalled ps",
+       {Task("ps:1", TaskState::kStalled), stalled},
+       {{"ps:1", "ps:1"}, {"worker:1", "ps:1"}}},
+      {"missing a moment is no one's concern, nor what waits on it",
+       {Task("ps:0", TaskState::kMissing, 95), BlockedOn("worker:0", "ps:0")},
+       {}},
+      {"missing long is",
+       {Task("ps:0", TaskState::kMissing, 50), BlockedOn("worker:0", "ps:0")},
+       {{"ps:0", "ps:0"}, {"worker:0", "ps:0"}}},
+      {"a stalled task that waits on no one is its own cause",
+       {Task("worker:0", TaskState::kStalled)},
+       {{"worker:0", "worker:0"}}},
+  };
+  for (const RootCase& rc : cases) {
+    auto got = RootCauses(View(rc.tasks), 100 + 3, 10);
+    std::map<std::string, std::string> texts;
+    for (const auto& [t, h] : got) texts[t.ShortName()] = h.cause.Text();
+    EXPECT_EQ(texts, rc.want) << rc.name;
+  }
+}
+
+TEST(RootCauses, APartitionBetweenTwoNodesIsTheLinkBetweenThem) {
+  ClusterView view = View({Task("ps:0", TaskState::kUp), BlockedOn("worker:0", "ps:0")});
+  PartitionInfo p;
+  p.a = *ParseTaskRef("worker:0");
+  p.b = *ParseTaskRef("ps:0");
+  p.a_node = "n2";
+  p.b_node = "n1";
+  p.since = 101;
+  view.partitions.push_back(p);
+  auto got = RootCauses(view, 103, 10);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got.begin()->second.cause.Text(), "n1 <-> n2");
+  EXPECT_EQ(got.begin()->second.kind, "partition");
+}
+
+TEST(IncidentBook, OneIncidentPerCauseOpenedHeldAndClosedWithItsCost) {
+  IncidentBook book;
+  book.Track(View({Task("ps:1", TaskState::kUp), Task("worker:0", TaskState::kUp),
+                   Task("worker:1", TaskState::kUp)}),
+             nullptr, 100);
+  EXPECT_TRUE(book.List().empty());
+  for (double t = 101; t <= 107; t += 1) {
+    book.Track(View({Task("ps:1", TaskState::kDead, 100.5), BlockedOn("worker:0", "ps:1"),
+                     BlockedOn("worker:1", "ps:1")}),
+               nullptr, t);
+  }
+  ASSERT_EQ(book.List().size(), 1u);
+  const pb::Incident open = book.List()[0];
+  EXPECT_TRUE(open.open());
+  EXPECT_EQ(open.cause().task(), "ps:1");
+  EXPECT_EQ(open.kind(), "dead");
+  EXPECT_DOUBLE_EQ(open.started(), 100.5);
+  EXPECT_EQ(open.id(), IncidentId("c", {"task", "ps:1", ""}, 100.5));
+  EXPECT_EQ(open.summary(),
+            "ps:1 dead (ps:1 dead: because) for 6.5 s, holding worker:0 and worker:1 (waiting in "
+            "Pull to ps:1)");
+  // The ps answers again; a worker still reconnects to it: the same incident holds it.
+  book.Track(View({Task("ps:1", TaskState::kUp), Task("worker:0", TaskState::kUp),
+                   BlockedOn("worker:1", "ps:1", 102)}),
+             nullptr, 108);
+  ASSERT_EQ(book.List().size(), 1u);
+  EXPECT_TRUE(book.List()[0].open());
+  book.Track(View({Task("ps:1", TaskState::kUp), Task("worker:0", TaskState::kUp),
+                   Task("worker:1", TaskState::kUp)}),
+             nullptr, 109);
+  ASSERT_EQ(book.List().size(), 1u);
+  const pb::Incident closed = book.List()[0];
+  EXPECT_FALSE(closed.open());
+  EXPECT_DOUBLE_EQ(closed.ended(), 109);
+  // Two workers waited 101..108 (7 s each) and worker:1 one more second.
+  EXPECT_NEAR(closed.lost_seconds(), 7 + 8, 1e-6);
+  EXPECT_EQ(book.ledger().Goodput("c").lost_by_kind().at("dead"), closed.lost_seconds());
+  EXPECT_EQ(book.TakeChanged().size(), 1u);
+  EXPECT_TRUE(book.TakeChanged().empty());
+}
+
+TEST(IncidentBook, OverlappingFaultsWithDifferentCausesAreSeparate) {
+  IncidentBook book;
+  for (double t = 100; t <= 103; t += 1) {
+    book.Track(View({Task("ps:0", TaskState::kDead, 99), Task("ps:1", TaskState::kHung, 99.5),
+                     BlockedOn("worker:0", "ps:0"), BlockedOn("worker:1", "ps:1")}),
+               nullptr, t);
+  }
+  auto list = book.List();
+  ASSERT_EQ(list.size(), 2u);
+  std::set<std::string> causes = {list[0].cause().task(), list[1].cause().task()};
+  EXPECT_EQ(causes, (std::set<std::string>{"ps:0", "ps:1"}));
+}
+
+TEST(IncidentBook, ACauseBackSoonAfterItClosedReopensTheSameIncident) {
+  IncidentBook book;
+  book.Track(View({Task("ps:0", TaskState::kHung, 99)}), nullptr, 100);
+  book.Track(View({Task("ps:0", TaskState::kUp)}), nullptr, 101);
+  book.Track(View({Task("ps:0", TaskState::kHung, 101.5)}), nullptr, 102);
+  auto list = book.List();
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_TRUE(list[0].open());
+  EXPECT_DOUBLE_EQ(list[0].started(), 99);
+}
+
+TEST(IncidentBook, RestoredOpenIncidentsCloseAtTheirLastUpdateWhenTheirCauseIsGone) {
+  IncidentBook first;
+  first.Track(View({Task("ps:0", TaskState::kDead, 99), BlockedOn("worker:0", "ps:0")}), nullptr,
+              100);
+  first.Track(View({Task("ps:0", TaskState::kDead, 99), BlockedOn("worker:0", "ps:0")}), nullptr,
+              104);
+  IncidentBook second;
+  second.Restore(first.List());
+  EXPECT_TRUE(second.List()[0].open());
+  second.Track(View({Task("ps:0", TaskState::kUp), Task("worker:0", TaskState::kUp)}), nullptr,
+               200);
+  ASSERT_EQ(second.List().size(), 1u);
+  EXPECT_FALSE(second.List()[0].open());
+  EXPECT_DOUBLE_EQ(second.List()[0].ended(), 104);
+  EXPECT_NEAR(second.List()[0].lost_seconds(), 4, 1e-6);
+}
+
+TEST(Ledger, EverySecondOnceAsOneOutcome) {
+  TaskView w = Task("worker:0", TaskState::kUp);
+  w.steps = 10;
+  const HeldBy other{"inc-1", "dead", false}, own{"inc-2", "dead", true};
+  EXPECT_EQ(OutcomeOf(w, nullptr, 10), Outcome::kProductive);
+  EXPECT_EQ(OutcomeOf(w, nullptr, 50), Outcome::kRedone);
+  EXPECT_EQ(OutcomeOf(w, &other, 10), Outcome::kWaiting);
+  TaskView dead = Task("worker:0", TaskState::kDead);
+  EXPECT_EQ(OutcomeOf(dead, &own, 10), Outcome::kDown);
+  EXPECT_EQ(OutcomeOf(dead, nullptr, 10), Outcome::kDown);
+  TaskView starting = w;
+  starting.phase = "creating_session";
+  EXPECT_EQ(OutcomeOf(starting, nullptr, 0), Outcome::kIdle);
+  EXPECT_EQ(OutcomeOf(Task("worker:0", TaskState::kDone), &other, 0), Outcome::kIdle);
+
+  Ledger ledger;
+  TaskView slow = Task("worker:1", TaskState::kSlow);
+  slow.usual_step_seconds = 0.1;
+  slow.recent_step_seconds = 0.4;
+  ledger.Charge({w, slow, Task("ps:0", TaskState::kUp)}, {{slow.task, {"inc-3", "slow", false}}},
+                2);
+  const pb::Goodput g = ledger.Goodput("c");
+  EXPECT_DOUBLE_EQ(g.elapsed_seconds(), 4);           // Workers only.
+  EXPECT_DOUBLE_EQ(g.productive_seconds(), 2 + 0.5);  // A quarter of its usual pace kept.
+  EXPECT_DOUBLE_EQ(g.waiting_seconds(), 1.5);
+  EXPECT_DOUBLE_EQ(ledger.LostTo("inc-3"), 1.5);
+
+  Ledger again;
+  again.Restore(ledger.Rows());
+  again.Restore({{"worker:9", "nonsense", 5},
+                 {"ps:0", "productive", 5},
+                 {"x", "idle", 1},
+                 {"worker:0", "idle", -1}});
+  EXPECT_EQ(again.Goodput("c").DebugString(), g.DebugString());
+}
+
+}  // namespace
+}  // namespace trainscope::sidecar
