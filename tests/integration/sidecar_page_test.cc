@@ -103,8 +103,10 @@ TEST(SidecarStatusPageInBrowser, ShowsEachTasksStateTheStuckTasksStacksAndThisNo
   // (never "this one is ?"), and its row is named by its hostname.
   EXPECT_EQ(page->Text("nodesub"), "(1 sidecar)");
   EXPECT_EQ(TextOf(page->html()).find("this one is ?"), std::string::npos) << page->html();
-  const std::optional<sidecar::TaskView> watched = sidecar.Task("ps:0");
-  ASSERT_TRUE(watched && watched->node.empty() && !watched->node_hostname.empty())
+  const std::optional<sidecar::TaskView> watched =
+      sidecar.WaitForState("ps:0", TaskState::kUp, seconds(10));
+  ASSERT_TRUE(watched) << sidecar.Describe();
+  ASSERT_TRUE(watched->node.empty() && !watched->node_hostname.empty())
       << sidecar.Get("/api/v1/tasks");
   const std::vector<std::string> nodes = Elements(page->Element("nodes").value_or(""), "tr");
   ASSERT_EQ(nodes.size(), 1u) << page->html();
