@@ -99,6 +99,11 @@ TEST(SidecarStatusPageInBrowser, ShowsEachTasksStateTheStuckTasksStacksAndThisNo
   EXPECT_EQ(up.stacks_words, "stacks now");
 
   EXPECT_EQ(page->Text("banner"), "1 of 2 tasks need attention");
+  // The page leads with the incidents, one line per root cause: the deadlocked worker's.
+  const std::string incidents = page->Text("incidents");
+  EXPECT_EQ(incidents.rfind("open inc-", 0), 0u) << incidents;
+  EXPECT_NE(incidents.find("worker:0 stalled"), std::string::npos) << incidents;
+  EXPECT_NE(incidents.find("of training"), std::string::npos) << incidents;
   // Alone, without an exchange, this node has no id in the API: the nodes heading names none
   // (never "this one is ?"), and its row is named by its hostname.
   EXPECT_EQ(page->Text("nodesub"), "(1 sidecar)");
