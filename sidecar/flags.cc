@@ -133,6 +133,18 @@ void AddSnapshotFlags(CLI::App& app, SidecarOptions& o) {
   app.add_option("--snapshot_fetch_max_bytes", o.snapshot_fetch_max_bytes,
                  "Largest snapshot answer taken from another node's sidecar")
       ->capture_default_str();
+  app.add_option("--state_dir", o.state_dir,
+                 "Directory where incidents and the training-time ledger are kept across "
+                 "restarts (trainscope-state.db; created if missing). Empty: kept in memory only. "
+                 "The Debian package sets /var/lib/trainscope");
+  app.add_option("--state_max_age_s", o.state_max_age_s,
+                 "Closed incidents older than this are forgotten")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--state_max_bytes", o.state_max_bytes,
+                 "The incidents kept on disk stay under this size (the oldest closed go first)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 40));
 }
 
 }  // namespace

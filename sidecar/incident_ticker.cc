@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "trainscope/common/clock.h"
+
 namespace trainscope::sidecar {
 
 IncidentTicker::IncidentTicker(IncidentTickerOptions options)
@@ -37,7 +39,17 @@ void IncidentTicker::Stop() {
     stopping_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (thread_.joinable()) {
+    thread_.join();
+    Persist();  // What the last ticks changed.
+  }
+}
+
+void IncidentTicker::Persist() {
+  last_persist_ = MonotonicSeconds();
+  if (!options_.persist) return;
+  std::vector<pb::Incident> changed = book_.TakeChanged();
+  options_.persist(changed, book_.ledger());
 }
 
 void IncidentTicker::Tick() {
@@ -45,8 +57,7 @@ void IncidentTicker::Tick() {
   const ClusterView view = BuildClusterView(in);
   book_.Track(view, in.stacks.get(), in.now_unix);
   auto now = std::make_shared<const IncidentsNow>(book_.Now(options_.cluster));
-  std::vector<pb::Incident> changed = book_.TakeChanged();
-  if (options_.on_changed && !changed.empty()) options_.on_changed(changed, book_.ledger());
+  if (MonotonicSeconds() - last_persist_ >= options_.persist_every_s) Persist();
   std::lock_guard<std::mutex> lock(mu_);
   now_ = std::move(now);
 }

@@ -1,8 +1,8 @@
 #pragma once
 // The wiring's tick of the incident book: every `period_s`, the values of the moment (the
 // cluster view's inputs) go to the book (diagnose/incidents.h), what it shows is published for
-// the routes and /metrics, and what changed is handed to `on_changed` (the store). The book
-// advances whether or not anyone reads the page.
+// the routes and /metrics, and every `persist_every_s` (and once more on Stop) what changed is
+// handed to `persist` (the store). The book advances whether or not anyone reads the page.
 
 #include <condition_variable>
 #include <functional>
@@ -21,8 +21,10 @@ struct IncidentTickerOptions {
   double period_s = 0.2;
   IncidentBookOptions book;
   std::function<ClusterViewInputs()> inputs;  // The observers' values of this moment.
-  // Called on the ticker's thread with the incidents opened, changed or closed, and the ledger.
-  std::function<void(const std::vector<pb::Incident>&, const Ledger&)> on_changed;
+  // Called on the ticker's thread with the incidents opened, changed or closed since its last
+  // call, and the ledger; null: nothing is kept.
+  double persist_every_s = 1;
+  std::function<void(const std::vector<pb::Incident>&, const Ledger&)> persist;
 };
 
 class IncidentTicker {
@@ -36,6 +38,8 @@ class IncidentTicker {
   void Stop();
   // One tick now (the thread's body; tests call it).
   void Tick();
+  // Hands what changed to `persist` now.
+  void Persist();
   // As of the last tick; null before the first.
   std::shared_ptr<const IncidentsNow> Now() const;
 
@@ -45,6 +49,7 @@ class IncidentTicker {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
+  double last_persist_ = 0;  // Monotonic seconds.
   std::shared_ptr<const IncidentsNow> now_;
   std::thread thread_;
 };

@@ -36,6 +36,7 @@
 #include "trainscope/sidecar/node_load_watch.h"
 #include "trainscope/sidecar/peer_exchange.h"
 #include "trainscope/sidecar/stack_keeper.h"
+#include "trainscope/sidecar/state_store.h"
 #include "trainscope/sidecar/stuck_explain.h"
 #include "trainscope/sidecar/task_watcher.h"
 #include "trainscope/sidecar/trace_metrics.h"
@@ -377,7 +378,7 @@ class Sidecar::Impl {
     if (!auth.ok()) return auth.status();
     auth_ = std::move(*auth);
     BuildKeeper();
-    BuildIncidents();
+    if (absl::Status s = BuildIncidents(); !s.ok()) return s;
     AddRoutes();
     if (absl::Status s = StartHttp(); !s.ok()) return s;
     if (absl::Status s = StartGrpc(); !s.ok()) return s;
@@ -663,12 +664,57 @@ class Sidecar::Impl {
     return RenderMetrics(ObservedFamilies(*local, view), local->views, stats, view);
   }
 
-  // The incident book, advanced on a tick of its own from the values of the moment.
-  void BuildIncidents() {
+  // The incident book, advanced on a tick of its own from the values of the moment, and (with
+  // --state_dir) its store: what it kept is put back, what changes is written every second.
+  absl::Status BuildIncidents() {
     IncidentTickerOptions t;
     t.cluster = options_.cluster_name;
     t.inputs = [this] { return ViewInputs(); };
+    if (!options_.state_dir.empty()) {
+      auto store = StateStore::Open(options_.state_dir,
+                                    {options_.state_max_age_s, options_.state_max_bytes});
+      if (!store.ok()) {
+        return absl::Status(store.status().code(),
+                            absl::StrCat("--state_dir: ", store.status().message()));
+      }
+      store_ = std::move(*store);
+      if (!store_->set_aside().empty()) spdlog::warn("trainscope-sidecar: {}", store_->set_aside());
+      store_->Prune(UnixSeconds());
+      t.persist = [this](const std::vector<pb::Incident>& changed, const Ledger& ledger) {
+        Keep(changed, ledger);
+      };
+    }
     incidents_ = std::make_unique<IncidentTicker>(std::move(t));
+    if (store_) {
+      std::vector<Ledger::Row> rows;
+      for (const LedgerRow& r : store_->Ledger(options_.cluster_name)) {
+        rows.push_back({r.task, r.outcome, r.seconds});
+      }
+      std::vector<pb::Incident> kept = store_->Incidents(1000);
+      incidents_->Restore(kept, rows);
+      spdlog::info("trainscope-sidecar: {} incidents kept in {}", kept.size(), store_->path());
+    }
+    return absl::OkStatus();
+  }
+
+  // Writes what the book changed, and the ledger, to the store; forgets what retention says
+  // once an hour. A failed write is logged and tried again with the next changes.
+  void Keep(const std::vector<pb::Incident>& changed, const Ledger& ledger) {
+    for (const pb::Incident& in : changed) {
+      if (absl::Status s = store_->PutIncident(in); !s.ok()) {
+        spdlog::warn("trainscope-sidecar: incident {} not kept: {}", in.id(),
+                     std::string(s.message()));
+      }
+    }
+    std::vector<LedgerRow> rows;
+    for (const Ledger::Row& r : ledger.Rows()) rows.push_back({r.task, r.outcome, r.seconds});
+    if (absl::Status s = store_->PutLedger(options_.cluster_name, rows); !s.ok()) {
+      spdlog::warn("trainscope-sidecar: the ledger was not kept: {}", std::string(s.message()));
+    }
+    if (const double now = MonotonicSeconds(); now - last_prune_ >= 3600) {
+      last_prune_ = now;
+      store_->Prune(UnixSeconds());
+    }
   }
 
   void AddRoutes() {
@@ -766,6 +812,8 @@ class Sidecar::Impl {
   const std::string summary_;
   std::unique_ptr<TaskWatcher> watcher_;
   std::unique_ptr<StackKeeper> keeper_;
+  std::unique_ptr<StateStore> store_;  // With --state_dir; outlives incidents_, which writes it.
+  double last_prune_ = 0;
   std::unique_ptr<IncidentTicker> incidents_;
   std::unique_ptr<ApiAuth> auth_;
   std::unique_ptr<PeerExchange> exchange_;

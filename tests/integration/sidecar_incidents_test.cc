@@ -6,6 +6,9 @@
 #include <stdlib.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -34,11 +37,16 @@ TEST(SidecarIncidents, APsKilledFor6sIsOneIncidentHoldingBothWorkersWithItsCost)
   ASSERT_NE(mkdtemp(dir_template), nullptr);
   const std::vector<std::string> ckpt = {"--checkpoint_dir", dir_template, "--checkpoint_every_s",
                                          "1"};
+  char state_template[] = "/tmp/incidents-state.XXXXXX";
+  ASSERT_NE(mkdtemp(state_template), nullptr);
+  const std::string state_dir = state_template;
   auto ps0 = StartTask(cluster, "ps", 0, ckpt);
   auto ps1 = StartTask(cluster, "ps", 1, ckpt);
   auto w0 = StartTask(cluster, "worker", 0, LongTraining(ckpt));
   auto w1 = StartTask(cluster, "worker", 1, LongTraining(ckpt));
-  Sidecar sidecar(cluster, {});
+  auto first =
+      std::make_unique<Sidecar>(cluster, std::vector<std::string>{"--state_dir", state_dir});
+  Sidecar& sidecar = *first;
   for (const char* w : {"worker:0", "worker:1"}) {
     ASSERT_TRUE(sidecar.WaitForState(w, TaskState::kUp, seconds(30), "training"))
         << sidecar.Describe();
@@ -111,8 +119,62 @@ TEST(SidecarIncidents, APsKilledFor6sIsOneIncidentHoldingBothWorkersWithItsCost)
       << metrics;
   EXPECT_NE(metrics.find("trainscope_incidents_open{cluster=\"default\"} 0"), std::string::npos)
       << metrics;
-  std::string rm = std::string("rm -rf ") + dir_template;
-  (void)system(rm.c_str());
+
+  // A sidecar started again on the same --state_dir still holds it, and its cost.
+  first.reset();
+  Sidecar again(cluster, {"--state_dir", state_dir});
+  nlohmann::json kept;
+  const auto until_kept = std::chrono::steady_clock::now() + seconds(10);
+  do {
+    kept = Incidents(again);
+    if (!kept.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  } while (std::chrono::steady_clock::now() < until_kept);
+  ASSERT_GE(kept.size(), 1u) << again.Get("/api/v1/incidents");
+  EXPECT_EQ(kept[kept.size() - 1]["id"], id) << kept.dump(1);
+  EXPECT_EQ(kept[kept.size() - 1]["lost_seconds"], in["lost_seconds"]) << kept.dump(1);
+  auto after = nlohmann::json::parse(again.Get("/api/v1/incidents"), nullptr, false);
+  EXPECT_GE(after["goodput"]["lost_by_kind"]["dead"].get<double>(),
+            body["goodput"]["lost_by_kind"]["dead"].get<double>() - 1.5)
+      << after.dump(1);
+  (void)system(("rm -rf " + std::string(dir_template) + " " + state_dir).c_str());
+}
+
+// A store file that is not ours is set aside with a sentence that says where, and the sidecar
+// serves with a fresh one; a --state_dir it cannot use stops it with a clear error.
+TEST(SidecarIncidents, AForeignStateFileIsSetAsideAndABadStateDirIsAClearError) {
+  char state_template[] = "/tmp/incidents-state.XXXXXX";
+  ASSERT_NE(mkdtemp(state_template), nullptr);
+  const std::string dir = state_template;
+  const std::string file = dir + "/trainscope-state.db";
+  {
+    std::ofstream out(file);
+    out << "not a database, just text a person left here\n";
+  }
+  Cluster cluster = {{"ps", {FreeAddress()}}};
+  {
+    Sidecar sidecar(cluster, {"--state_dir", dir});
+    ASSERT_TRUE(
+        sidecar.process().WaitForOutput("was moved to " + file + ".set-aside-", seconds(10)))
+        << sidecar.process().Output();
+    auto body = nlohmann::json::parse(sidecar.Get("/api/v1/incidents"), nullptr, false);
+    ASSERT_FALSE(body.is_discarded());
+    EXPECT_EQ(body["incidents"].size(), 0u);
+  }
+  int aside = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    aside += e.path().filename().string().rfind("trainscope-state.db.set-aside-", 0) == 0;
+  }
+  EXPECT_EQ(aside, 1);
+
+  // A path under a regular file cannot be a directory.
+  const std::string spec = WriteSpecFile(cluster);
+  Process bad(BinPath("trainscope-sidecar"), {"--cluster_spec", spec, "--http_port", "0",
+                                              "--grpc_port", "-1", "--state_dir", file + "/sub"});
+  EXPECT_NE(bad.Wait(seconds(10)), 0) << bad.Output();
+  EXPECT_NE(bad.Output().find("--state_dir: "), std::string::npos) << bad.Output();
+  std::filesystem::remove(spec);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -102,6 +102,12 @@ struct SidecarOptions {
   double snapshot_blocked_after_s = 2;
   // The largest answer taken from another node's sidecar for a task it watches.
   int64_t snapshot_fetch_max_bytes = 4 << 20;
+  // Where the incidents and the ledger are kept across restarts (trainscope-state.db); "": in
+  // memory only. Closed incidents older than `state_max_age_s` go, and the oldest first once
+  // the incidents kept pass `state_max_bytes`.
+  std::string state_dir;
+  double state_max_age_s = 30 * 86400;
+  int64_t state_max_bytes = 64 << 20;
 };
 
 // Thread-safe.
