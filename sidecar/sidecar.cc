@@ -493,9 +493,12 @@ class Sidecar::Impl {
     n.generator_url =
         absl::StrCat(http_tls_ ? "https://" : "http://", JoinHostPort(host, http_->port()), "/");
     n.resend_interval_s = options_.alert_resend_interval_s;
-    AlertContext context{options_.cluster_name, n.generator_url};
-    notifier_ = std::make_unique<AlertNotifier>(
-        std::move(n), [this, context] { return FirstHandAlerts(CurrentView(), context); });
+    AlertContext context{options_.cluster_name, n.generator_url, nullptr};
+    notifier_ = std::make_unique<AlertNotifier>(std::move(n), [this, context] {
+      AlertContext now = context;
+      now.incidents = incidents_->Now();
+      return FirstHandAlerts(CurrentView(), now);
+    });
   }
 
   static TrackerOptions TrackerOptionsFrom(const SidecarOptions& o) {

@@ -148,6 +148,26 @@ std::string Rfc3339(double unix_seconds) {
                          static_cast<int>((unix_seconds - whole) * 1000));
 }
 
+// The open incident that holds the alert's task (or names its node as the cause); null: none.
+const pb::Incident* IncidentOf(const FiringAlert& a, const IncidentsNow& now) {
+  auto role = a.labels.find("role");
+  auto task = a.labels.find("task");
+  auto node = a.labels.find("node");
+  const std::string name =
+      role != a.labels.end() && task != a.labels.end() ? role->second + ":" + task->second : "";
+  for (const pb::Incident& in : now.incidents) {
+    if (!in.open()) continue;
+    if (node != a.labels.end() && in.cause().kind() == "node" &&
+        in.cause().node() == node->second) {
+      return &in;
+    }
+    for (const pb::AffectedTask& t : in.affected()) {
+      if (!name.empty() && t.task() == name && t.until() == 0) return &in;
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 std::vector<FiringAlert> FirstHandAlerts(const ClusterView& view, const AlertContext& context) {
@@ -155,6 +175,15 @@ std::vector<FiringAlert> FirstHandAlerts(const ClusterView& view, const AlertCon
   AddTaskAlerts(view, context, out);
   for (const NodeInfo& n : view.nodes) {
     if (!n.self && n.status == "silent") out.push_back(NodeIsolated(n, context));
+  }
+  if (context.incidents == nullptr) return out;
+  for (FiringAlert& a : out) {
+    const pb::Incident* in = IncidentOf(a, *context.incidents);
+    if (in == nullptr) continue;
+    a.annotations["incident"] = in->id();
+    a.annotations["incident_summary"] = in->summary();
+    a.annotations["incident_url"] =
+        absl::StrCat(context.sidecar_url, "api/v1/incidents/", in->id());
   }
   return out;
 }

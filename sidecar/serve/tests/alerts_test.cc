@@ -51,7 +51,7 @@ ClusterView SampleView() {
 }
 
 TEST(FirstHandAlerts, LabelsAreTheRulesOwn) {
-  auto alerts = FirstHandAlerts(SampleView(), {"c", "http://me:9400/"});
+  auto alerts = FirstHandAlerts(SampleView(), {"c", "http://me:9400/", nullptr});
   std::vector<Labels> labels;
   for (const FiringAlert& a : alerts) labels.push_back(a.labels);
   const std::vector<Labels> want = {{{"alertname", "TrainscopeTaskDead"},
@@ -88,7 +88,7 @@ TEST(FirstHandAlerts, LabelsAreTheRulesOwn) {
   // same way confirms it, at once.
   ClusterView cut = SampleView();
   cut.partitions[0].nodes_cut = true;
-  EXPECT_EQ(FirstHandAlerts(cut, {"c", "http://me:9400/"})[2].hold_s, 0);
+  EXPECT_EQ(FirstHandAlerts(cut, {"c", "http://me:9400/", nullptr})[2].hold_s, 0);
   for (const FiringAlert& a : alerts) {
     EXPECT_EQ(a.annotations.at("runbook_url").rfind("https://", 0), 0u);
   }
@@ -105,13 +105,39 @@ TEST(FirstHandAlerts, DeadTaskAlertCarriesOomKilled) {
   ps.cgroup.oom_killed = true;
   view.tasks = {ps};
   view.local = {{"ps", 0}};
-  auto alerts = FirstHandAlerts(view, {"c", "http://me:9400/"});
+  auto alerts = FirstHandAlerts(view, {"c", "http://me:9400/", nullptr});
   ASSERT_EQ(alerts.size(), 1u);
   EXPECT_EQ(alerts[0].labels.at("alertname"), "TrainscopeTaskDead");
   EXPECT_EQ(alerts[0].annotations.at("reason").rfind("OOM-killed by its container's", 0), 0u);
   EXPECT_NE(alerts[0].annotations.at("description").find(": OOM-killed by its container's"),
             std::string::npos)
       << alerts[0].annotations.at("description");
+}
+
+// An alert about a task an open incident holds carries the incident's id, summary and link; its
+// labels stay the rules' own (the same alert whether the sidecar or Prometheus sends it).
+TEST(FirstHandAlerts, AnAlertCarriesTheOpenIncidentThatHoldsItsTask) {
+  ClusterView view;
+  view.tasks = {View("ps", 1, TaskState::kDead)};
+  view.local = {{"ps", 1}};
+  auto now = std::make_shared<IncidentsNow>();
+  pb::Incident closed;
+  closed.set_id("inc-000000000001");
+  closed.add_affected()->set_task("ps:1");
+  pb::Incident open = closed;
+  open.set_id("inc-000000000002");
+  open.set_open(true);
+  open.set_summary("ps:1 dead for 3 s, holding worker:0");
+  now->incidents = {closed, open};
+  const auto without = FirstHandAlerts(view, {"c", "http://me:9400/", nullptr});
+  const auto with = FirstHandAlerts(view, {"c", "http://me:9400/", now});
+  ASSERT_EQ(with.size(), 1u);
+  EXPECT_EQ(with[0].labels, without[0].labels);
+  EXPECT_EQ(with[0].annotations.at("incident"), "inc-000000000002");
+  EXPECT_EQ(with[0].annotations.at("incident_url"),
+            "http://me:9400/api/v1/incidents/inc-000000000002");
+  EXPECT_EQ(with[0].annotations.at("incident_summary"), "ps:1 dead for 3 s, holding worker:0");
+  EXPECT_EQ(without[0].annotations.count("incident"), 0u);
 }
 
 TEST(FirstHandAlerts, NothingWhenHealthyOrDone) {
@@ -121,7 +147,7 @@ TEST(FirstHandAlerts, NothingWhenHealthyOrDone) {
   view.local = {{"ps", 0}, {"worker", 0}, {"worker", 1}};
   view.nodes = {{"me:1", "me", "isolated", 1, {}, "", true},
                 {"b:1", "b", "down", 1, {}, "", false}};
-  EXPECT_TRUE(FirstHandAlerts(view, {"c", "http://me/"}).empty());
+  EXPECT_TRUE(FirstHandAlerts(view, {"c", "http://me/", nullptr}).empty());
 }
 
 TEST(AlertsToJson, FiringExpiresResolvedEndsNow) {

@@ -7,10 +7,12 @@
 // whether the sidecar, Prometheus or both send it. Pure functions over values.
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "trainscope/sidecar/cluster_view.h"
+#include "trainscope/sidecar/incidents.h"
 
 namespace trainscope::sidecar {
 
@@ -27,6 +29,9 @@ struct FiringAlert {
 struct AlertContext {
   std::string cluster;
   std::string sidecar_url;  // http://host:port/ of this sidecar: generatorURL, and the text.
+  // The incidents open now: an alert about a task or node one of them holds or names as its
+  // cause carries its id, summary and link (annotations: its labels stay the rules' own).
+  std::shared_ptr<const IncidentsNow> incidents;
 };
 
 // What is failing now that this sidecar should page about. Never a task that is `done`.
