@@ -90,8 +90,14 @@ struct Resolver {
   std::optional<Holding> NodeCut(const TaskView& v) const;
 };
 
+// Never heard from: no heartbeat of its own reached any sidecar (a remote task's record not yet
+// in, a task not yet started).
+bool NeverHeard(const TaskView& v) { return v.incarnation == 0 && v.pid == 0 && v.steps == 0; }
+
 std::optional<Holding> Resolver::Own(const TaskView& v) const {
-  if (v.state == TaskState::kMissing && (v.since <= 0 || now - v.since < missing_after_s)) {
+  const bool quiet =
+      v.state == TaskState::kMissing || (v.state == TaskState::kUnreachable && NeverHeard(v));
+  if (quiet && (v.since <= 0 || now - v.since < missing_after_s)) {
     return std::nullopt;  // Not heard yet, or quiet for a moment: not yet anyone's concern.
   }
   Holding h;
@@ -246,8 +252,10 @@ std::map<TaskRef, Holding> RootCauses(const ClusterView& view, double now, doubl
 }
 
 std::string IncidentId(const std::string& cluster, const CauseKey& key, double started) {
-  const int64_t ms = std::llround(started * 1000);
-  const uint64_t h = Fnv1a(absl::StrCat(cluster, "|", key.kind, "|", key.a, "|", key.b, "|", ms));
+  // Nodes see the start of one fault within a second or so of each other (a partition's, each
+  // from its own side): the id takes the start to 10 s.
+  const int64_t tens = std::llround(started / 10);
+  const uint64_t h = Fnv1a(absl::StrCat(cluster, "|", key.kind, "|", key.a, "|", key.b, "|", tens));
   char buf[24];
   std::snprintf(buf, sizeof(buf), "inc-%012" PRIx64, static_cast<uint64_t>(h & 0xffffffffffffULL));
   return buf;

@@ -50,6 +50,8 @@ TEST(RootCauses, FollowWaitsToTheirRoot) {
   c.peer = *ParseTaskRef("ps:1");
   c.age_seconds = 3;
   stalled.inflight.push_back(c);
+  TaskView heard_then_unreachable = Task("worker:0", TaskState::kUnreachable, 101);
+  heard_then_unreachable.incarnation = 7;
   const std::vector<RootCase> cases = {
       {"all well", {Task("ps:0", TaskState::kUp), Task("worker:0", TaskState::kUp)}, {}},
       {"a dead ps holds the worker blocked on it",
@@ -68,6 +70,12 @@ TEST(RootCauses, FollowWaitsToTheirRoot) {
       {"missing long is",
        {Task("ps:0", TaskState::kMissing, 50), BlockedOn("worker:0", "ps:0")},
        {{"ps:0", "ps:0"}, {"worker:0", "ps:0"}}},
+      {"a remote task no sidecar has reported on yet is no one's concern",
+       {Task("worker:0", TaskState::kUnreachable, 101)},
+       {}},
+      {"one it heard from that goes unreachable is",
+       {heard_then_unreachable},
+       {{"worker:0", "worker:0"}}},
       {"a stalled task that waits on no one is its own cause",
        {Task("worker:0", TaskState::kStalled)},
        {{"worker:0", "worker:0"}}},

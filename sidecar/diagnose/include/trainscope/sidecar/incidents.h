@@ -105,7 +105,8 @@ class IncidentBook {
   double last_now_ = 0;
 };
 
-// The incident's id: the same on every node that sees the same cause begin at the same time.
+// The incident's id: the same on every node that sees the same cause begin at about the same
+// time (its start is taken to 10 s).
 std::string IncidentId(const std::string& cluster, const CauseKey& key, double started);
 
 // The one line a person reads: "ps:1 dead (...) for 6 s, holding worker:0 and worker:1
