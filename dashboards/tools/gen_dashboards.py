@@ -629,6 +629,7 @@ def training():
     d.panel("timeseries", "Loss", [
         (f"max by (role, task) (trainscope_training_loss{{{T()}}})", "{{role}}:{{task}}")],
         w=12)
+    goodput(d)
     d.row("Stragglers")
     d.panel("bargauge", "Step rate relative to the median worker", [
         {"expr": f"sum by (role, task) (rate(trainscope_training_steps_total{{{W}}}[5m])) / "
@@ -666,6 +667,32 @@ def training():
          "{{role}}:{{task}} -> {{peer_role}}:{{peer_task}}")], w=12, h=8, unit="s")
     checkpoints(d)
     return d
+
+
+def goodput(d):
+    """The ledger (sidecar/diagnose/ledger.h): every worker second as one outcome, and the
+    seconds lost to incidents by their kind."""
+    L = f'{S()}, role=~"worker|chief"'
+    d.row("Goodput")
+    d.panel("timeseries", "Goodput", [
+        (f'sum(rate(trainscope_training_seconds_total{{{L}, outcome="productive"}}[5m])) / '
+         f'sum(rate(trainscope_training_seconds_total{{{L}, outcome!="idle"}}[5m]))',
+         "productive share")], w=8, unit="percentunit",
+        defaults={"min": 0, "max": 1},
+        description="The share of the workers' time (not idle: before the session or done) "
+                    "spent training, over 5 minutes, from the sidecars' ledger.")
+    d.panel("timeseries", "Worker time by outcome", [
+        (f"sum by (outcome) (rate(trainscope_training_seconds_total{{{L}}}[{RI}]))",
+         "{{outcome}}")], w=8, unit="short",
+        description="Worker-seconds per second: productive, waiting (held by an incident), "
+                    "down, redone (after a checkpoint restore), idle.")
+    d.panel("timeseries", "Training time lost by cause", [
+        (f'max by (kind) (rate(trainscope_incident_lost_seconds_total{{{SC()}, '
+         f'cluster="$cluster"}}[{RI}]))', "{{kind}}")], w=8, unit="short",
+        description="Worker-seconds per second lost to incidents, by the incident's kind (dead, "
+                    "hung, partition, slow, ...). Each sidecar counts the whole cluster as it "
+                    "sees it: max, not sum. The incidents are at the sidecar's "
+                    "/api/v1/incidents and `trainscopectl incidents`.")
 
 
 def checkpoints(d):
