@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "trainscope/common/clock.h"
@@ -225,6 +226,26 @@ std::string CauseReason(const pb::Incident& incident, const ClusterView& view) {
   return "";
 }
 
+// What a snapshot's main thread does, as a signature: its innermost frames that name a function
+// of the program (not of libc or libstdc++), and the call it sleeps in.
+std::string MainThreadSignature(const pb::StackSnapshot& s) {
+  for (const pb::ThreadStack& t : s.threads()) {
+    if (t.tid() != s.pid()) continue;
+    std::vector<std::string> frames;
+    for (const pb::StackFrame& f : t.frames()) {
+      if (f.function().empty() || absl::StartsWith(f.module(), "libc.") ||
+          absl::StartsWith(f.module(), "libstdc++") || absl::StartsWith(f.module(), "libpthread")) {
+        continue;
+      }
+      frames.push_back(f.function());
+      if (frames.size() == 3) break;
+    }
+    if (frames.empty()) return "";
+    return absl::StrCat(absl::StrJoin(frames, " < "), " (", t.syscall(), ")");
+  }
+  return "";
+}
+
 bool Worse(const std::string& kind, const std::string& than) {
   TaskState a, b;
   if (!ParseStateName(kind, &a) || !ParseStateName(than, &b)) return false;
@@ -232,6 +253,57 @@ bool Worse(const std::string& kind, const std::string& than) {
 }
 
 }  // namespace
+
+std::string CompressTasks(std::vector<std::string> names) {
+  std::map<std::string, std::vector<int>> by_role;
+  std::vector<std::string> other;
+  for (const std::string& n : names) {
+    auto t = ParseTaskRef(n);
+    if (t.ok()) {
+      by_role[t->role].push_back(t->index);
+    } else {
+      other.push_back(n);
+    }
+  }
+  std::vector<std::string> parts;
+  for (auto& [role, indices] : by_role) {
+    std::sort(indices.begin(), indices.end());
+    std::vector<std::string> runs;
+    for (size_t i = 0; i < indices.size();) {
+      size_t j = i;
+      while (j + 1 < indices.size() && indices[j + 1] == indices[j] + 1) ++j;
+      runs.push_back(j == i ? absl::StrCat(indices[i]) : absl::StrCat(indices[i], "-", indices[j]));
+      i = j + 1;
+    }
+    parts.push_back(absl::StrCat(role, ":", absl::StrJoin(runs, ",")));
+  }
+  for (const std::string& o : other) parts.push_back(o);
+  return absl::StrJoin(parts, " ");
+}
+
+std::string OddOneOut(const pb::Incident& incident) {
+  std::map<std::string, std::vector<const pb::IncidentEvidence*>> groups;
+  for (const pb::IncidentEvidence& e : incident.evidence()) {
+    if (e.kind() != "snapshot") continue;
+    const std::string sig = MainThreadSignature(e.snapshot());
+    if (!sig.empty()) groups[sig].push_back(&e);
+  }
+  if (groups.size() != 2) return "";
+  auto odd = groups.begin(), many = std::next(groups.begin());
+  if (odd->second.size() > many->second.size()) std::swap(odd, many);
+  if (odd->second.size() != 1 || many->second.size() < 2) return "";
+  std::vector<std::string> names;
+  for (const pb::IncidentEvidence* e : many->second) names.push_back(e->task());
+  const pb::IncidentEvidence& lone = *odd->second[0];
+  std::string many_words = many->second[0]->summary();
+  // "main thread waiting 3.2 s in Pull to ps:1" -> "wait in Pull to ps:1"
+  if (size_t in = many_words.find(" in ");
+      absl::StartsWith(many_words, "main thread waiting") && in != std::string::npos) {
+    many_words = absl::StrCat("wait", many_words.substr(in));
+  }
+  return absl::StrCat(CompressTasks(names), " ", many_words.empty() ? "wait alike" : many_words,
+                      "; ", lone.task(), "'s main thread is in ", odd->first);
+}
 
 std::string CauseKey::Text() const {
   if (kind == "node") return absl::StrCat("node ", a);
@@ -386,6 +458,7 @@ void IncidentBook::Update(Open& o, const std::map<TaskRef, const Holding*>& held
   auto cause = ParseTaskRef(o.key.a);
   const bool cause_held = o.key.kind != "task" || (cause.ok() && held.contains(*cause));
   if (std::string r = CauseReason(in, view); cause_held && !r.empty()) in.set_cause_reason(r);
+  if (std::string odd = OddOneOut(in); !odd.empty()) in.set_outlier(odd);
   in.set_updated(now);
   in.set_summary(IncidentSummary(in, in.cause_reason(), now));
 }

@@ -185,6 +185,51 @@ TEST(IncidentBook, RestoredOpenIncidentsCloseAtTheirLastUpdateWhenTheirCauseIsGo
   EXPECT_NEAR(second.List()[0].lost_seconds(), 4, 1e-6);
 }
 
+pb::IncidentEvidence Snapshot(const std::string& task, std::vector<std::string> frames,
+                              const std::string& syscall, const std::string& summary) {
+  pb::IncidentEvidence e;
+  e.set_kind("snapshot");
+  e.set_task(task);
+  e.set_summary(summary);
+  pb::StackSnapshot* s = e.mutable_snapshot();
+  s->set_pid(42);
+  pb::ThreadStack* other = s->add_threads();
+  other->set_tid(43);
+  other->add_frames()->set_function("grpc::CompletionQueue::Next");
+  pb::ThreadStack* main = s->add_threads();
+  main->set_tid(42);
+  main->set_syscall(syscall);
+  pb::StackFrame* libc = main->add_frames();
+  libc->set_function("__futex_abstimed_wait_common");
+  libc->set_module("libc.so.6");
+  for (const std::string& f : frames) main->add_frames()->set_function(f);
+  return e;
+}
+
+TEST(OddOneOut, ManyStuckAlikeAndOneElsewhereNamesTheOne) {
+  pb::Incident in;
+  for (const char* w : {"worker:0", "worker:1", "worker:2", "worker:4"}) {
+    *in.add_evidence() = Snapshot(w, {"trainscope::ParameterClient::Pull", "main"}, "futex",
+                                  "main thread waiting 3.2 s in Pull to ps:3");
+  }
+  *in.add_evidence() =
+      Snapshot("ps:3", {"trainscope::ApplyGradients", "trainscope::ParameterService::Push"},
+               "futex", "main thread in trainscope::ApplyGradients (futex)");
+  EXPECT_EQ(OddOneOut(in),
+            "worker:0-2,4 wait in Pull to ps:3; ps:3's main thread is in "
+            "trainscope::ApplyGradients < trainscope::ParameterService::Push (futex)");
+  // Two alike and two others, or all alike: no odd one.
+  *in.add_evidence() = Snapshot("ps:4", {"trainscope::Other"}, "futex", "");
+  EXPECT_EQ(OddOneOut(in), "");
+  pb::Incident alike;
+  for (const char* w : {"worker:0", "worker:1"}) {
+    *alike.add_evidence() = Snapshot(w, {"trainscope::ParameterClient::Pull"}, "futex", "");
+  }
+  EXPECT_EQ(OddOneOut(alike), "");
+  EXPECT_EQ(CompressTasks({"worker:3", "ps:1", "worker:1", "worker:2", "chief:0"}),
+            "chief:0 ps:1 worker:1-3");
+}
+
 TEST(Ledger, EverySecondOnceAsOneOutcome) {
   TaskView w = Task("worker:0", TaskState::kUp);
   w.steps = 10;

@@ -109,6 +109,13 @@ class IncidentBook {
 // time (its start is taken to 10 s).
 std::string IncidentId(const std::string& cluster, const CauseKey& key, double started);
 
+// With many stuck tasks: their snapshots' main-thread stacks grouped by signature and, when all
+// but one agree, the sentence that names the odd one: "worker:0-19 wait in Pull to ps:3; ps:3's
+// main thread is in ApplyGradients (futex)". "" when there is no such one.
+std::string OddOneOut(const pb::Incident& incident);
+// "worker:0-2,5 ps:1": task names, runs of indices folded.
+std::string CompressTasks(std::vector<std::string> names);
+
 // The one line a person reads: "ps:1 dead (...) for 6 s, holding worker:0 and worker:1
 // (waiting in Pull to ps:1)".
 std::string IncidentSummary(const pb::Incident& incident, const std::string& cause_reason,
