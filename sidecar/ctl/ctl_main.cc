@@ -1,6 +1,6 @@
-// trainscopectl: the cluster view in a terminal (`status`), where a task is stuck (`stacks`), and
-// fault injection into a task started with --enable_fault_injection (`fault`). Thin: flags -> one
-// function -> exit code.
+// trainscopectl: the cluster view in a terminal (`status`), where a task is stuck (`stacks`), the
+// incidents and what they cost (`incidents`, `incident`, its bundle), and fault injection into a
+// task started with --enable_fault_injection (`fault`). Thin: flags -> one function -> exit code.
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,11 +19,15 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "grpcpp/grpcpp.h"
+#include "trainscope/common/clock.h"
 #include "trainscope/common/grpc_tls.h"
 #include "trainscope/common/http_client.h"
 #include "trainscope/common/tls_flags.h"
 #include "trainscope/sidecar/api.h"
+#include "trainscope/sidecar/incident_bundle.h"
+#include "trainscope/sidecar/incident_text.h"
 #include "trainscope/sidecar/names.h"
+#include "trainscope/sidecar/tar_gz.h"
 #include "trainscope/sidecar/task_view.h"
 #include "trainscope/v1/runtime.grpc.pb.h"
 
@@ -217,6 +221,108 @@ int Stacks(const std::string& task, std::string sidecar, bool fresh, bool json,
   return list->snapshots_size() > 0 ? 0 : 1;
 }
 
+double NowUnix() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The incidents as a table, the job's goodput under it. Exit codes: 0 none open, 1 some open, 2
+// the sidecar cannot be asked or answers something that is not an incident list.
+int Incidents(std::string sidecar, int limit, bool json, const trainscope::TlsFiles& tls) {
+  namespace ts = trainscope::sidecar;
+  const trainscope::TlsFiles use = SidecarAddress(&sidecar, tls);
+  std::string path(ts::names::kPathIncidents);
+  if (limit >= 0) path += "?limit=" + std::to_string(limit);
+  auto resp = trainscope::HttpGet(sidecar, path, 5000, 32 << 20, use);
+  if (!resp.ok()) {
+    std::cerr << "trainscopectl: cannot ask the sidecar at " << sidecar << ": "
+              << resp.status().message() << "\n";
+    return 2;
+  }
+  if (resp->status != 200) {
+    std::cerr << "trainscopectl: sidecar at " << sidecar << " answered HTTP " << resp->status
+              << " to " << path
+              << (resp->status == 404 ? " (a sidecar older than this trainscopectl?)" : "") << "\n";
+    return 2;
+  }
+  auto list = ts::ParseIncidentListJson(resp->body);
+  if (!list.ok()) {
+    std::cerr << "trainscopectl: the sidecar at " << sidecar
+              << " sent something else than an incident list: " << list.status().message() << "\n";
+    return 2;
+  }
+  int open = 0;
+  for (const auto& in : list->incidents()) open += in.open();
+  if (json) {
+    std::cout << resp->body << "\n";
+  } else {
+    std::cout << ts::IncidentsTable(*list, NowUnix());
+  }
+  return open ? 1 : 0;
+}
+
+// One incident in full, or its bundle written to `bundle`. Exit codes: 0 shown or written, 1 the
+// sidecar holds no such incident or the bundle cannot be written, 2 the sidecar cannot be asked.
+int Incident(const std::string& id, std::string sidecar, const std::string& bundle, bool force,
+             bool json, const trainscope::TlsFiles& tls) {
+  namespace ts = trainscope::sidecar;
+  const trainscope::TlsFiles use = SidecarAddress(&sidecar, tls);
+  if (!bundle.empty()) {
+    // Before asking anything: a bundle that cannot be written is not worth gathering.
+    absl::Status writable = ts::CheckWritable(bundle, force);
+    if (!writable.ok()) {
+      std::cerr << "trainscopectl: cannot write the bundle to " << bundle << ": "
+                << writable.message()
+                << (absl::IsAlreadyExists(writable) ? " (--force overwrites it)" : "") << "\n";
+      return 1;
+    }
+  }
+  const ts::SidecarGet get = [&](const std::string& path, int timeout_ms) {
+    return trainscope::HttpGet(sidecar, path, timeout_ms, 64 << 20, use);
+  };
+  auto incident = ts::FetchIncident(get, id);
+  if (!incident.ok()) {
+    const absl::Status& st = incident.status();
+    if (!ts::IsIncidentId(id)) {
+      std::cerr << "trainscopectl: " << st.message() << "\n";
+      return 1;
+    }
+    if (absl::IsNotFound(st)) {
+      std::cerr << "trainscopectl: sidecar at " << sidecar << ": " << st.message() << "\n";
+      return 1;
+    }
+    if (absl::IsInvalidArgument(st)) {
+      std::cerr << "trainscopectl: the sidecar at " << sidecar
+                << " sent something else than the incident: " << st.message() << "\n";
+      return 2;
+    }
+    std::cerr << "trainscopectl: cannot ask the sidecar at " << sidecar << ": " << st.message()
+              << "\n";
+    return 2;
+  }
+  const double now = NowUnix();
+  if (bundle.empty()) {
+    std::cout << (json ? ts::ApiJson(*incident) + "\n" : ts::IncidentText(*incident, now));
+    return 0;
+  }
+  const std::vector<ts::TarFile> files =
+      ts::GatherBundle(get, *incident, {sidecar, "trainscopectl " TRAINSCOPE_VERSION, now});
+  auto gz = ts::TarGz(files, static_cast<int64_t>(now));
+  absl::Status written = gz.ok() ? ts::WriteFileWhole(bundle, *gz, force) : gz.status();
+  if (!written.ok()) {
+    std::cerr << "trainscopectl: cannot write the bundle to " << bundle << ": " << written.message()
+              << "\n";
+    return 1;
+  }
+  std::cout << "wrote " << bundle << " (" << files.size() << " files, "
+            << trainscope::HumanBytes(static_cast<int64_t>(gz->size()))
+            << "; README.txt says what each is and what could not be gathered):\n";
+  for (const ts::TarFile& f : files) {
+    std::cout << "  " << f.name << " ("
+              << trainscope::HumanBytes(static_cast<int64_t>(f.data.size())) << ")\n";
+  }
+  return 0;
+}
+
 // " link_delay_ms=ps:1=80,..." when links are delayed.
 std::string LinkWords(const trainscope::v1::InjectFaultResponse& resp) {
   std::map<std::string, int64_t> links(resp.link_delay_ms().begin(), resp.link_delay_ms().end());
@@ -270,6 +376,10 @@ struct CtlFlags {
   std::string stacks_task;
   bool fresh = false;
   std::string token_file;
+  int limit = -1;
+  std::string incident_id;
+  std::string bundle;
+  bool force = false;
 };
 
 // The `status` subcommand and its flags.
@@ -333,6 +443,37 @@ CLI::App* AddStacksCommand(CLI::App& app, CtlFlags& f) {
   return stacks;
 }
 
+// The `incidents` subcommand and its flags.
+CLI::App* AddIncidentsCommand(CLI::App& app, CtlFlags& f) {
+  auto* incidents = app.add_subcommand(
+      "incidents",
+      "The incidents, one per root cause (open first, then the closed, newest first), with what "
+      "each cost and the job's goodput; exit 1 when one is open");
+  incidents->add_option("--sidecar", f.sidecar, "HOST:PORT of a sidecar's HTTP port (or https://)")
+      ->capture_default_str();
+  incidents->add_option("--limit", f.limit, "At most N incidents (the sidecar's default: 100)")
+      ->check(CLI::Range(0, 1000));
+  incidents->add_flag("--json", f.json, "Print the sidecar's JSON instead of a table");
+  return incidents;
+}
+
+// The `incident` subcommand and its flags.
+CLI::App* AddIncidentCommand(CLI::App& app, CtlFlags& f) {
+  auto* incident = app.add_subcommand(
+      "incident",
+      "One incident in full (cause, affected tasks, timeline, evidence), or with --bundle a "
+      ".tar.gz of it, its tasks' stacks, the ps requests of its window and the tasks");
+  incident->add_option("id", f.incident_id, "The incident's id, e.g. inc-3f2a9c0d1e4b")->required();
+  incident->add_option("--sidecar", f.sidecar, "HOST:PORT of a sidecar's HTTP port (or https://)")
+      ->capture_default_str();
+  incident->add_option("--bundle", f.bundle,
+                       "Write the bundle to FILE.tar.gz (whole or not at all; README.txt in it "
+                       "says what each file is)");
+  incident->add_flag("--force", f.force, "Overwrite the --bundle file if it exists");
+  incident->add_flag("--json", f.json, "Print the incident's JSON (with its snapshots)");
+  return incident;
+}
+
 // The InjectFault request the `fault` flags ask for; exits 2 with a clear message on a bad
 // --link_delay_ms.
 trainscope::v1::InjectFaultRequest FaultRequest(const CtlFlags& f) {
@@ -361,21 +502,31 @@ int main(int argc, char** argv) {
   // A server that refuses our TLS handshake (no client certificate) closes before we write:
   // that is an error to report, not a reason to die of SIGPIPE.
   signal(SIGPIPE, SIG_IGN);
-  CLI::App app{"trainscopectl: ask a trainscope sidecar about the cluster, or inject faults."};
+  CLI::App app{
+      "trainscopectl: ask a trainscope sidecar about the cluster and its incidents, or inject "
+      "faults."};
   app.set_version_flag("--version", "trainscopectl " TRAINSCOPE_VERSION);
   app.require_subcommand(1);
   CtlFlags f;
   auto* status = AddStatusCommand(app, f);
   auto* fault = AddFaultCommand(app, f);
   auto* stacks = AddStacksCommand(app, f);
+  auto* incidents = AddIncidentsCommand(app, f);
+  auto* incident = AddIncidentCommand(app, f);
   trainscope::TlsFiles tls;
   trainscope::AddTlsFlags(app, tls);
   // The --tls_* flags may also follow the subcommand.
   status->fallthrough();
   fault->fallthrough();
   stacks->fallthrough();
+  incidents->fallthrough();
+  incident->fallthrough();
   CLI11_PARSE(app, argc, argv);
   if (status->parsed()) return Status(f.sidecar, f.json, tls);
   if (stacks->parsed()) return Stacks(f.stacks_task, f.sidecar, f.fresh, f.json, tls, f.token_file);
+  if (incidents->parsed()) return Incidents(f.sidecar, f.limit, f.json, tls);
+  if (incident->parsed()) {
+    return Incident(f.incident_id, f.sidecar, f.bundle, f.force, f.json, tls);
+  }
   return Fault(f.task, FaultRequest(f), tls);
 }

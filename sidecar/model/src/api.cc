@@ -411,6 +411,25 @@ absl::StatusOr<pb::TaskList> ParseTaskListJson(std::string_view body) {
   return list;
 }
 
+absl::StatusOr<pb::IncidentList> ParseIncidentListJson(std::string_view body) {
+  pb::IncidentList list;
+  if (absl::Status st = FromJsonString(body, "an incident list", &list); !st.ok()) return st;
+  return list;
+}
+
+absl::StatusOr<pb::Incident> ParseIncidentJson(std::string_view body) {
+  pb::Incident incident;
+  if (absl::Status st = FromJsonString(body, "an incident", &incident); !st.ok()) return st;
+  if (incident.id().empty()) return absl::InvalidArgumentError("not an incident: it has no id");
+  return incident;
+}
+
+absl::StatusOr<pb::RequestList> ParseRequestListJson(std::string_view body) {
+  pb::RequestList list;
+  if (absl::Status st = FromJsonString(body, "a list of requests", &list); !st.ok()) return st;
+  return list;
+}
+
 std::string ToJson(const pb::StackList& list) {
   std::string out;
   if (ToJsonString(list, &out)) return out;

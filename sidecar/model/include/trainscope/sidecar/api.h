@@ -59,6 +59,13 @@ absl::StatusOr<pb::TaskList> ParseTaskListJson(std::string_view body);
 // The same, as views; entries that are not a task are skipped and counted in `skipped`.
 absl::StatusOr<std::vector<TaskView>> ParseTaskViews(std::string_view body, int* skipped = nullptr);
 
+// Parses /api/v1/incidents and /api/v1/incidents/<id>; InvalidArgument naming what is wrong
+// when the body is not an incident list, or not an incident.
+absl::StatusOr<pb::IncidentList> ParseIncidentListJson(std::string_view body);
+absl::StatusOr<pb::Incident> ParseIncidentJson(std::string_view body);
+// Parses /api/v1/traces/slow and /api/v1/traces/errors; InvalidArgument naming what is wrong.
+absl::StatusOr<pb::RequestList> ParseRequestListJson(std::string_view body);
+
 // JSON of /api/v1/stacks (never fails).
 std::string ToJson(const pb::StackList& list);
 // Parses /api/v1/stacks; InvalidArgument naming what is wrong.

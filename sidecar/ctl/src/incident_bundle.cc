@@ -1,0 +1,287 @@
+// The bundle of one incident; see incident_bundle.h.
+#include "trainscope/sidecar/incident_bundle.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "trainscope/common/clock.h"
+#include "trainscope/sidecar/incident_text.h"
+#include "trainscope/sidecar/names.h"
+
+namespace trainscope::sidecar {
+namespace {
+
+// How long before an incident its window starts: the requests that led to it.
+constexpr double kLeadSeconds = 60;
+
+std::string PercentEncoded(std::string_view text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+        c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      absl::StrAppendFormat(&out, "%%%02X", c);
+    }
+  }
+  return out;
+}
+
+// The body of a 200 answer to GET `path`; otherwise why not, in words.
+absl::StatusOr<std::string> Body(const SidecarGet& get, const std::string& path, int timeout_ms) {
+  auto resp = get(path, timeout_ms);
+  if (!resp.ok()) return resp.status();
+  if (resp->status != 200) {
+    std::string words = Printable(resp->body, 300);
+    while (!words.empty() && (words.back() == '?' || words.back() == ' ')) words.pop_back();
+    return absl::UnavailableError(
+        absl::StrCat("HTTP ", resp->status, words.empty() ? "" : ": ", words));
+  }
+  return std::move(resp->body);
+}
+
+// The requests of `list` that overlap [from, to].
+pb::RequestList InWindow(const pb::RequestList& list, double from, double to) {
+  pb::RequestList out = list;
+  auto* requests = out.mutable_requests();
+  requests->erase(std::remove_if(requests->begin(), requests->end(),
+                                 [&](const pb::RequestSummary& r) {
+                                   const double end = r.start_unix() + r.duration_ms() / 1000;
+                                   return r.start_unix() > to || end < from;
+                                 }),
+                  requests->end());
+  return out;
+}
+
+// `text` in lines of at most 100 bytes, broken at spaces, every line but the first after
+// `indent` spaces.
+std::string Wrap(std::string_view text, size_t indent) {
+  constexpr size_t kWidth = 100;
+  const size_t room = kWidth > indent + 30 ? kWidth - indent : 30;
+  std::string out;
+  while (text.size() > room) {
+    size_t at = text.rfind(' ', room);
+    if (at == std::string_view::npos || at == 0) at = room;
+    out.append(text.substr(0, at)).append("\n").append(indent, ' ');
+    text.remove_prefix(at);
+    while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+  }
+  return out.append(text);
+}
+
+// The files made so far and what the README says of each.
+class Bundle {
+ public:
+  // Adds a file; returns the name it got (made unique: "worker_0-2" after "worker_0").
+  std::string Add(std::string name, std::string data, std::string what) {
+    if (!names_.insert(name).second) {
+      const size_t dot = name.find('.', name.rfind('/') + 1);
+      for (int n = 2;; ++n) {
+        std::string other = dot == std::string::npos
+                                ? absl::StrCat(name, "-", n)
+                                : absl::StrCat(name.substr(0, dot), "-", n, name.substr(dot));
+        if (names_.insert(other).second) {
+          name = std::move(other);
+          break;
+        }
+      }
+    }
+    files_.push_back({name, std::move(data)});
+    index_.emplace_back(name, std::move(what));
+    return name;
+  }
+  void Missing(std::string name, std::string why) {
+    missing_.emplace_back(std::move(name), std::move(why));
+  }
+  // The README (first) and the files.
+  std::vector<TarFile> Finish(std::string head) {
+    size_t width = 10;
+    for (const auto& [name, what] : index_) width = std::max(width, name.size());
+    std::string readme = std::move(head);
+    absl::StrAppend(&readme, "\nFiles:\n", absl::StrFormat("  %-*s  ", width, "README.txt"),
+                    "this file\n");
+    for (const auto& [name, what] : index_) {
+      absl::StrAppend(&readme, absl::StrFormat("  %-*s  ", width, name), Wrap(what, width + 4),
+                      "\n");
+    }
+    if (!missing_.empty()) absl::StrAppend(&readme, "\nNot gathered:\n");
+    for (const auto& [name, why] : missing_) {
+      absl::StrAppend(&readme, "  ", Wrap(absl::StrCat(name, ": ", why), 4), "\n");
+    }
+    std::vector<TarFile> out;
+    out.push_back({"README.txt", std::move(readme)});
+    for (TarFile& f : files_) out.push_back(std::move(f));
+    return out;
+  }
+
+ private:
+  std::set<std::string> names_ = {"README.txt"};
+  std::vector<TarFile> files_;
+  std::vector<std::pair<std::string, std::string>> index_;
+  std::vector<std::pair<std::string, std::string>> missing_;
+};
+
+// The tasks whose stacks the bundle holds: the affected ones and the cause's, in that order.
+std::vector<std::string> TasksOf(const pb::Incident& in) {
+  std::vector<std::string> tasks;
+  std::set<std::string> seen;
+  for (const pb::AffectedTask& a : in.affected()) {
+    if (!a.task().empty() && seen.insert(a.task()).second) tasks.push_back(a.task());
+  }
+  if (in.cause().kind() != "node" && !in.cause().task().empty() &&
+      seen.insert(in.cause().task()).second) {
+    tasks.push_back(in.cause().task());
+  }
+  return tasks;
+}
+
+void AddTraces(const SidecarGet& get, const pb::Incident& in, double now, Bundle& bundle) {
+  const double from = in.started() - kLeadSeconds;
+  const double to = in.open() || in.ended() <= 0 ? now : in.ended();
+  const std::string window =
+      absl::StrCat("from ", LocalTime(from), " (a minute before it started) to ", LocalTime(to));
+  for (const auto& [path, file, words] :
+       {std::tuple{std::string(names::kPathTracesSlow), "traces/slow.json", "slow"},
+        std::tuple{std::string(names::kPathTracesErrors), "traces/errors.json", "failed"}}) {
+    auto body = Body(get, absl::StrCat(path, "?limit=1000"), 5000);
+    absl::StatusOr<pb::RequestList> list =
+        body.ok() ? ParseRequestListJson(*body) : absl::StatusOr<pb::RequestList>(body.status());
+    if (!list.ok()) {
+      bundle.Missing(file, absl::StrCat(path, ": ", list.status().message()));
+      continue;
+    }
+    pb::RequestList kept = InWindow(*list, from, to);
+    bundle.Add(file, ApiJson(kept) + "\n",
+               absl::StrFormat("the %s ps requests the sidecar kept (%s, RequestList in "
+                               "api.proto) that overlap the incident's window, %s: %d of %d",
+                               words, path, window, kept.requests_size(), list->requests_size()));
+  }
+}
+
+}  // namespace
+
+bool IsIncidentId(std::string_view id) {
+  if (id.empty() || id.size() > 64) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_' || c == '.';
+  });
+}
+
+absl::StatusOr<pb::Incident> FetchIncident(const SidecarGet& get, const std::string& id) {
+  if (!IsIncidentId(id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", Printable(id, 80),
+                     "\" is not an incident id (like inc-3f2a9c0d1e4b: see "
+                     "trainscopectl incidents)"));
+  }
+  auto resp = get(absl::StrCat(std::string(names::kPathIncidentsPrefix), id), 10000);
+  if (!resp.ok()) return resp.status();
+  if (resp->status == 404) {
+    std::string words = Printable(resp->body, 300);
+    while (!words.empty() && (words.back() == '?' || words.back() == ' ')) words.pop_back();
+    return absl::NotFoundError(words.empty() ? absl::StrCat("no incident ", id) : words);
+  }
+  if (resp->status != 200) {
+    return absl::UnavailableError(absl::StrCat("answered HTTP ", resp->status));
+  }
+  auto incident = ParseIncidentJson(resp->body);
+  if (!incident.ok()) return incident.status();
+  if (incident->id() != id) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("asked for ", id, ", answered ", Printable(incident->id(), 64)));
+  }
+  return incident;
+}
+
+std::vector<TarFile> GatherBundle(const SidecarGet& get, const pb::Incident& in,
+                                  const BundleOptions& options) {
+  const double now = options.now_unix;
+  Bundle bundle;
+  bundle.Add(
+      "incident.json", ApiJson(in) + "\n",
+      absl::StrCat("the incident in full (", std::string(names::kPathIncidentsPrefix), in.id(),
+                   "; Incident in sidecar.proto, protobuf's JSON mapping), with the "
+                   "snapshots kept as evidence"));
+  bundle.Add("timeline.txt", TimelineText(in),
+             "its timeline, one event a line (times in the gathering machine's zone)");
+
+  const std::vector<std::string> tasks = TasksOf(in);
+  int asked = 0;
+  for (const std::string& task : tasks) {
+    const std::string base = "stacks/" + SafeFileName(task);
+    pb::StackList kept;
+    kept.set_task(task);
+    for (const pb::IncidentEvidence& e : in.evidence()) {
+      if (e.task() == task && e.has_snapshot()) *kept.add_snapshots() = e.snapshot();
+    }
+    bundle.Add(base + ".txt", StacksToText(kept, now),
+               absl::StrCat(task, "'s threads in the ", kept.snapshots_size(),
+                            " snapshot(s) kept as the incident's evidence (as "
+                            "/api/v1/stacks?format=text renders them)"));
+    const std::string now_name = base + ".now.txt";
+    if (asked >= options.max_live_stacks) {
+      bundle.Missing(now_name, absl::StrCat("not asked: only the first ", options.max_live_stacks,
+                                            " tasks' stacks are asked for"));
+      continue;
+    }
+    ++asked;
+    const std::string path =
+        absl::StrCat(std::string(names::kPathStacks), "?task=", PercentEncoded(task));
+    auto body = Body(get, path, 10000);
+    absl::StatusOr<pb::StackList> list =
+        body.ok() ? ParseStackListJson(*body) : absl::StatusOr<pb::StackList>(body.status());
+    if (!list.ok()) {
+      bundle.Missing(now_name, absl::StrCat(path, ": ", list.status().message()));
+      continue;
+    }
+    bundle.Add(now_name, StacksToText(*list, now),
+               absl::StrCat(task,
+                            "'s snapshots as the sidecar had them when the bundle was "
+                            "gathered (",
+                            path, ", relayed to the node that watches it)"));
+  }
+
+  AddTraces(get, in, now, bundle);
+
+  auto tasks_body = Body(get, std::string(names::kPathTasks), 5000);
+  absl::StatusOr<pb::TaskList> task_list = tasks_body.ok()
+                                               ? ParseTaskListJson(*tasks_body)
+                                               : absl::StatusOr<pb::TaskList>(tasks_body.status());
+  if (task_list.ok()) {
+    bundle.Add("tasks.json", ToJson(*task_list) + "\n",
+               absl::StrCat("every task's state when the bundle was gathered (",
+                            std::string(names::kPathTasks), "; TaskList in sidecar.proto)"));
+  } else {
+    bundle.Missing("tasks.json", absl::StrCat(std::string(names::kPathTasks), ": ",
+                                              task_list.status().message()));
+  }
+
+  std::string head = absl::StrCat(
+      Wrap(absl::StrCat("trainscope incident bundle: what ",
+                        options.gatherer.empty() ? "trainscopectl" : options.gatherer,
+                        " gathered about one incident, for a bug report or a post-mortem."),
+           0),
+      "\n\nincident:  ", Printable(in.id(), 64), " (", in.open() ? "open" : "closed", ", ",
+      Printable(in.kind(), 20), ", cause ", Printable(CauseWords(in.cause()), 200), ")\n");
+  if (!in.summary().empty()) {
+    absl::StrAppend(&head, "           ", Wrap(Printable(in.summary(), 600), 11), "\n");
+  }
+  absl::StrAppend(&head, "cluster:   ", Printable(in.cluster(), 80), "\n",
+                  "sidecar:   ", options.sidecar, "\n", "gathered:  ", LocalTime(now), "\n",
+                  "lost:      ", HumanDuration(in.lost_seconds()), " of training, over ",
+                  in.affected_size(), " affected task(s)\n\n",
+                  Wrap("The incident and its stacks are as that sidecar held them; tasks.json, "
+                       "the *.now.txt stacks and the traces are what it answered when the "
+                       "bundle was gathered. The JSON files are protobuf's JSON mapping of "
+                       "proto/trainscope/sidecar/v1/*.proto; docs/sidecar.md describes every "
+                       "route.",
+                       0),
+                  "\n");
+  return bundle.Finish(std::move(head));
+}
+
+}  // namespace trainscope::sidecar

@@ -1,0 +1,217 @@
+// trainscopectl's incidents in words and an incident's bundle, against a sidecar answered by the
+// test (the integration test, tests/integration/ctl_incidents_test.cc, asks a real one).
+#include "trainscope/sidecar/incident_bundle.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <sstream>
+
+#include "trainscope/sidecar/incident_text.h"
+
+namespace trainscope::sidecar {
+namespace {
+
+constexpr double kNow = 1700000100;
+
+pb::Incident Stalled() {
+  pb::Incident in;
+  in.set_id("inc-0123456789ab");
+  in.set_cluster("default");
+  in.set_kind("stalled");
+  in.mutable_cause()->set_kind("task");
+  in.mutable_cause()->set_task("worker:0");
+  in.mutable_cause()->set_node("n1");
+  in.set_owner("n1");
+  in.set_started(kNow - 40);
+  in.set_open(true);
+  in.set_summary("worker:0 stalled (steps stuck at 812 for 40 s) for 40 s\x1b[31m");
+  in.set_lost_seconds(39.5);
+  pb::AffectedTask* a = in.add_affected();
+  a->set_task("worker:0");
+  a->set_how("stalled");
+  a->set_since(kNow - 40);
+  a->set_lost_seconds(39.5);
+  pb::IncidentEvent* e = in.add_timeline();
+  e->set_unix_seconds(kNow - 40);
+  e->set_text("worker:0 stalled");
+  pb::IncidentEvidence* ev = in.add_evidence();
+  ev->set_kind("snapshot");
+  ev->set_task("worker:0");
+  ev->set_unix_seconds(kNow - 39);
+  ev->mutable_snapshot()->set_task("worker:0");
+  ev->mutable_snapshot()->set_pid(4242);
+  ev->mutable_snapshot()->set_taken_unix(kNow - 39);
+  ev->mutable_snapshot()->set_stacks(true);
+  ev->mutable_snapshot()->add_threads()->set_name("trainer");
+  return in;
+}
+
+// A sidecar that answers from a table (path -> status, body); 404 for the rest.
+struct FakeSidecar {
+  std::map<std::string, std::pair<int, std::string>> answers;
+  std::vector<std::string> asked;
+  SidecarGet Get() {
+    return [this](const std::string& path, int) -> absl::StatusOr<HttpResponse> {
+      asked.push_back(path);
+      auto it = answers.find(path);
+      if (it == answers.end()) return HttpResponse{404, "no such route\n", {}};
+      return HttpResponse{it->second.first, it->second.second, {}};
+    };
+  }
+};
+
+pb::RequestSummary Request(double start, double ms) {
+  pb::RequestSummary r;
+  r.set_trace_id("4bf92f3577b34da6a3ce929d0e0e4736");
+  r.set_start_unix(start);
+  r.set_duration_ms(ms);
+  return r;
+}
+
+const TarFile* Find(const std::vector<TarFile>& files, const std::string& name) {
+  for (const TarFile& f : files) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+TEST(IncidentBundle, FetchIncidentSaysWhyItHasNone) {
+  FakeSidecar sidecar;
+  sidecar.answers["/api/v1/incidents/inc-0123456789ab"] = {200, ApiJson(Stalled())};
+  sidecar.answers["/api/v1/incidents/inc-000000000000"] = {
+      404, "no incident inc-000000000000 here (GET /api/v1/incidents lists those kept)\n"};
+  sidecar.answers["/api/v1/incidents/inc-garbage"] = {200, "<html>hello</html>"};
+  sidecar.answers["/api/v1/incidents/inc-other"] = {200, ApiJson(Stalled())};
+
+  auto ok = FetchIncident(sidecar.Get(), "inc-0123456789ab");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->evidence(0).snapshot().pid(), 4242);
+
+  auto missing = FetchIncident(sidecar.Get(), "inc-000000000000");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(missing.status().message(),
+            "no incident inc-000000000000 here (GET /api/v1/incidents lists those kept)");
+  EXPECT_EQ(FetchIncident(sidecar.Get(), "inc-garbage").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FetchIncident(sidecar.Get(), "inc-other").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const size_t asked = sidecar.asked.size();
+  for (const std::string& bad :
+       std::vector<std::string>{"", "../tasks", "inc-1?x=1", "inc 1", std::string(65, 'a')}) {
+    EXPECT_EQ(FetchIncident(sidecar.Get(), bad).status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  EXPECT_EQ(sidecar.asked.size(), asked);  // Refused before asking.
+}
+
+TEST(IncidentBundle, HoldsTheIncidentItsStacksTracesOfItsWindowAndSaysWhatIsMissing) {
+  FakeSidecar sidecar;
+  pb::RequestList slow;
+  *slow.add_requests() = Request(kNow - 30, 500);    // in
+  *slow.add_requests() = Request(kNow - 103, 2000);  // ends before the window (100 s ago)
+  *slow.add_requests() = Request(kNow - 99, 1000);   // within the minute before: in
+  sidecar.answers["/api/v1/traces/slow?limit=1000"] = {200, ApiJson(slow)};
+  sidecar.answers["/api/v1/traces/errors?limit=1000"] = {503, "busy\n"};
+  pb::TaskList tasks;
+  tasks.set_cluster("default");
+  sidecar.answers["/api/v1/tasks"] = {200, ToJson(tasks)};
+  // /api/v1/stacks?task=worker%3A0 is not answered: 404.
+
+  BundleOptions options{"127.0.0.1:9400", "trainscopectl test", kNow};
+  std::vector<TarFile> files = GatherBundle(sidecar.Get(), Stalled(), options);
+  std::vector<std::string> names;
+  for (const TarFile& f : files) names.push_back(f.name);
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"README.txt", "incident.json", "timeline.txt",
+                                      "stacks/worker_0.txt", "traces/slow.json", "tasks.json"}));
+  auto again = ParseIncidentJson(Find(files, "incident.json")->data);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->id(), "inc-0123456789ab");
+  EXPECT_NE(Find(files, "stacks/worker_0.txt")->data.find("=== worker:0 pid 4242"),
+            std::string::npos)
+      << Find(files, "stacks/worker_0.txt")->data;
+  auto kept = ParseRequestListJson(Find(files, "traces/slow.json")->data);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->requests_size(), 2);
+  EXPECT_NE(std::find(sidecar.asked.begin(), sidecar.asked.end(), "/api/v1/stacks?task=worker%3A0"),
+            sidecar.asked.end());
+
+  const std::string& readme = Find(files, "README.txt")->data;
+  EXPECT_NE(readme.find("sidecar:   127.0.0.1:9400"), std::string::npos) << readme;
+  EXPECT_NE(readme.find("stacks/worker_0.now.txt: /api/v1/stacks?task=worker%3A0: HTTP 404"),
+            std::string::npos)
+      << readme;
+  EXPECT_NE(readme.find("traces/errors.json: /api/v1/traces/errors: HTTP 503: busy"),
+            std::string::npos)
+      << readme;
+  EXPECT_EQ(readme.find('\x1b'), std::string::npos);  // The summary's escape is not passed on.
+  EXPECT_TRUE(TarGz(files, static_cast<int64_t>(kNow)).ok());
+}
+
+TEST(IncidentBundle, FileNamesAreSafeAndUnique) {
+  EXPECT_EQ(SafeFileName("worker:0"), "worker_0");
+  EXPECT_EQ(SafeFileName("../../etc/passwd"), "_._.._etc_passwd");
+  EXPECT_EQ(SafeFileName(""), "_");
+  EXPECT_EQ(SafeFileName(std::string(200, 'a')).size(), 64u);
+  pb::Incident in = Stalled();
+  in.mutable_affected(0)->set_task("worker:0");
+  in.add_affected()->set_task("worker_0");
+  in.mutable_cause()->set_task("../x");
+  FakeSidecar sidecar;
+  std::vector<TarFile> files = GatherBundle(sidecar.Get(), in, {"s", "t", kNow});
+  EXPECT_NE(Find(files, "stacks/worker_0.txt"), nullptr);
+  EXPECT_NE(Find(files, "stacks/worker_0-2.txt"), nullptr);
+  EXPECT_NE(Find(files, "stacks/_._x.txt"), nullptr);
+  EXPECT_TRUE(TarGz(files, 0).ok());
+}
+
+TEST(IncidentText, TheTableFitsAHundredColumnsAndEndsWithTheGoodput) {
+  pb::IncidentList list;
+  list.set_cluster("default");
+  list.set_node("n1");
+  *list.add_incidents() = Stalled();
+  pb::Incident closed = Stalled();
+  closed.set_id("inc-ffffffffffff");
+  closed.set_open(false);
+  closed.set_kind("partition");
+  closed.mutable_cause()->set_kind("link");
+  closed.mutable_cause()->set_peer("ps:1");
+  closed.set_ended(kNow - 10);
+  closed.set_summary(std::string(300, 'w'));
+  *list.add_incidents() = closed;
+  pb::Goodput* g = list.mutable_goodput();
+  g->set_elapsed_seconds(260);
+  g->set_idle_seconds(10);
+  g->set_productive_seconds(232.75);
+  g->set_goodput(0.931);
+  (*g->mutable_lost_by_kind())["dead"] = 12;
+  (*g->mutable_lost_by_kind())["partition"] = 3;
+
+  const std::string table = IncidentsTable(list, kNow);
+  std::istringstream lines(table);
+  std::vector<std::string> all;
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_LE(line.size(), 100u) << line;
+    all.push_back(line);
+  }
+  ASSERT_GE(all.size(), 5u) << table;
+  EXPECT_EQ(all[0].rfind("ID", 0), 0u) << table;
+  EXPECT_EQ(all[1].rfind("inc-0123456789ab open   stalled     worker:0", 0), 0u) << table;
+  EXPECT_NE(all[1].find("40 s ago"), std::string::npos) << table;
+  EXPECT_NE(table.find("inc-ffffffffffff closed partition   worker:0 -> ps:1"), std::string::npos)
+      << table;
+  EXPECT_EQ(table.find('\x1b'), std::string::npos);
+  EXPECT_EQ(all.back(),
+            "goodput 93.1% of 4 min 10 s of worker time; lost: dead 12 s, partition 3.0 s")
+      << table;
+
+  const std::string text = IncidentText(Stalled(), kNow);
+  EXPECT_NE(text.find("incident inc-0123456789ab (open, stalled)"), std::string::npos) << text;
+  EXPECT_NE(text.find("cause:    task worker:0 on node n1"), std::string::npos) << text;
+  EXPECT_NE(text.find("snapshot worker:0 (1 threads)"), std::string::npos) << text;
+  EXPECT_NE(IncidentsTable(pb::IncidentList(), kNow).find("no incidents"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainscope::sidecar
