@@ -514,7 +514,8 @@ void IncidentBook::Track(const ClusterView& view, const NewestStacks* stacks, do
     auto o = open_.find(h.cause);
     if (o == open_.end()) continue;
     held_by[t] = {o->second.incident.id(), o->second.incident.kind(),
-                  h.cause.kind == "task" && h.cause.a == t.ShortName()};
+                  h.cause.kind == "task" && h.cause.a == t.ShortName(),
+                  now - o->second.incident.started()};
   }
   const double dt = last_now_ > 0 ? std::clamp(now - last_now_, 0.0, 5.0) : 0;
   last_now_ = now;

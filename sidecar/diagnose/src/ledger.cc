@@ -47,14 +47,21 @@ void Ledger::Charge(const std::vector<TaskView>& views, const std::map<TaskRef, 
     TaskSeconds& s = tasks_[v.task];
     auto h = held.find(v.task);
     const HeldBy* by = h == held.end() ? nullptr : &h->second;
+    double step = dt;
+    if (by != nullptr && by->open_for < dt) {
+      // The first step an incident holds it: the part before its start is not the incident's.
+      const double before = dt - std::max(0.0, by->open_for);
+      At(s, OutcomeOf(v, nullptr, s.highest_steps)) += before;
+      step -= before;
+    }
     const Outcome o = OutcomeOf(v, by, s.highest_steps);
-    double lost = dt;
+    double lost = step;
     if (o == Outcome::kWaiting && v.state == TaskState::kSlow && v.usual_step_seconds > 0 &&
         v.recent_step_seconds > v.usual_step_seconds) {
       // A slowed task still trains: the share of its usual pace is productive.
-      const double kept = dt * v.usual_step_seconds / v.recent_step_seconds;
+      const double kept = step * v.usual_step_seconds / v.recent_step_seconds;
       At(s, Outcome::kProductive) += kept;
-      lost = dt - kept;
+      lost = step - kept;
     }
     At(s, o) += lost;
     if (by != nullptr && (o == Outcome::kWaiting || o == Outcome::kDown)) {

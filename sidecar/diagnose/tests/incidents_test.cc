@@ -137,8 +137,9 @@ TEST(IncidentBook, OneIncidentPerCauseOpenedHeldAndClosedWithItsCost) {
   const pb::Incident closed = book.List()[0];
   EXPECT_FALSE(closed.open());
   EXPECT_DOUBLE_EQ(closed.ended(), 109);
-  // Two workers waited 101..108 (7 s each) and worker:1 one more second.
-  EXPECT_NEAR(closed.lost_seconds(), 7 + 8, 1e-6);
+  // Two workers waited from the incident's start, 100.5, to 108 (7.5 s each) and worker:1 one
+  // more second; the half second before the start is not the incident's.
+  EXPECT_NEAR(closed.lost_seconds(), 6.5 + 7.5, 1e-6);
   EXPECT_EQ(book.ledger().Goodput("c").lost_by_kind().at("dead"), closed.lost_seconds());
   EXPECT_EQ(book.TakeChanged().size(), 1u);
   EXPECT_TRUE(book.TakeChanged().empty());
@@ -233,7 +234,7 @@ TEST(OddOneOut, ManyStuckAlikeAndOneElsewhereNamesTheOne) {
 TEST(Ledger, EverySecondOnceAsOneOutcome) {
   TaskView w = Task("worker:0", TaskState::kUp);
   w.steps = 10;
-  const HeldBy other{"inc-1", "dead", false}, own{"inc-2", "dead", true};
+  const HeldBy other{"inc-1", "dead", false, 10}, own{"inc-2", "dead", true, 10};
   EXPECT_EQ(OutcomeOf(w, nullptr, 10), Outcome::kProductive);
   EXPECT_EQ(OutcomeOf(w, nullptr, 50), Outcome::kRedone);
   EXPECT_EQ(OutcomeOf(w, &other, 10), Outcome::kWaiting);
@@ -256,6 +257,12 @@ TEST(Ledger, EverySecondOnceAsOneOutcome) {
   EXPECT_DOUBLE_EQ(g.productive_seconds(), 2 + 0.5);  // A quarter of its usual pace kept.
   EXPECT_DOUBLE_EQ(g.waiting_seconds(), 1.5);
   EXPECT_DOUBLE_EQ(ledger.LostTo("inc-3"), 1.5);
+
+  // Of a step longer than the incident has been open, only its open part is the incident's.
+  Ledger first;
+  first.Charge({w}, {{w.task, {"inc-4", "dead", false, 0.25}}}, 1);
+  EXPECT_DOUBLE_EQ(first.LostTo("inc-4"), 0.25);
+  EXPECT_DOUBLE_EQ(first.Goodput("c").productive_seconds(), 0.75);
 
   Ledger again;
   again.Restore(ledger.Rows());

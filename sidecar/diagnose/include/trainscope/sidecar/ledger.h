@@ -30,6 +30,8 @@ struct HeldBy {
   std::string id;    // The incident's id.
   std::string kind;  // Its kind ("dead", "partition", ...).
   bool own = false;  // The task is the incident's cause.
+  // How long the incident has been open; of a longer step, only this part is the incident's.
+  double open_for = 1e18;
 };
 
 struct TaskSeconds {
