@@ -120,7 +120,10 @@ TEST(SidecarIncidents, APsKilledFor6sIsOneIncidentHoldingBothWorkersWithItsCost)
   EXPECT_NE(metrics.find("trainscope_incidents_open{cluster=\"default\"} 0"), std::string::npos)
       << metrics;
 
-  // A sidecar started again on the same --state_dir still holds it, and its cost.
+  // A sidecar stopped as systemd stops it (SIGTERM) and started again on the same --state_dir
+  // still holds it, and its cost to the last tick.
+  first->process().Signal(SIGTERM);
+  EXPECT_EQ(first->process().Wait(seconds(10)), 0) << first->process().Output();
   first.reset();
   Sidecar again(cluster, {"--state_dir", state_dir});
   nlohmann::json kept;
