@@ -197,18 +197,13 @@ absl::StatusOr<pb::Incident> FetchIncident(const SidecarGet& get, const std::str
   return incident;
 }
 
-std::vector<TarFile> GatherBundle(const SidecarGet& get, const pb::Incident& in,
-                                  const BundleOptions& options) {
-  const double now = options.now_unix;
-  Bundle bundle;
-  bundle.Add(
-      "incident.json", ApiJson(in) + "\n",
-      absl::StrCat("the incident in full (", std::string(names::kPathIncidentsPrefix), in.id(),
-                   "; Incident in sidecar.proto, protobuf's JSON mapping), with the "
-                   "snapshots kept as evidence"));
-  bundle.Add("timeline.txt", TimelineText(in),
-             "its timeline, one event a line (times in the gathering machine's zone)");
+namespace {
 
+// Each affected task's stacks: the snapshots kept as evidence, and (for the first few) what the
+// sidecar has now.
+void AddStacks(const SidecarGet& get, const pb::Incident& in, const BundleOptions& options,
+               Bundle& bundle) {
+  const double now = options.now_unix;
   const std::vector<std::string> tasks = TasksOf(in);
   int asked = 0;
   for (const std::string& task : tasks) {
@@ -244,9 +239,10 @@ std::vector<TarFile> GatherBundle(const SidecarGet& get, const pb::Incident& in,
                             "gathered (",
                             path, ", relayed to the node that watches it)"));
   }
+}
 
-  AddTraces(get, in, now, bundle);
-
+// Every task's state at gathering time.
+void AddTasks(const SidecarGet& get, Bundle& bundle) {
   auto tasks_body = Body(get, std::string(names::kPathTasks), 5000);
   absl::StatusOr<pb::TaskList> task_list = tasks_body.ok()
                                                ? ParseTaskListJson(*tasks_body)
@@ -259,7 +255,11 @@ std::vector<TarFile> GatherBundle(const SidecarGet& get, const pb::Incident& in,
     bundle.Missing("tasks.json", absl::StrCat(std::string(names::kPathTasks), ": ",
                                               task_list.status().message()));
   }
+}
 
+// The README's head: what the bundle is, of which incident, from where, when.
+std::string ReadmeHead(const pb::Incident& in, const BundleOptions& options) {
+  const double now = options.now_unix;
   std::string head = absl::StrCat(
       Wrap(absl::StrCat("trainscope incident bundle: what ",
                         options.gatherer.empty() ? "trainscopectl" : options.gatherer,
@@ -281,7 +281,25 @@ std::vector<TarFile> GatherBundle(const SidecarGet& get, const pb::Incident& in,
                        "route.",
                        0),
                   "\n");
-  return bundle.Finish(std::move(head));
+  return head;
+}
+
+}  // namespace
+
+std::vector<TarFile> GatherBundle(const SidecarGet& get, const pb::Incident& in,
+                                  const BundleOptions& options) {
+  Bundle bundle;
+  bundle.Add(
+      "incident.json", ApiJson(in) + "\n",
+      absl::StrCat("the incident in full (", std::string(names::kPathIncidentsPrefix), in.id(),
+                   "; Incident in sidecar.proto, protobuf's JSON mapping), with the "
+                   "snapshots kept as evidence"));
+  bundle.Add("timeline.txt", TimelineText(in),
+             "its timeline, one event a line (times in the gathering machine's zone)");
+  AddStacks(get, in, options, bundle);
+  AddTraces(get, in, options.now_unix, bundle);
+  AddTasks(get, bundle);
+  return bundle.Finish(ReadmeHead(in, options));
 }
 
 }  // namespace trainscope::sidecar

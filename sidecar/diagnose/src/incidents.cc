@@ -246,6 +246,26 @@ std::string MainThreadSignature(const pb::StackSnapshot& s) {
   return "";
 }
 
+// Keeps the newest snapshot of a task the incident holds, taken since it began, as evidence.
+void KeepSnapshot(pb::Incident& in, const pb::StackSnapshot& snap, int max_evidence) {
+  if (snap.taken_unix() < in.started()) return;
+  pb::IncidentEvidence* kept = nullptr;
+  for (pb::IncidentEvidence& e : *in.mutable_evidence()) {
+    if (e.kind() == "snapshot" && e.task() == snap.task()) kept = &e;
+  }
+  if (kept == nullptr) {
+    if (in.evidence_size() >= max_evidence) return;
+    kept = in.add_evidence();
+    kept->set_kind("snapshot");
+    kept->set_task(snap.task());
+  } else if (kept->unix_seconds() >= snap.taken_unix()) {
+    return;
+  }
+  kept->set_unix_seconds(snap.taken_unix());
+  kept->set_summary(snap.summary());
+  *kept->mutable_snapshot() = snap;
+}
+
 bool Worse(const std::string& kind, const std::string& than) {
   TaskState a, b;
   if (!ParseStateName(kind, &a) || !ParseStateName(than, &b)) return false;
@@ -427,25 +447,8 @@ void IncidentBook::Update(Open& o, const std::map<TaskRef, const Holding*>& held
     if (!h->waits_in.empty()) a->set_waits_in(h->waits_in);
     a->set_until(0);
     if (stacks == nullptr) continue;
-    auto s = stacks->find(t.ShortName());
-    if (s == stacks->end() || s->second.taken_unix() < in.started()) continue;
-    bool kept = false;
-    for (pb::IncidentEvidence& e : *in.mutable_evidence()) {
-      if (e.kind() != "snapshot" || e.task() != t.ShortName()) continue;
-      kept = true;
-      if (e.unix_seconds() < s->second.taken_unix()) {
-        e.set_unix_seconds(s->second.taken_unix());
-        e.set_summary(s->second.summary());
-        *e.mutable_snapshot() = s->second;
-      }
-    }
-    if (!kept && in.evidence_size() < options_.max_evidence) {
-      pb::IncidentEvidence* e = in.add_evidence();
-      e->set_kind("snapshot");
-      e->set_task(t.ShortName());
-      e->set_unix_seconds(s->second.taken_unix());
-      e->set_summary(s->second.summary());
-      *e->mutable_snapshot() = s->second;
+    if (auto snap = stacks->find(t.ShortName()); snap != stacks->end()) {
+      KeepSnapshot(in, snap->second, options_.max_evidence);
     }
   }
   for (pb::AffectedTask& a : *in.mutable_affected()) {
