@@ -29,16 +29,6 @@ std::pair<std::string, int> Ctl(const std::vector<std::string>& args) {
   return {ctl.Output(), code.value_or(-1)};
 }
 
-// What `command` prints on stdout, and its exit status.
-std::pair<std::string, int> Shell(const std::string& command) {
-  std::string out;
-  FILE* p = popen(command.c_str(), "r");
-  if (p == nullptr) return {"", -1};
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
-  return {out, pclose(p)};
-}
-
 std::string Slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream s;
@@ -62,17 +52,9 @@ std::optional<pb::Incident> WaitForOpenIncident(Sidecar& s, const std::string& t
 }
 
 TEST(CtlIncidents, TheTableAndTheBundleOfADeadlockedWorkersIncident) {
-  Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
-  auto ps = StartTask(cluster, "ps", 0);
-  auto worker = StartTask(cluster, "worker", 0, LongTraining({"--enable_fault_injection"}));
-  Sidecar sidecar(cluster, {"--stall_after_s", "1.5"});
-  ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kUp, seconds(30), "training"))
-      << sidecar.Describe();
-  ASSERT_TRUE(sidecar.WaitForState("ps:0", TaskState::kUp, seconds(30))) << sidecar.Describe();
-  auto [fault, fault_code] = Ctl({"fault", "--task", cluster["worker"][0], "--deadlock_training"});
-  ASSERT_EQ(fault_code, 0) << fault;
-  ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kStalled, seconds(30)))
-      << sidecar.Describe();
+  StalledWorker stalled;
+  ASSERT_EQ(stalled.Start(), "");
+  Sidecar& sidecar = *stalled.sidecar;
   std::optional<pb::Incident> incident = WaitForOpenIncident(sidecar, "worker:0");
   ASSERT_TRUE(incident) << sidecar.Get("/api/v1/incidents") << "\n" << sidecar.Describe();
   const std::string id = incident->id();
@@ -189,7 +171,7 @@ TEST(CtlIncidents, TheTableAndTheBundleOfADeadlockedWorkersIncident) {
   auto [unreachable, unreachable_code] = Ctl({"incidents", "--sidecar", FreeAddress()});
   EXPECT_EQ(unreachable_code, 2) << unreachable;
   EXPECT_NE(unreachable.find("cannot ask the sidecar at"), std::string::npos) << unreachable;
-  auto [not_http, not_http_code] = Ctl({"incidents", "--sidecar", cluster["worker"][0]});
+  auto [not_http, not_http_code] = Ctl({"incidents", "--sidecar", stalled.cluster["worker"][0]});
   EXPECT_EQ(not_http_code, 2) << not_http;
   EXPECT_NE(not_http.find("trainscopectl: "), std::string::npos) << not_http;
 

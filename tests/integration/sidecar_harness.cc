@@ -129,6 +129,26 @@ std::unique_ptr<Process> StartFakeTask(const std::string& address, const std::st
   return p;
 }
 
+std::string StalledWorker::Start() {
+  using sidecar::TaskState;
+  cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
+  ps = StartTask(cluster, "ps", 0);
+  worker = StartTask(cluster, "worker", 0, LongTraining({"--enable_fault_injection"}));
+  sidecar = std::make_unique<Sidecar>(cluster, std::vector<std::string>{"--stall_after_s", "1.5"});
+  const auto timeout = std::chrono::seconds(30);
+  if (!sidecar->WaitForState("worker:0", TaskState::kUp, timeout, "training") ||
+      !sidecar->WaitForState("ps:0", TaskState::kUp, timeout)) {
+    return "the cluster did not come up:\n" + sidecar->Describe();
+  }
+  Process fault(BinPath("trainscopectl"),
+                {"fault", "--task", cluster["worker"][0], "--deadlock_training"});
+  if (fault.Wait(timeout) != 0) return "trainscopectl fault failed: " + fault.Output();
+  if (!sidecar->WaitForState("worker:0", TaskState::kStalled, timeout)) {
+    return "worker:0 never stalled:\n" + sidecar->Describe();
+  }
+  return "";
+}
+
 std::vector<std::string> LongTraining(std::vector<std::string> more) {
   std::vector<std::string> args = {"--steps", "100000000",   "--step_delay_ms",
                                    "5",       "--log_every", "100000"};

@@ -70,6 +70,17 @@ class TokenFile {
   std::string path_;
 };
 
+// A ps and a worker on loopback, watched by a sidecar (--stall_after_s 1.5), whose worker's
+// training thread is then deadlocked on two mutexes (trainscopectl fault --deadlock_training):
+// its heartbeats go on, its steps do not. Start() returns "" once the sidecar calls it stalled,
+// else what failed (with the sidecar's view).
+struct StalledWorker {
+  Cluster cluster;
+  std::unique_ptr<Process> ps, worker;
+  std::unique_ptr<Sidecar> sidecar;
+  std::string Start();
+};
+
 // Flags that keep a worker training for as long as a test needs (5 ms between steps), then `more`.
 std::vector<std::string> LongTraining(std::vector<std::string> more = {});
 

@@ -51,19 +51,10 @@ TEST(SidecarStatusPageInBrowser, ShowsEachTasksStateTheStuckTasksStacksAndThisNo
     GTEST_FAIL() << "chromium is not installed: run scripts/install-deps (it installs Debian's "
                     "chromium package), then this test again";
   }
-  Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
-  auto ps = StartTask(cluster, "ps", 0);
-  auto worker = StartTask(cluster, "worker", 0, LongTraining({"--enable_fault_injection"}));
-  Sidecar sidecar(cluster, {"--stall_after_s", "1.5"});
-  ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kUp, seconds(30), "training"))
-      << sidecar.Describe();
-  ASSERT_TRUE(sidecar.WaitForState("ps:0", TaskState::kUp, seconds(30))) << sidecar.Describe();
   // The worker's training thread deadlocks on two mutexes; its heartbeats go on: stalled.
-  Process fault(BinPath("trainscopectl"),
-                {"fault", "--task", cluster["worker"][0], "--deadlock_training"});
-  ASSERT_EQ(fault.Wait(seconds(30)), 0) << fault.Output();
-  ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kStalled, seconds(30)))
-      << sidecar.Describe();
+  StalledWorker stalled;
+  ASSERT_EQ(stalled.Start(), "");
+  Sidecar& sidecar = *stalled.sidecar;
 
   // The page polls the API every second: load it until it shows what the API says (one load,
   // unless the machine is slow enough for a load to catch a state in flux).

@@ -60,6 +60,15 @@ bool CanBind(int port) {
 // which is how two CI runs failed ("Address already in use", and a task's gRPC port held by
 // another task's metrics server). Each test process walks its own stretch of the range (from
 // its pid), so two tests running side by side rarely meet; CanBind skips what another holds.
+std::pair<std::string, int> Shell(const std::string& command) {
+  std::string out;
+  FILE* p = popen(command.c_str(), "r");
+  if (p == nullptr) return {"", -1};
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+  return {out, pclose(p)};
+}
+
 int FreePort() {
   static std::mutex mu;
   static std::set<int> given;

@@ -9,12 +9,16 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace trainscope::testing {
 
 // Path of a binary built into build/bin (the directory of the running test binary).
 std::string BinPath(const std::string& name);
+
+// What `command` (run by /bin/sh) prints on stdout, and its wait status (-1: not run).
+std::pair<std::string, int> Shell(const std::string& command);
 
 // A TCP port on 127.0.0.1 that nothing holds right now, below the kernel's ephemeral range (so no
 // outgoing connection or port-0 bind takes it before its program binds it), and that this

@@ -13,8 +13,12 @@
 #include <set>
 #include <sstream>
 
+#include "process.h"
+
 namespace trainscope::sidecar {
 namespace {
+
+using trainscope::testing::Shell;
 
 // A fresh folder under /tmp, removed when destroyed.
 class TempDir {
@@ -37,16 +41,6 @@ std::string Slurp(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-// What `command` prints, and its exit code.
-std::pair<std::string, int> Shell(const std::string& command) {
-  std::string out;
-  FILE* p = popen(command.c_str(), "r");
-  if (p == nullptr) return {"", -1};
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
-  return {out, pclose(p)};
 }
 
 std::set<std::string> Entries(const std::string& folder) {
