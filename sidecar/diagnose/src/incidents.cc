@@ -547,8 +547,8 @@ IncidentsNow IncidentBook::Now(const std::string& cluster) const {
   IncidentsNow now;
   now.incidents = List();
   now.goodput = ledger_.Goodput(cluster);
-  now.seconds = ledger_.tasks();
-  now.lost_by_kind = ledger_.lost_by_kind();
+  now.seconds = ledger_.SinceStart();
+  now.lost_by_kind = ledger_.LostByKindSinceStart();
   now.open = static_cast<int>(open_.size());
   return now;
 }

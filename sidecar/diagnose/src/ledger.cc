@@ -126,14 +126,31 @@ void Ledger::Restore(const std::vector<Row>& rows) {
   for (const Row& r : rows) {
     if (!(r.seconds >= 0) || r.seconds > 1e12) continue;  // Not a count of seconds (or NaN).
     if (absl::StartsWith(r.outcome, kLostPrefix)) {
-      lost_by_kind_[r.outcome.substr(sizeof(kLostPrefix) - 1)] += r.seconds;
+      const std::string kind = r.outcome.substr(sizeof(kLostPrefix) - 1);
+      lost_by_kind_[kind] += r.seconds;
+      restored_lost_by_kind_[kind] += r.seconds;
       continue;
     }
     auto task = ParseTaskRef(r.task);
     auto o = std::find(kOutcomeNames.begin(), kOutcomeNames.end(), r.outcome);
     if (!task.ok() || !Trains(*task) || o == kOutcomeNames.end()) continue;
     tasks_[*task].seconds[o - kOutcomeNames.begin()] += r.seconds;
+    restored_[*task].seconds[o - kOutcomeNames.begin()] += r.seconds;
   }
+}
+
+std::map<TaskRef, TaskSeconds> Ledger::SinceStart() const {
+  std::map<TaskRef, TaskSeconds> out = tasks_;
+  for (const auto& [t, s] : restored_) {
+    for (int i = 0; i < kNumOutcomes; ++i) out[t].seconds[i] -= s.seconds[i];
+  }
+  return out;
+}
+
+std::map<std::string, double> Ledger::LostByKindSinceStart() const {
+  std::map<std::string, double> out = lost_by_kind_;
+  for (const auto& [kind, s] : restored_lost_by_kind_) out[kind] -= s;
+  return out;
 }
 
 void Ledger::RestoreLost(const pb::Incident& incident) {

@@ -271,6 +271,11 @@ TEST(Ledger, EverySecondOnceAsOneOutcome) {
                  {"x", "idle", 1},
                  {"worker:0", "idle", -1}});
   EXPECT_EQ(again.Goodput("c").DebugString(), g.DebugString());
+  // What was kept before a restart is in the goodput, not in the counters of this process.
+  EXPECT_DOUBLE_EQ(again.SinceStart().at(w.task).seconds[0], 0);
+  EXPECT_DOUBLE_EQ(again.LostByKindSinceStart().at("slow"), 0);
+  again.Charge({w}, {}, 1);
+  EXPECT_DOUBLE_EQ(again.SinceStart().at(w.task).seconds[0], 1);
 }
 
 }  // namespace

@@ -54,7 +54,9 @@ struct IncidentBookOptions {
 struct IncidentsNow {
   std::vector<pb::Incident> incidents;  // As List().
   pb::Goodput goodput;
-  std::map<TaskRef, TaskSeconds> seconds;  // The ledger's, by task.
+  // The ledger's since this process started (for /metrics' counters), by task and by kind;
+  // `goodput` counts what was kept before too.
+  std::map<TaskRef, TaskSeconds> seconds;
   std::map<std::string, double> lost_by_kind;
   int open = 0;
 };

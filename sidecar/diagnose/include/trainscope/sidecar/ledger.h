@@ -60,8 +60,12 @@ class Ledger {
     double seconds = 0;
   };
   std::vector<Row> Rows() const;
-  // Adds rows kept before a restart (unknown tasks and outcomes are skipped).
+  // Adds rows kept before a restart (unknown tasks and outcomes are skipped). Goodput and Rows
+  // count them; SinceStart does not.
   void Restore(const std::vector<Row>& rows);
+  // What was charged since this process started (Prometheus counters start at 0 with it).
+  std::map<TaskRef, TaskSeconds> SinceStart() const;
+  std::map<std::string, double> LostByKindSinceStart() const;
   // Puts back the seconds an incident still open before a restart had cost each task.
   void RestoreLost(const pb::Incident& incident);
 
@@ -69,6 +73,8 @@ class Ledger {
   std::map<TaskRef, TaskSeconds> tasks_;
   std::map<std::string, double> lost_by_kind_;
   std::map<std::pair<std::string, TaskRef>, double> lost_by_incident_;
+  std::map<TaskRef, TaskSeconds> restored_;
+  std::map<std::string, double> restored_lost_by_kind_;
 };
 
 // The outcome of one second of `v`, held by `held` (null: by nothing).
