@@ -70,7 +70,7 @@ absl::StatusOr<std::string> Header(const std::string& name, char type, uint64_t 
     return absl::InvalidArgumentError(
         absl::StrCat("a file of 8 GiB or more does not fit a ustar header: ", name));
   }
-  std::memcpy(&h[0], rest.data(), rest.size());
+  if (!rest.empty()) std::memcpy(&h[0], rest.data(), rest.size());
   Octal(&h[100], 8, type == '5' ? 0755 : 0644);
   Octal(&h[108], 8, 0);
   Octal(&h[116], 8, 0);
@@ -81,7 +81,8 @@ absl::StatusOr<std::string> Header(const std::string& name, char type, uint64_t 
   std::memcpy(&h[263], "00", 2);
   std::memcpy(&h[265], "root", 4);
   std::memcpy(&h[297], "root", 4);
-  std::memcpy(&h[345], prefix.data(), prefix.size());
+  // (memcpy from an empty view's null data is undefined, even for 0 bytes.)
+  if (!prefix.empty()) std::memcpy(&h[345], prefix.data(), prefix.size());
   // The checksum: the sum of the header's bytes with its own field as spaces.
   std::memset(&h[148], ' ', 8);
   unsigned sum = 0;
