@@ -20,7 +20,7 @@ namespace trainscope::sidecar {
 // What the routes read. Every function is called from the HTTP server's threads.
 struct ApiSources {
   std::string cluster_name;
-  std::string node;  // This sidecar's node id ("" without an exchange).
+  std::string node;          // This sidecar's node id ("" without an exchange).
   double slow_window_s = 0;  // What /api/v1/traces/slow says of its window.
   int slow_per_key = 0;
   std::function<ClusterView()> view;     // The whole cluster as this node sees it now.
