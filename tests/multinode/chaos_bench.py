@@ -141,6 +141,7 @@ class Watch:
         self.stopping = threading.Event()
         self.threads = [threading.Thread(target=self.loop, args=(n,), daemon=True)
                         for n in nodes]
+        self.on_view = None  # f(node, monotonic time read, view), from the node's thread
 
     def start(self):
         for th in self.threads:
@@ -155,8 +156,11 @@ class Watch:
         while not self.stopping.is_set():
             try:
                 v = self.t.view(node, timeout=1.0)
+                at = time.monotonic()
                 with self.lock:
-                    self.views[node] = (time.monotonic(), v)
+                    self.views[node] = (at, v)
+                if self.on_view:
+                    self.on_view(node, at, v)
             except (OSError, ValueError, netns.HarnessError):
                 with self.lock:
                     self.views.pop(node, None)
@@ -663,6 +667,7 @@ class Bench:
         self.episode = 0
         self.seen = set()
         self.late_evidence = False  # Kept with --keep_logs even when every goal was met
+        self.marks = None  # [(monotonic, ledger_times, faults)] before each episode, when kept
 
     # ------------------------------------------------------------ monitoring on the monitor node
 
@@ -841,7 +846,7 @@ class Bench:
                     log(f"    +{at:.2f} s n{n}: " + ("; ".join(said) or "all up"))
         for f in faults:
             f.undo()
-            f.undone_at = time.monotonic()
+            f.undone_at, f.undone_wall = time.monotonic(), time.time()
         self.recover(faults, start_wall)
         self.done.extend(faults)
 
@@ -942,6 +947,8 @@ class Bench:
             faults = self.draw(total - made)
             for f in faults:
                 f.prepare()
+            if self.marks is not None:
+                self.marks.append((time.monotonic(), ledger_times(self), faults))
             self.run_episode(faults)
             made += len(faults)
             for f in faults:
@@ -1009,6 +1016,201 @@ def fmt(x):
     return "-" if x is None else f"{x:.2f} s"
 
 
+# ------------------------------------------------------------------ incidents and goodput
+
+class StepCount:
+    """The bench's own count of each worker's training time, from its step counter as its own
+    node's view reads it (every 50 ms; the task's heartbeat comes every 100 ms). Between two
+    reads where the steps rose past the most the worker had reached, the time was productive when
+    the new steps came at up to twice the worker's usual pace (the median over the run), else
+    only the new steps at that pace (a slowed worker); the rest was lost (waiting, down, or
+    redoing steps lost to a restore)."""
+
+    PACE_SLACK = 2.0
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.counting = False
+        self.first, self.last_rise, self.end = {}, {}, None
+        self.highest, self.incarnation = {}, {}
+        self.rises = {}  # worker -> [(when, seconds since the last rise, new steps)]
+
+    def start(self):
+        with self.lock:
+            self.counting = True
+
+    def stop(self):
+        with self.lock:
+            self.counting, self.end = False, time.monotonic()
+
+    def on_view(self, node, at, view):
+        with self.lock:
+            if not self.counting:
+                return
+            for w in WORKERS:
+                x = node_of(w) == node and d.task(view, w)
+                if not x or x.get("steps") is None or x["state"] in ("dead", "missing"):
+                    continue
+                steps, incarnation = int(x["steps"]), x.get("incarnation")
+                if w not in self.first:
+                    self.first[w] = self.last_rise[w] = at
+                elif incarnation != self.incarnation.get(w):
+                    # Started again: it counts from 0 and redoes nothing (the model is on the ps).
+                    self.highest[w], self.last_rise[w] = steps, at
+                elif steps > self.highest[w]:
+                    self.rises.setdefault(w, []).append((at, at - self.last_rise[w],
+                                                         steps - self.highest[w]))
+                    self.last_rise[w] = at
+                self.incarnation[w] = incarnation
+                self.highest[w] = max(self.highest.get(w, -1), steps)
+
+    def seconds(self, w, since=None, until=None):
+        """(productive, total) seconds of worker w over the count (or of the rises from
+        `since` to `until`, monotonic)."""
+        rises = self.rises.get(w, [])
+        paces = sorted(dt / n for _, dt, n in rises if dt < 0.3)
+        if not paces:
+            return 0.0, 0.0
+        usual = paces[len(paces) // 2]
+        since, until = since or self.first[w], until or self.end
+        productive = sum(dt if dt <= self.PACE_SLACK * n * usual else n * usual
+                         for at, dt, n in rises if since < at <= until)
+        return productive, until - max(since, self.first[w])
+
+
+def ledger_times(bench):
+    """{worker: {outcome: seconds}} from each worker's own node's ledger (/api/v1/incidents'
+    goodput); a worker whose node's sidecar does not answer is left out."""
+    out = {}
+    for w in WORKERS:
+        n = node_of(w)
+        try:
+            got = bench.c.http_json(n, bench.t.sidecar_url(n, "/api/v1/incidents?limit=1"), 3,
+                                    bench.t.ssl_context)
+        except (OSError, ValueError, netns.HarnessError):
+            continue
+        for row in got.get("goodput", {}).get("tasks", []):
+            if row.get("task") == w:
+                out[w] = {k[:-len("_seconds")]: v for k, v in row.items() if k != "task"}
+    return out
+
+
+def node_id(bench, n):
+    return f"{bench.c.address(n)}:{bench.t.grpc_ports[bench.c.node(n)]}"
+
+
+def expected_causes(bench, f):
+    """The causes an incident of fault f may name: (cause kind, its names)."""
+    if isinstance(f, (KillSidecar, LinkDown, StarvedNode)):
+        return {("node", frozenset([node_id(bench, f.node)]))}
+    if isinstance(f, (Cut, SlowLink)):
+        a, b = node_of(f.worker), node_of(f.ps)
+        return {("link", frozenset([node_id(bench, a), node_id(bench, b)])),
+                ("link", frozenset([f.worker, f.ps]))}
+    task = getattr(f, "task", None) or getattr(f, "ps", None) or getattr(f, "worker", None)
+    return {("task", frozenset([task]))}
+
+
+def cause_of(incident):
+    c = incident.get("cause", {})
+    kind = c.get("kind", "")
+    names = {"link": (c.get("task") or c.get("node"), c.get("peer")),
+             "node": (c.get("node"),)}.get(kind, (c.get("task"),))
+    return kind, frozenset(x for x in names if x)
+
+
+# An incident's start falls from this long before its fault's (a view that saw it first, dated
+# by its cause's own state) to this long after it was undone (a view that saw it last).
+TRUTH_BEFORE_S, TRUTH_AFTER_S = 2.0, 1.0
+
+
+def compare_incidents(bench, faults):
+    """Every sidecar's incidents against the faults made (the truth: when each began and was
+    undone). Returns (lines to print, ok)."""
+    incidents, lists = {}, {}
+    for n in NODES:
+        try:
+            got = bench.c.http_json(n, bench.t.sidecar_url(n, "/api/v1/incidents?limit=1000"),
+                                    5, bench.t.ssl_context)
+        except (OSError, ValueError, netns.HarnessError) as e:
+            lists[n] = f"no answer ({e})"
+            continue
+        lists[n] = got.get("incidents", [])
+        with open(os.path.join(bench.c.log_dir, f"incidents-n{n}.json"), "w") as out:
+            json.dump(got, out, indent=1)
+        for inc in lists[n]:
+            incidents.setdefault(inc["id"], (inc, set()))[1].add(n)
+    start = min((f.t0_wall for f in faults), default=time.time())
+    lines, ok, matched = [], True, set()
+    per_fault = []
+    for f in faults:
+        want = expected_causes(bench, f)
+        ids = sorted(i for i, (inc, _) in incidents.items() if cause_of(inc) in want and
+                     f.t0_wall - TRUTH_BEFORE_S <= inc["started"] <= f.undone_wall + TRUTH_AFTER_S)
+        matched |= set(ids)
+        per_fault.append((f, ids))
+    extra = [(inc, nodes) for i, (inc, nodes) in incidents.items()
+             if i not in matched and inc["started"] >= start - TRUTH_BEFORE_S]
+    one = [f for f, ids in per_fault if len(ids) == 1]
+    lines.append(f"incidents: {len(one)} of {len(faults)} faults are exactly one incident with "
+                 f"the right cause; {len(extra)} incidents without a fault "
+                 f"({len(incidents)} incidents on {len(NODES)} sidecars)")
+    for f, ids in per_fault:
+        if len(ids) != 1:
+            ok = False
+            lines.append(f"  episode {f.episode} {f}: {len(ids)} incidents " + " ".join(
+                f"{i} ({incidents[i][0].get('summary', '')[:100]})" for i in ids))
+    for inc, nodes in extra:
+        ok = False
+        lines.append(f"  no fault: {inc['id']} on n{','.join(map(str, sorted(nodes)))} from "
+                     f"+{inc['started'] - start:.1f} s: {inc.get('summary', '')[:160]}")
+    # Every node names a fault it could see alike: the same id on each node that lists one.
+    for f, ids in per_fault:
+        if len(ids) == 1:
+            f.incident_nodes = incidents[ids[0]][1]
+    return lines, ok
+
+
+def episodes_apart(count, marks, end):
+    """The episodes where the ledger and the step counters differ most, in productive seconds
+    (each worker's own node), for reading."""
+    rows = []
+    for (t0, led0, faults), (t1, led1, _) in zip(marks, marks[1:] + [end]):
+        gap = 0.0
+        for w in WORKERS:
+            if w in led0 and w in led1:
+                gap += (led1[w].get("productive", 0) - led0[w].get("productive", 0)) - \
+                    count.seconds(w, t0, t1)[0]
+        rows.append((gap, ", ".join(map(str, faults))))
+    rows.sort(key=lambda r: -abs(r[0]))
+    return [f"  ledger minus step counters, productive: {g:+.2f} s in {f}" for g, f in rows[:6]]
+
+
+def compare_goodput(count, before, after):
+    """The ledger's goodput over the run (each worker's own node) against the bench's count from
+    the step counters. Returns (lines, ok): ok when the two are within a point of each other."""
+    lines, rows = [], []
+    for w in WORKERS:
+        productive, total = count.seconds(w)
+        if w not in before or w not in after or not total:
+            lines.append(f"  {w}: no ledger on its node before and after, or no steps")
+            continue
+        delta = {k: after[w].get(k, 0) - before[w].get(k, 0) for k in after[w]}
+        counted = sum(delta.values()) - delta.get("idle", 0)
+        rows.append((w, delta.get("productive", 0), counted, productive, total))
+    if not rows:
+        return lines + ["goodput: nothing to compare"], False
+    led = sum(r[1] for r in rows) / max(1e-9, sum(r[2] for r in rows))
+    own = sum(r[3] for r in rows) / max(1e-9, sum(r[4] for r in rows))
+    for w, p, c, bp, bt in rows:
+        lines.append(f"  {w}: ledger {p:.1f} of {c:.1f} s productive ({p / max(c, 1e-9):.3f}), "
+                     f"step counter {bp:.1f} of {bt:.1f} s ({bp / max(bt, 1e-9):.3f})")
+    ok = abs(led - own) <= 0.01
+    lines.insert(0, f"goodput: ledger {led:.4f}, step counters {own:.4f}, "
+                    f"{abs(led - own) * 100:.2f} points apart (goal: within 1)")
+    return lines, ok
+
+
 # ------------------------------------------------------------------ soak
 
 def soak(c, t, bench, seconds, hog):
@@ -1059,6 +1261,10 @@ def main():
                     "/sys (a sidecar sees its tasks' cgroups); implied by --types straggler; 4: worker:3 on "
                     "n5 too, implied by --types starved_node")
     ap.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
+    ap.add_argument("--check_truth", action="store_true",
+                    help="with --check: also when a fault is not exactly one incident of its "
+                    "cause, an incident has no fault, or the ledger's goodput is more than a "
+                    "point from the step counters'")
     ap.add_argument("--keep_logs", action="store_true",
                     help="keep every process's log and evidence.jsonl (the views behind wrong, "
                     "flapping, lost or late verdicts) when a goal was missed or a verdict was late")
@@ -1077,7 +1283,10 @@ def main():
         ckpt = os.path.join(log_dir, "checkpoints")
         t = training.TrainingCluster(
             c, args.bin, training.Layout(LAYOUT), sidecar_nodes=NODES,
-            sidecar_args=["--alertmanager_url", f"http://{c.address(MONITOR)}:{AM_PORT}"],
+            # Every sidecar keeps its incidents and ledger, as the package does: one killed and
+            # started again keeps what it had.
+            sidecar_args=["--alertmanager_url", f"http://{c.address(MONITOR)}:{AM_PORT}",
+                          "--state_dir", os.path.join(log_dir, "state-{node}")],
             task_args=["--checkpoint_dir", ckpt, "--checkpoint_every_s", "2"])
         bench = Bench(c, t, args)
         bench.start_monitoring()
@@ -1089,8 +1298,23 @@ def main():
         if args.soak_s:
             ok = soak(c, t, bench, args.soak_s, args.hog)
         else:
+            count = StepCount()
+            bench.watch.on_view = count.on_view
+            before = ledger_times(bench)
+            count.start()
+            bench.marks = []
             bench.run(args.faults)
+            count.stop()
+            after = ledger_times(bench)
+            apart = episodes_apart(count, bench.marks, (count.end, after, []))
             ok = bench.report()
+            lines, found_ok = compare_incidents(bench, bench.done)
+            more, goodput_ok = compare_goodput(count, before, after)
+            print("\n".join(lines + more + apart))
+            # With --keep_logs, what every sidecar held (incidents-nN.json) is kept to read.
+            bench.late_evidence |= not (found_ok and goodput_ok)
+            if args.check_truth:
+                ok &= found_ok and goodput_ok
         bench.watch.stop()
     netns.limit_time(0)
     kept = args.keep_logs and (not ok or (not args.soak_s and bench.late_evidence))

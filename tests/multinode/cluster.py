@@ -163,8 +163,12 @@ class Keeper:
         layout = layout_of(a)
         with netns.Cluster(a.nodes, log_dir=self.run.logs, log=self.log) as c:
             self.c = c
+            sidecar_args = a.sidecar_arg or []
+            if training.flag_value(sidecar_args, "--state_dir", None) is None:
+                # As the package does: incidents and the ledger kept, a folder per node.
+                sidecar_args += ["--state_dir", os.path.join(self.run.dir, "state", "{node}")]
             self.t = training.TrainingCluster(
-                c, a.bin, layout, a.name, a.step_delay_ms, a.sidecar_arg or [],
+                c, a.bin, layout, a.name, a.step_delay_ms, sidecar_args,
                 a.task_arg or [], tls=a.tls)
             self.t.start()
             self.save()

@@ -17,6 +17,8 @@ namespace {
 // A task blocked on a peer that answers again (a restarted ps it is reconnecting to) stays with
 // that peer's open incident; with none open, it is an incident of its own once held this long.
 constexpr double kBlockedOnAWellPeerAfterS = 2.5;
+// A worker well again whose steps do not move is held by its incident at most this long.
+constexpr double kRecoveringAtMostS = 30;
 constexpr int kMaxDepth = 8;  // Waits followed from a task to its root.
 constexpr size_t kMaxSummaryReason = 100;
 
@@ -89,6 +91,7 @@ struct Resolver {
   std::optional<Holding> Own(const TaskView& v) const;
   std::optional<Holding> Partition(const TaskView& v) const;
   std::optional<Holding> NodeCut(const TaskView& v) const;
+  std::optional<Holding> Behind(const TaskView& v, int depth) const;
 };
 
 // Never heard from: no heartbeat of its own reached any sidecar (a remote task's record not yet
@@ -129,6 +132,15 @@ std::optional<Holding> Resolver::Partition(const TaskView& v) const {
 // A task its node's sidecar no longer reports on, because that node is cut off or down.
 std::optional<Holding> Resolver::NodeCut(const TaskView& v) const {
   if (v.state != TaskState::kUnreachable && v.state != TaskState::kMissing) return std::nullopt;
+  if (view.isolated_since && !view.self.empty() && v.node != view.self) {
+    // This node is the one cut off: what it cannot hear of is held by its own cut, as the
+    // others name it.
+    Holding h;
+    h.cause = {"node", view.self, ""};
+    h.kind = "isolated";
+    h.since = *view.isolated_since;
+    return h;
+  }
   auto it = nodes.find(v.node);
   if (it == nodes.end()) return std::nullopt;
   const std::string& s = it->second->status;
@@ -140,9 +152,27 @@ std::optional<Holding> Resolver::NodeCut(const TaskView& v) const {
   return h;
 }
 
+// A first-hand task still called up whose call to a peer that is not well has taken a while:
+// held by what holds the peer already (its own state says so a moment later).
+std::optional<Holding> Resolver::Behind(const TaskView& v, int depth) const {
+  for (const CallInFlight& c : v.inflight) {
+    const TaskView* peer = WaitsLong(c) ? Find(c.peer) : nullptr;
+    if (peer == nullptr || peer == &v || Well(peer->state)) continue;
+    if (auto root = Resolve(*peer, depth + 1)) {
+      root->waits_in = CallsTo(v, c.peer);
+      return root;
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<Holding> Resolver::Resolve(const TaskView& v, int depth) const {
+  // A partition holds a task from the moment it is named, before the task's calls fail.
+  if (v.state != TaskState::kDone) {
+    if (auto p = Partition(v)) return p;
+  }
+  if (v.state == TaskState::kUp && v.source.empty() && depth < kMaxDepth) return Behind(v, depth);
   if (Well(v.state)) return std::nullopt;
-  if (auto p = Partition(v)) return p;
   if (auto n = NodeCut(v)) return n;
   if (OwnFault(v.state) || depth >= kMaxDepth) return Own(v);
   bool pending = false;  // Waits on a peer that is not yet anyone's concern (missing a moment).
@@ -481,8 +511,45 @@ void IncidentBook::Close(Open& o, double when, std::string why) {
   if (closed_.size() > options_.max_closed) closed_.erase(closed_.begin());
 }
 
+void IncidentBook::HoldRecovering(const ClusterView& view, double now,
+                                  std::map<TaskRef, Holding>& causes) {
+  for (auto& [key, o] : open_) {
+    if (o.restored) continue;
+    std::map<TaskRef, int64_t> held_steps;
+    std::map<TaskRef, double> recovering;
+    for (const pb::AffectedTask& a : o.incident.affected()) {
+      auto t = ParseTaskRef(a.task());
+      const TaskView* v = FindTask(view.tasks, a.task());
+      if (!t.ok() || v == nullptr || !v->source.empty() || a.until() != 0 ||
+          (t->role != "worker" && t->role != "chief") ||
+          (key.kind == "task" && key.a == a.task())) {
+        continue;
+      }
+      if (auto c = causes.find(*t); c != causes.end()) {
+        if (c->second.cause == key) held_steps[*t] = v->steps;
+        continue;
+      }
+      auto was = o.held_steps.find(*t);
+      const bool gone = v->state == TaskState::kDead || v->state == TaskState::kMissing ||
+                        v->state == TaskState::kDone;
+      if (was == o.held_steps.end() || gone || v->steps != was->second) {
+        continue;  // Training again (or not there to train): back.
+      }
+      const double since = o.recovering.contains(*t) ? o.recovering.at(*t) : now;
+      if (now - since > kRecoveringAtMostS) continue;
+      held_steps[*t] = v->steps;
+      recovering[*t] = since;
+      causes[*t] =
+          Holding{key, o.incident.kind(), "recovering", a.waits_in(), o.incident.started()};
+    }
+    o.held_steps = std::move(held_steps);
+    o.recovering = std::move(recovering);
+  }
+}
+
 void IncidentBook::Track(const ClusterView& view, const NewestStacks* stacks, double now) {
   std::map<TaskRef, Holding> causes = RootCauses(view, now, options_.missing_after_s);
+  HoldRecovering(view, now, causes);
   std::map<CauseKey, std::map<TaskRef, const Holding*>> by_cause;
   for (auto& [t, h] : causes) {
     if (h.kind.empty()) {

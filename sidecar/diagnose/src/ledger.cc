@@ -12,6 +12,11 @@ namespace {
 constexpr std::array<std::string_view, kNumOutcomes> kOutcomeNames = {"productive", "waiting",
                                                                       "down", "redone", "idle"};
 constexpr char kLostPrefix[] = "lost:";
+// The most of a task's unconfirmed productive time an incident takes back: a detection is
+// slower than this only when the task's steps stopped for a reason of its own.
+constexpr double kMaxUnconfirmedSeconds = 10;
+// New steps at up to this many times the usual seconds per step are on pace.
+constexpr double kPaceSlack = 2;
 
 bool Trains(const TaskRef& t) { return t.role == "worker" || t.role == "chief"; }
 
@@ -22,6 +27,15 @@ bool BeforeOrAfterTraining(const TaskView& v) {
 }
 
 double& At(TaskSeconds& s, Outcome o) { return s.seconds[static_cast<int>(o)]; }
+
+// Of `dt` seconds in which a first-hand task made `risen` new steps, the seconds they are worth:
+// all of them when they came at up to half its usual pace, else the new steps at its usual pace
+// (a slowed task). All of `dt` when its pace is not known.
+double PacedSeconds(const TaskView& v, int64_t risen, double dt) {
+  if (v.usual_step_seconds <= 0) return dt;
+  const double worth = static_cast<double>(risen) * v.usual_step_seconds;
+  return dt <= kPaceSlack * worth ? dt : std::min(dt, worth);
+}
 
 }  // namespace
 
@@ -44,34 +58,58 @@ void Ledger::Charge(const std::vector<TaskView>& views, const std::map<TaskRef, 
   if (dt <= 0) return;
   for (const TaskView& v : views) {
     if (!Trains(v.task)) continue;
-    TaskSeconds& s = tasks_[v.task];
     auto h = held.find(v.task);
-    const HeldBy* by = h == held.end() ? nullptr : &h->second;
-    double step = dt;
-    if (by != nullptr && by->open_for < dt) {
-      // The first step an incident holds it: the part before its start is not the incident's.
-      const double before = dt - std::max(0.0, by->open_for);
-      At(s, OutcomeOf(v, nullptr, s.highest_steps)) += before;
-      step -= before;
-    }
-    const Outcome o = OutcomeOf(v, by, s.highest_steps);
-    double lost = step;
-    if (o == Outcome::kWaiting && v.state == TaskState::kSlow && v.usual_step_seconds > 0 &&
-        v.recent_step_seconds > v.usual_step_seconds) {
-      // A slowed task still trains: the share of its usual pace is productive.
-      const double kept = step * v.usual_step_seconds / v.recent_step_seconds;
-      At(s, Outcome::kProductive) += kept;
-      lost = step - kept;
-    }
-    At(s, o) += lost;
-    if (by != nullptr && (o == Outcome::kWaiting || o == Outcome::kDown)) {
-      lost_by_kind_[by->kind] += lost;
-      lost_by_incident_[{by->id, v.task}] += lost;
-    }
-    if (v.state != TaskState::kDead && v.state != TaskState::kMissing) {
-      s.highest_steps = std::max(s.highest_steps, v.steps);
-    }
+    ChargeTask(v, h == held.end() ? nullptr : &h->second, dt);
   }
+}
+
+void Ledger::ChargeTask(const TaskView& v, const HeldBy* by, double dt) {
+  TaskSeconds& s = tasks_[v.task];
+  const bool alive = v.state != TaskState::kDead && v.state != TaskState::kMissing;
+  const bool first_hand = v.source.empty();
+  if (alive && v.incarnation != 0 && v.incarnation != s.incarnation) {
+    if (s.incarnation != 0) s.highest_steps = v.steps;  // Started again: counts from 0 again.
+    s.incarnation = v.incarnation;
+  }
+  const int64_t risen = s.seen && alive ? std::max<int64_t>(0, v.steps - s.highest_steps) : 0;
+  const bool rose = first_hand && risen > 0;
+  // What its new steps are worth: less than dt when it trained slower than usual.
+  const double paced = rose ? PacedSeconds(v, risen, dt) : 0;
+  const Outcome o = OutcomeOf(v, by, s.highest_steps);
+  double step = dt;
+  if (by != nullptr && by->open_for < dt) {
+    // The first step an incident holds it: the part before its start is not the incident's.
+    const double before = dt - std::max(0.0, by->open_for);
+    const Outcome was = OutcomeOf(v, nullptr, s.highest_steps);
+    At(s, was) += before;
+    if (was == Outcome::kProductive && first_hand && s.seen) s.unconfirmed += before;
+    step -= before;
+  }
+  double lost = step;
+  if (o == Outcome::kWaiting) {
+    // Held, yet it trains (slowed, or again before its state is well): its new steps at its
+    // usual pace are productive.
+    double kept = rose ? std::min(step, paced) : 0;
+    if (!first_hand && v.state == TaskState::kSlow && v.usual_step_seconds > 0 &&
+        v.recent_step_seconds > v.usual_step_seconds) {
+      kept = step * v.usual_step_seconds / v.recent_step_seconds;
+    }
+    At(s, Outcome::kProductive) += kept;
+    lost = step - kept;
+  }
+  if (by != nullptr && (o == Outcome::kWaiting || o == Outcome::kDown)) {
+    // The seconds called productive while its steps stood still or crawled were the incident's.
+    const double moved = std::min(s.unconfirmed, kMaxUnconfirmedSeconds);
+    At(s, Outcome::kProductive) -= moved;
+    lost += moved;
+    lost_by_kind_[by->kind] += lost;
+    lost_by_incident_[{by->id, v.task}] += lost;
+  }
+  At(s, o) += lost;
+  const bool unsure = o == Outcome::kProductive && first_hand && s.seen && paced < lost;
+  s.unconfirmed = unsure ? s.unconfirmed + lost - paced : 0;  // Stood still, or crawled.
+  if (alive) s.highest_steps = std::max(s.highest_steps, v.steps);
+  s.seen = true;
 }
 
 double Ledger::LostTo(const std::string& id) const {
@@ -94,6 +132,13 @@ pb::Goodput Ledger::Goodput(const std::string& cluster) const {
   std::array<double, kNumOutcomes> sum{};
   for (const auto& [t, s] : tasks_) {
     for (int i = 0; i < kNumOutcomes; ++i) sum[i] += s.seconds[i];
+    pb::TaskTime* row = g.add_tasks();
+    row->set_task(t.ShortName());
+    row->set_productive_seconds(s.seconds[static_cast<int>(Outcome::kProductive)]);
+    row->set_waiting_seconds(s.seconds[static_cast<int>(Outcome::kWaiting)]);
+    row->set_down_seconds(s.seconds[static_cast<int>(Outcome::kDown)]);
+    row->set_redone_seconds(s.seconds[static_cast<int>(Outcome::kRedone)]);
+    row->set_idle_seconds(s.seconds[static_cast<int>(Outcome::kIdle)]);
   }
   double elapsed = 0;
   for (double x : sum) elapsed += x;

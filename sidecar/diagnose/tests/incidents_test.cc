@@ -30,6 +30,12 @@ TaskView BlockedOn(const std::string& name, const std::string& peer, double sinc
   return v;
 }
 
+TaskView Training(const std::string& name, int64_t steps) {
+  TaskView v = Task(name, TaskState::kUp);
+  v.steps = steps;
+  return v;
+}
+
 ClusterView View(std::vector<TaskView> tasks) {
   ClusterView v;
   v.cluster = "c";
@@ -103,6 +109,24 @@ TEST(RootCauses, APartitionBetweenTwoNodesIsTheLinkBetweenThem) {
   EXPECT_EQ(got.begin()->second.kind, "partition");
 }
 
+TEST(RootCauses, ANodeCutOffHoldsWhatItCannotHearAsItsOwnCutAsTheOthersNameIt) {
+  TaskView ps = Task("ps:0", TaskState::kUnreachable, 100);
+  ps.node = "10.0.0.1:4317";
+  ps.incarnation = 7;  // Heard from before the cut.
+  TaskView w = BlockedOn("worker:0", "ps:0");
+  w.node = "10.0.0.2:4317";
+  ClusterView view = View({ps, w});
+  view.self = "10.0.0.2:4317";
+  view.isolated_since = 99.5;
+  auto got = RootCauses(view, 103, 10);
+  ASSERT_EQ(got.size(), 2u);
+  for (const auto& [task, h] : got) {
+    EXPECT_EQ(h.cause.Text(), "node 10.0.0.2:4317") << task.ShortName();
+    EXPECT_EQ(h.kind, "isolated");
+    EXPECT_EQ(h.since, 99.5);
+  }
+}
+
 TEST(IncidentBook, OneIncidentPerCauseOpenedHeldAndClosedWithItsCost) {
   IncidentBook book;
   book.Track(View({Task("ps:1", TaskState::kUp), Task("worker:0", TaskState::kUp),
@@ -125,13 +149,12 @@ TEST(IncidentBook, OneIncidentPerCauseOpenedHeldAndClosedWithItsCost) {
             "ps:1 dead (ps:1 dead: because) for 6.5 s, holding worker:0 and worker:1 (waiting in "
             "Pull to ps:1)");
   // The ps answers again; a worker still reconnects to it: the same incident holds it.
-  book.Track(View({Task("ps:1", TaskState::kUp), Task("worker:0", TaskState::kUp),
+  book.Track(View({Task("ps:1", TaskState::kUp), Training("worker:0", 1),
                    BlockedOn("worker:1", "ps:1", 102)}),
              nullptr, 108);
   ASSERT_EQ(book.List().size(), 1u);
   EXPECT_TRUE(book.List()[0].open());
-  book.Track(View({Task("ps:1", TaskState::kUp), Task("worker:0", TaskState::kUp),
-                   Task("worker:1", TaskState::kUp)}),
+  book.Track(View({Task("ps:1", TaskState::kUp), Training("worker:0", 2), Training("worker:1", 1)}),
              nullptr, 109);
   ASSERT_EQ(book.List().size(), 1u);
   const pb::Incident closed = book.List()[0];
@@ -143,6 +166,28 @@ TEST(IncidentBook, OneIncidentPerCauseOpenedHeldAndClosedWithItsCost) {
   EXPECT_EQ(book.ledger().Goodput("c").lost_by_kind().at("dead"), closed.lost_seconds());
   EXPECT_EQ(book.TakeChanged().size(), 1u);
   EXPECT_TRUE(book.TakeChanged().empty());
+}
+
+TEST(IncidentBook, AWorkerWellAgainHoldsItsIncidentOpenUntilItsStepsMove) {
+  IncidentBook book;
+  TaskView w = BlockedOn("worker:0", "ps:0");
+  w.steps = 50;
+  for (double t = 100; t <= 102; t += 1) {
+    book.Track(View({Task("ps:0", TaskState::kDead, 99.5), w}), nullptr, t);
+  }
+  // The ps is back and the worker's state is well, but it has not stepped yet (reconnecting).
+  book.Track(View({Task("ps:0", TaskState::kUp), Training("worker:0", 50)}), nullptr, 103);
+  book.Track(View({Task("ps:0", TaskState::kUp), Training("worker:0", 50)}), nullptr, 104);
+  ASSERT_EQ(book.List().size(), 1u);
+  EXPECT_TRUE(book.List()[0].open());
+  ASSERT_EQ(book.List()[0].affected_size(), 2);
+  EXPECT_EQ(book.List()[0].affected(1).task(), "worker:0");
+  EXPECT_EQ(book.List()[0].affected(1).how(), "recovering");
+  EXPECT_NEAR(book.List()[0].lost_seconds(), 4, 1e-6);  // 101 to 104: waiting, recovering.
+  book.Track(View({Task("ps:0", TaskState::kUp), Training("worker:0", 51)}), nullptr, 105);
+  EXPECT_FALSE(book.List()[0].open());
+  EXPECT_DOUBLE_EQ(book.List()[0].ended(), 105);
+  EXPECT_NEAR(book.List()[0].lost_seconds(), 4, 1e-6);  // It trained again in that second.
 }
 
 TEST(IncidentBook, OverlappingFaultsWithDifferentCausesAreSeparate) {
@@ -248,6 +293,7 @@ TEST(Ledger, EverySecondOnceAsOneOutcome) {
 
   Ledger ledger;
   TaskView slow = Task("worker:1", TaskState::kSlow);
+  slow.source = "10.0.0.2:4317";  // Remote: its pace over the last 10 s says how slowed.
   slow.usual_step_seconds = 0.1;
   slow.recent_step_seconds = 0.4;
   ledger.Charge({w, slow, Task("ps:0", TaskState::kUp)}, {{slow.task, {"inc-3", "slow", false}}},
@@ -276,6 +322,64 @@ TEST(Ledger, EverySecondOnceAsOneOutcome) {
   EXPECT_DOUBLE_EQ(again.LostByKindSinceStart().at("slow"), 0);
   again.Charge({w}, {}, 1);
   EXPECT_DOUBLE_EQ(again.SinceStart().at(w.task).seconds[0], 1);
+}
+
+TEST(Ledger, StepsThatStoodStillBeforeTheIncidentAreItsAndRisingStepsTrain) {
+  TaskView w = Task("worker:0", TaskState::kUp);
+  w.steps = 100;
+  Ledger ledger;
+  ledger.Charge({w}, {}, 1);  // The first charge: a baseline for its steps, productive.
+  w.steps = 120;
+  ledger.Charge({w}, {}, 1);    // Rose: productive, and sure.
+  ledger.Charge({w}, {}, 0.5);  // Stood still while still called up: productive, for now.
+  ledger.Charge({w}, {}, 0.25);
+  const HeldBy dead_ps{"inc-1", "dead", false, 10};
+  ledger.Charge({w}, {{w.task, dead_ps}}, 1);  // Held: the 0.75 s its steps stood still too.
+  EXPECT_DOUBLE_EQ(ledger.LostTo("inc-1"), 1.75);
+  EXPECT_DOUBLE_EQ(ledger.Goodput("c").productive_seconds(), 2);
+  EXPECT_DOUBLE_EQ(ledger.lost_by_kind().at("dead"), 1.75);
+  w.steps = 121;  // Training again before its state is called well: productive.
+  ledger.Charge({w}, {{w.task, dead_ps}}, 1);
+  EXPECT_DOUBLE_EQ(ledger.LostTo("inc-1"), 1.75);
+  EXPECT_DOUBLE_EQ(ledger.Goodput("c").productive_seconds(), 3);
+
+  // Slowed, first-hand: its new steps at its usual pace were productive, the rest the cause's.
+  TaskView slowed = Training("worker:3", 10);
+  slowed.state = TaskState::kSlow;
+  slowed.usual_step_seconds = 0.01;
+  Ledger pace;
+  pace.Charge({slowed}, {}, 1);
+  slowed.steps = 30;  // 20 steps in 1 s, usually 0.2 s: a fifth of its pace.
+  pace.Charge({slowed}, {{slowed.task, {"inc-5", "slow", false, 10}}}, 1);
+  EXPECT_DOUBLE_EQ(pace.LostTo("inc-5"), 0.8);
+
+  // A worker started again counts from 0 and redoes nothing; a restore behind its back does.
+  TaskView again = Training("worker:2", 500);
+  again.incarnation = 1;
+  Ledger restarts;
+  restarts.Charge({again}, {}, 1);
+  again.incarnation = 2;
+  again.steps = 3;
+  restarts.Charge({again}, {}, 1);
+  again.steps = 4;
+  restarts.Charge({again}, {}, 1);
+  again.steps = 2;  // The ps restored an older checkpoint.
+  restarts.Charge({again}, {}, 1);
+  EXPECT_DOUBLE_EQ(restarts.Goodput("c").productive_seconds(), 3);
+  EXPECT_DOUBLE_EQ(restarts.Goodput("c").redone_seconds(), 1);
+
+  // A remote task's steps come too seldom to tell either: its states alone decide.
+  TaskView remote = Task("worker:1", TaskState::kUp);
+  remote.source = "10.0.0.2:4317";
+  remote.steps = 5;
+  Ledger far;
+  far.Charge({remote}, {}, 1);
+  far.Charge({remote}, {}, 1);
+  far.Charge({remote}, {{remote.task, dead_ps}}, 1);
+  EXPECT_DOUBLE_EQ(far.LostTo("inc-1"), 1);
+  remote.steps = 6;
+  far.Charge({remote}, {{remote.task, dead_ps}}, 1);
+  EXPECT_DOUBLE_EQ(far.LostTo("inc-1"), 2);
 }
 
 }  // namespace

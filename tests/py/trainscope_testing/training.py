@@ -244,7 +244,9 @@ class TrainingCluster:
             flags += ["--exchange_key_file", self.key_path]
         if flag_value(self.sidecar_args, "--api_token_file", None) is None:
             flags += ["--api_token_file", self.token_path]
-        return sidecar_argv(self.bin, self.spec_path, self.name, [*flags, *self.sidecar_args])
+        # "{node}" in a sidecar flag is the node's name: a folder of its own (--state_dir).
+        own = [a.replace("{node}", str(node)) for a in self.sidecar_args]
+        return sidecar_argv(self.bin, self.spec_path, self.name, [*flags, *own])
 
     def start_sidecar(self, node, tls_flags=None):
         """Starts (or starts again) node's sidecar; tls_flags replace the node's own."""

@@ -92,7 +92,14 @@ class IncidentBook {
     pb::Incident incident;
     CauseKey key;
     bool restored = false;
+    // First-hand workers it holds: their steps while held; and of those well again whose steps
+    // have not moved since, since when.
+    std::map<TaskRef, int64_t> held_steps;
+    std::map<TaskRef, double> recovering;
   };
+  // Holds, with the incident that held them, the first-hand workers well again whose steps have
+  // not moved since (reconnecting, restoring): the incident closes when they train again.
+  void HoldRecovering(const ClusterView& view, double now, std::map<TaskRef, Holding>& causes);
   void Update(Open& open, const std::map<TaskRef, const Holding*>& held, const ClusterView& view,
               const NewestStacks* stacks, double now);
   void Close(Open& open, double when, std::string why);

@@ -7,6 +7,11 @@
 //   idle        before its session, or done.
 // From it: the lost seconds of each incident and of each cause kind, and the job's goodput
 // (productive over the time that was not idle). Pure: the seconds come in as values.
+//
+// A first-hand task's steps (its heartbeat, every 100 ms) correct what the states alone would
+// say: seconds called productive while its steps stood still go to the incident that then takes
+// it, and a held task whose steps rise past its highest (training again before its state is well)
+// is productive. Remote tasks' steps come with their node's record, too seldom for either.
 
 #include <array>
 #include <cstdint>
@@ -37,6 +42,14 @@ struct HeldBy {
 struct TaskSeconds {
   std::array<double, kNumOutcomes> seconds{};
   int64_t highest_steps = 0;  // The most steps it has reported.
+  bool seen = false;          // Charged before: its steps have a baseline to rise from.
+  // Its process. A worker started again counts its steps from 0 again and redoes nothing (the
+  // model is on the ps): its steps are a new baseline.
+  uint64_t incarnation = 0;
+  // First-hand tasks: the productive seconds charged since its steps last rose. They are the
+  // incident's when one takes the task before the steps rise again (the time its detection
+  // took: the steps had stopped).
+  double unconfirmed = 0;
 };
 
 class Ledger {
@@ -70,6 +83,8 @@ class Ledger {
   void RestoreLost(const pb::Incident& incident);
 
  private:
+  void ChargeTask(const TaskView& v, const HeldBy* held, double dt);
+
   std::map<TaskRef, TaskSeconds> tasks_;
   std::map<std::string, double> lost_by_kind_;
   std::map<std::pair<std::string, TaskRef>, double> lost_by_incident_;
