@@ -37,6 +37,7 @@
 #include "trainscope/sidecar/peer_exchange.h"
 #include "trainscope/sidecar/stack_keeper.h"
 #include "trainscope/sidecar/state_store.h"
+#include "trainscope/sidecar/store_writer.h"
 #include "trainscope/sidecar/stuck_explain.h"
 #include "trainscope/sidecar/task_watcher.h"
 #include "trainscope/sidecar/trace_metrics.h"
@@ -668,7 +669,8 @@ class Sidecar::Impl {
   }
 
   // The incident book, advanced on a tick of its own from the values of the moment, and (with
-  // --state_dir) its store: what it kept is put back, what changes is written every second.
+  // --state_dir) its store: what it kept is put back, what changes is written every second (what
+  // a failed write did not take, again with the next; store_writer.h).
   absl::Status BuildIncidents() {
     IncidentTickerOptions t;
     t.cluster = options_.cluster_name;
@@ -683,6 +685,14 @@ class Sidecar::Impl {
       store_ = std::move(*store);
       if (!store_->set_aside().empty()) spdlog::warn("trainscope-sidecar: {}", store_->set_aside());
       store_->Prune(UnixSeconds());
+      StoreWriterOptions w;
+      w.path = store_->path();
+      w.put_incident = [s = store_.get()](const pb::Incident& in) { return s->PutIncident(in); };
+      w.put_ledger = [s = store_.get(),
+                      cluster = options_.cluster_name](const std::vector<LedgerRow>& rows) {
+        return s->PutLedger(cluster, rows);
+      };
+      writer_ = std::make_unique<StoreWriter>(std::move(w));
       t.persist = [this](const std::vector<pb::Incident>& changed, const Ledger& ledger) {
         Keep(changed, ledger);
       };
@@ -700,21 +710,15 @@ class Sidecar::Impl {
     return absl::OkStatus();
   }
 
-  // Writes what the book changed, and the ledger, to the store; forgets what retention says
-  // once an hour. A failed write is logged and tried again with the next changes.
+  // Writes what the book changed, and the ledger, to the store (the writer keeps what a failed
+  // write did not take for the next call, and says once that writes fail); forgets what
+  // retention says once an hour.
   void Keep(const std::vector<pb::Incident>& changed, const Ledger& ledger) {
-    for (const pb::Incident& in : changed) {
-      if (absl::Status s = store_->PutIncident(in); !s.ok()) {
-        spdlog::warn("trainscope-sidecar: incident {} not kept: {}", in.id(),
-                     std::string(s.message()));
-      }
-    }
     std::vector<LedgerRow> rows;
     for (const Ledger::Row& r : ledger.Rows()) rows.push_back({r.task, r.outcome, r.seconds});
-    if (absl::Status s = store_->PutLedger(options_.cluster_name, rows); !s.ok()) {
-      spdlog::warn("trainscope-sidecar: the ledger was not kept: {}", std::string(s.message()));
-    }
-    if (const double now = MonotonicSeconds(); now - last_prune_ >= 3600) {
+    const double now = MonotonicSeconds();
+    writer_->Write(changed, rows, now);
+    if (now - last_prune_ >= 3600) {
       last_prune_ = now;
       store_->Prune(UnixSeconds());
     }
@@ -815,7 +819,8 @@ class Sidecar::Impl {
   const std::string summary_;
   std::unique_ptr<TaskWatcher> watcher_;
   std::unique_ptr<StackKeeper> keeper_;
-  std::unique_ptr<StateStore> store_;  // With --state_dir; outlives incidents_, which writes it.
+  std::unique_ptr<StateStore> store_;    // With --state_dir; outlives incidents_, which writes it.
+  std::unique_ptr<StoreWriter> writer_;  // Writes store_; outlives incidents_, which calls it.
   double last_prune_ = 0;
   std::unique_ptr<IncidentTicker> incidents_;
   std::unique_ptr<ApiAuth> auth_;
