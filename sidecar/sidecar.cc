@@ -665,6 +665,7 @@ class Sidecar::Impl {
     if (notifier_) stats.alerts = notifier_->stats();
     stats.api_refused = auth_->refused();
     stats.incidents = incidents_->Now();
+    if (writer_) stats.store_ok = writer_->error().empty();
     return RenderMetrics(ObservedFamilies(*local, view), local->views, stats, view);
   }
 
@@ -729,6 +730,7 @@ class Sidecar::Impl {
     api.cluster_name = options_.cluster_name;
     api.node = plan_.exchange ? plan_.self : "";
     api.incidents = [this] { return incidents_->Now(); };
+    if (writer_) api.store_error = [this] { return writer_->error(); };
     api.slow_window_s = options_.slow_window_s;
     api.slow_per_key = options_.slow_per_key;
     api.view = [this] { return CurrentView(); };

@@ -106,13 +106,15 @@ HttpServer::Response ServeStacks(const ApiSources& s, const HttpServer::Request&
   return Json(ToJson(*list));
 }
 
-// /api/v1/incidents: open first, then the recent (?limit=N, at most 1000), with the goodput.
-// Without their evidence (the snapshots are large): /api/v1/incidents/<id> has it.
+// /api/v1/incidents: open first, then the recent (?limit=N, at most 1000), with the goodput and
+// why the store takes no writes, when it does not. Without their evidence (the snapshots are
+// large): /api/v1/incidents/<id> has it.
 HttpServer::Response ServeIncidents(const ApiSources& s, const HttpServer::Request& r,
                                     const std::string& node) {
   pb::IncidentList list;
   list.set_cluster(s.cluster_name);
   list.set_node(node);
+  if (s.store_error) list.set_store_error(s.store_error());
   int limit = 100;
   if (int asked = 0; absl::SimpleAtoi(QueryParam(r.query, "limit"), &asked)) {
     limit = std::clamp(asked, 0, 1000);

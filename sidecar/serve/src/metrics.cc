@@ -205,6 +205,19 @@ void AddLedgerFamilies(const std::vector<TaskView>& local, const IncidentsNow* n
   out.push_back(std::move(open));
 }
 
+// With --state_dir: 1 while the store takes writes, 0 while they fail (a full disk).
+void AddStoreFamily(const ServeStats& stats, const std::string& cluster,
+                    std::vector<MetricFamily>& out) {
+  if (!stats.store_ok) return;
+  auto ok = MakeFamily(names::kStateStoreOk,
+                       "1 while the state store (--state_dir) takes writes, 0 while they fail "
+                       "(a full disk): incidents then stay in memory until it takes them again.",
+                       MetricType::Gauge);
+  AddMetric(ok, {{std::string(names::kLabelCluster), cluster}}).gauge.value =
+      *stats.store_ok ? 1 : 0;
+  out.push_back(std::move(ok));
+}
+
 }  // namespace
 
 std::string RenderMetrics(std::vector<MetricFamily> observed, const std::vector<TaskView>& local,
@@ -214,6 +227,7 @@ std::string RenderMetrics(std::vector<MetricFamily> observed, const std::vector<
   AddAlertFamilies(stats, out);
   AddApiFamilies(stats, out);
   AddLedgerFamilies(local, stats.incidents.get(), out);
+  AddStoreFamily(stats, cluster.cluster, out);
   telemetry::AddProcessFamilies(&out);  // The one process collector, shared with the runtime.
   std::ostringstream text;
   prometheus::TextSerializer().Serialize(text, out);

@@ -242,6 +242,9 @@ inline constexpr char kIncidentLostSeconds[] = "trainscope_incident_lost_seconds
 inline constexpr char kLabelKind[] = "kind";
 // Incidents open now (one per root cause), as this sidecar sees the cluster.
 inline constexpr char kIncidentsOpen[] = "trainscope_incidents_open";
+// With --state_dir: 1 while the sidecar's writes to its state store succeed, 0 while they fail
+// (a full disk): what it holds in memory is not lost, and is written once they succeed again.
+inline constexpr char kStateStoreOk[] = "trainscope_state_store_ok";
 
 // The sidecar as the node's trace agent (OTLP TraceService/Export on its gRPC port).
 // Spans received (valid or not) in Export calls.

@@ -34,6 +34,8 @@ struct ApiSources {
       stacks;
   // The incidents and the ledger as of the wiring's last tick (null until its first).
   std::function<std::shared_ptr<const IncidentsNow>()> incidents;
+  // Why the state store (--state_dir) takes no writes now ("" while it does); null without one.
+  std::function<std::string()> store_error;
   // Who may ask for a fresh capture (fresh=1): reads need nothing. Must outlive the routes.
   ApiAuth* auth = nullptr;
 };

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,8 @@ struct ServeStats {
   // The incidents and the ledger as of the wiring's last tick; null: none yet.
   std::shared_ptr<const IncidentsNow> incidents;
   std::map<std::string, int64_t> api_refused;  // ApiAuth::refused(): by reason.
+  // With --state_dir: whether the state store takes writes now; nullopt without a store.
+  std::optional<bool> store_ok;
 };
 
 // The text exposition format (version 0.0.4) of everything: `observed` the observers' families,
