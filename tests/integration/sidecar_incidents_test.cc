@@ -1,11 +1,17 @@
 // Incidents for real (issue 34): a loopback cluster of 2 ps and 2 workers, one real sidecar, a ps
 // killed with kill -9 and started again 6 s later. One incident names it, holds both workers and
-// says what it cost; the ledger's series are on /metrics.
+// says what it cost; the ledger's series are on /metrics. Then the store in trouble: a file that
+// is not one, a dir that cannot be one, a disk that fills up under a running sidecar.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mount.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -13,6 +19,9 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "browser.h"
 #include "nlohmann/json.hpp"
 #include "sidecar_harness.h"
 #include "trainscope/sidecar/api.h"
@@ -178,6 +187,161 @@ TEST(SidecarIncidents, AForeignStateFileIsSetAsideAndABadStateDirIsAClearError) 
   EXPECT_NE(bad.Output().find("--state_dir: "), std::string::npos) << bad.Output();
   std::filesystem::remove(spec);
   std::filesystem::remove_all(dir);
+}
+
+// A tmpfs of 2 MiB on a fresh dir under /tmp while it lives; mounted() is false where this
+// process may not mount (not root: the test is then skipped).
+class SmallDisk {
+ public:
+  SmallDisk() {
+    char name[] = "/tmp/incidents-small-disk.XXXXXX";
+    if (mkdtemp(name) == nullptr) return;
+    path_ = name;
+    mounted_ = mount("tmpfs", name, "tmpfs", MS_NOSUID | MS_NODEV, "size=2m,mode=0700") == 0;
+    if (!mounted_) why_ = std::strerror(errno);
+  }
+  ~SmallDisk() {
+    if (mounted_) umount2(path_.c_str(), MNT_DETACH);
+    if (!path_.empty()) rmdir(path_.c_str());
+  }
+  SmallDisk(const SmallDisk&) = delete;
+  SmallDisk& operator=(const SmallDisk&) = delete;
+  bool mounted() const { return mounted_; }
+  const std::string& why() const { return why_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  bool mounted_ = false;
+  std::string why_ = "no temporary dir";
+};
+
+// Writes zeros to `file` until its file system has no room left; false if it never said so.
+bool FillUp(const std::string& file) {
+  const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  const std::string zeros(64 << 10, '\0');
+  bool full = false;
+  for (int i = 0; i < (1 << 14) && !full; ++i) {  // 1 GiB at most: a disk that is not small.
+    const ssize_t n = write(fd, zeros.data(), zeros.size());
+    if (n < 0) {
+      full = errno == ENOSPC;
+      if (!full) break;
+    }
+  }
+  close(fd);
+  return full;
+}
+
+// How often `part` occurs in `text`.
+int Count(const std::string& text, const std::string& part) {
+  int n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+// A disk that fills up under a running sidecar loses it nothing: it goes on calling a killed ps
+// dead and keeps its incident in memory, says once (not once a second) that the store takes no
+// writes and why, says so on /metrics and in /api/v1/incidents; once there is room again the
+// incident is written (a sidecar killed then and started again on the same dir has it).
+TEST(SidecarIncidents, AFullDiskIsSaidOnceDetectionGoesOnAndTheStoreCatchesUpWithRoomAgain) {
+  SmallDisk disk;
+  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a small tmpfs here: " << disk.why();
+  const std::string dir = disk.path();
+  const std::string db = dir + "/trainscope-state.db";
+  Cluster cluster = {{"ps", {FreeAddress(), FreeAddress()}}, {"worker", {FreeAddress()}}};
+  auto ps0 = StartTask(cluster, "ps", 0);
+  auto ps1 = StartTask(cluster, "ps", 1);
+  auto w0 = StartTask(cluster, "worker", 0, LongTraining());
+  auto first = std::make_unique<Sidecar>(cluster, std::vector<std::string>{"--state_dir", dir});
+  Sidecar& sidecar = *first;
+  ASSERT_TRUE(sidecar.WaitForState("worker:0", TaskState::kUp, seconds(30), "training"))
+      << sidecar.Describe();
+  ASSERT_TRUE(sidecar.process().WaitForOutput("0 incidents kept in " + db, seconds(5)))
+      << sidecar.process().Output();
+  EXPECT_NE(sidecar.Get("/metrics").find("trainscope_state_store_ok{cluster=\"default\"} 1"),
+            std::string::npos);
+
+  const std::string filler = dir + "/filler";
+  ASSERT_TRUE(FillUp(filler));
+  ps1->Signal(SIGKILL);
+  ps1->Wait(seconds(10));
+  ASSERT_TRUE(sidecar.WaitForState("ps:1", TaskState::kDead, seconds(10))) << sidecar.Describe();
+  nlohmann::json body;
+  const auto until = std::chrono::steady_clock::now() + seconds(10);
+  do {
+    body = nlohmann::json::parse(sidecar.Get("/api/v1/incidents"), nullptr, false);
+    if (!body.is_discarded() && body.value("store_error", "") != "" &&
+        body["incidents"].size() == 1) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  } while (std::chrono::steady_clock::now() < until);
+  ASSERT_FALSE(body.is_discarded());
+  ASSERT_EQ(body["incidents"].size(), 1u) << body.dump(1);
+  EXPECT_EQ(body["incidents"][0]["cause"]["task"], "ps:1") << body.dump(1);
+  const std::string id = body["incidents"][0]["id"];
+  const std::string error = body.value("store_error", "");
+  EXPECT_NE(error.find(db), std::string::npos) << error;
+  EXPECT_NE(error.find("database or disk is full"), std::string::npos) << error;
+  EXPECT_NE(sidecar.Get("/metrics").find("trainscope_state_store_ok{cluster=\"default\"} 0"),
+            std::string::npos);
+
+  // The status page says it under the incidents (where Chromium is installed: the page's own
+  // test requires it).
+  const auto full_since = std::chrono::steady_clock::now();
+  if (!ChromiumPath().empty()) {
+    absl::StatusOr<std::string> dom =
+        RenderInChromium("http://" + sidecar.http() + "/", seconds(30));
+    ASSERT_TRUE(dom.ok()) << dom.status();
+    const std::string line = Dom(*dom).Text("store-error");
+    std::printf("[figure] the page: %s\n", line.c_str());
+    EXPECT_EQ(line.rfind("Not written to disk: state store " + db, 0), 0u) << line;
+    EXPECT_NE(line.find("database or disk is full"), std::string::npos) << line;
+  }
+
+  // At least three more seconds full (three more writes refused), and still one line about it;
+  // the sidecar still sees its tasks as they are.
+  std::this_thread::sleep_until(full_since + seconds(3));
+  const std::string full_log = sidecar.process().Output();
+  EXPECT_EQ(Count(full_log, "[warning] state store " + db), 1) << full_log;
+  EXPECT_EQ(Count(full_log, "database or disk is full"), 1) << full_log;
+  EXPECT_EQ(Count(full_log, "Nothing is lost"), 1) << full_log;
+  EXPECT_TRUE(sidecar.WaitForState("ps:0", TaskState::kUp, seconds(1))) << sidecar.Describe();
+  EXPECT_TRUE(sidecar.WaitForState("ps:1", TaskState::kDead, seconds(1))) << sidecar.Describe();
+
+  ASSERT_EQ(unlink(filler.c_str()), 0);
+  ASSERT_TRUE(
+      sidecar.process().WaitForOutput("state store " + db + ": kept again after ", seconds(10)))
+      << sidecar.process().Output();
+  // The two lines about the store, as a user reads them.
+  for (absl::string_view line : absl::StrSplit(sidecar.process().Output(), '\n')) {
+    if (absl::StrContains(line, "state store " + db)) {
+      std::printf("[figure] %s\n", std::string(line).c_str());
+    }
+  }
+  EXPECT_NE(sidecar.process().Output().find(" caught up"), std::string::npos);
+  body = nlohmann::json::parse(sidecar.Get("/api/v1/incidents"), nullptr, false);
+  EXPECT_EQ(body.value("store_error", "?"), "") << body.dump(1);
+  EXPECT_NE(sidecar.Get("/metrics").find("trainscope_state_store_ok{cluster=\"default\"} 1"),
+            std::string::npos);
+
+  // Killed, so that nothing is written on the way out: what the store holds, it took while
+  // running.
+  first->process().Signal(SIGKILL);
+  first->process().Wait(seconds(10));
+  first.reset();
+  Sidecar again(cluster, {"--state_dir", dir});
+  nlohmann::json kept;
+  const auto until_kept = std::chrono::steady_clock::now() + seconds(10);
+  do {
+    kept = Incidents(again);
+    if (!kept.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  } while (std::chrono::steady_clock::now() < until_kept);
+  std::set<std::string> ids;
+  for (const auto& in : kept) ids.insert(in["id"].get<std::string>());
+  EXPECT_EQ(ids.count(id), 1u) << kept.dump(1);
 }
 
 }  // namespace
