@@ -44,7 +44,9 @@ std::map<TaskRef, Holding> RootCauses(const ClusterView& view, double now, doubl
 
 struct IncidentBookOptions {
   double missing_after_s = 10;  // A task never heard or gone quiet is an incident after this.
-  double reopen_within_s = 2;   // A cause back this soon after its close reopens the incident.
+  // A cause back this soon after its close reopens the incident (a flapping link is one). At
+  // least 10 s: ids take the start to 10 s, so a new incident of one cause never takes an old id.
+  double reopen_within_s = 10;
   size_t max_closed = 200;      // Closed incidents kept in memory (the store keeps more).
   int max_timeline = 64;        // Lines of one incident's timeline.
   int max_evidence = 16;        // Snapshots kept as one incident's evidence.
