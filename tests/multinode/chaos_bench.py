@@ -62,6 +62,15 @@ than up in the 10 s after recovery (flapping), and how many came late: a verdict
 goal (1 s for a kill or a stop, 1.5 s for a cut, a node cut off or a flap) or a page over 2 s.
 For each late one it prints what every view said until the verdict.
 
+Then the incidents against the truth (when each fault began and was undone): every sidecar's
+/api/v1/incidents (each keeps them in its --state_dir, as the package does) must hold each fault
+as exactly one incident naming its cause (the task, the node, or the link between the two nodes),
+and no incident without a fault; and the job's goodput from the ledger (each worker's own node,
+over the run) must be within a point of the bench's own count from the step counters (time
+between two rises of a worker's steps past the most it had reached is productive when they came
+at its usual pace, else only the new steps at that pace). It prints the episodes where the two
+differ most. --check_truth makes both a goal of --check.
+
 --soak_s S: no faults; S seconds, with a CPU hog on n1 (--hog: a busy loop, one core), counting
 every state other than up in any view and every page (docs/sidecar.md, "Quiet soak").
 
@@ -1311,7 +1320,12 @@ def main():
             lines, found_ok = compare_incidents(bench, bench.done)
             more, goodput_ok = compare_goodput(count, before, after)
             print("\n".join(lines + more + apart))
-            # With --keep_logs, what every sidecar held (incidents-nN.json) is kept to read.
+            with open(os.path.join(log_dir, "steps.json"), "w") as out:
+                json.dump({"rises": count.rises, "first": count.first, "end": count.end,
+                           "marks": [(t, led, list(map(str, fs))) for t, led, fs in bench.marks],
+                           "after": after}, out)
+            # With --keep_logs, what every sidecar held (incidents-nN.json) and the step
+            # counters' rises with the ledgers before each episode (steps.json) are kept to read.
             bench.late_evidence |= not (found_ok and goodput_ok)
             if args.check_truth:
                 ok &= found_ok and goodput_ok

@@ -19,6 +19,8 @@
     cluster.py stacks TASK [--from NODE]         where it is stuck: trainscopectl stacks inside
                                                  a node (default n1), through its own sidecar
     cluster.py start TASK                        start a task (or sidecar:n2) that exited again
+                                                 (each sidecar keeps its incidents in the run
+                                                 folder's state/NODE, fresh for each `up`)
     cluster.py info | logs TASK [-f] | exec NODE [-- CMD...] | forward NODE [--port P]
     cluster.py destroy                           kill everything, remove the namespaces
 
@@ -165,8 +167,11 @@ class Keeper:
             self.c = c
             sidecar_args = a.sidecar_arg or []
             if training.flag_value(sidecar_args, "--state_dir", None) is None:
-                # As the package does: incidents and the ledger kept, a folder per node.
-                sidecar_args += ["--state_dir", os.path.join(self.run.dir, "state", "{node}")]
+                # As the package does: incidents and the ledger kept, a folder per node (fresh
+                # for each cluster: a sidecar started again with `start` keeps what it had).
+                state = os.path.join(self.run.dir, "state")
+                shutil.rmtree(state, ignore_errors=True)
+                sidecar_args += ["--state_dir", os.path.join(state, "{node}")]
             self.t = training.TrainingCluster(
                 c, a.bin, layout, a.name, a.step_delay_ms, sidecar_args,
                 a.task_arg or [], tls=a.tls)

@@ -110,7 +110,11 @@ std::string LocalTime(double unix_seconds) {
 
 std::string CauseWords(const pb::IncidentCause& c) {
   if (c.kind() == "node") return absl::StrCat("node ", c.node());
-  if (c.kind() == "link") return absl::StrCat(c.task(), " -> ", c.peer());
+  if (c.kind() == "link") {
+    // Between two nodes (both directions are one link), or from a task to its peer.
+    if (c.task().empty()) return absl::StrCat(c.node(), " <-> ", c.peer());
+    return absl::StrCat(c.task(), " -> ", c.peer());
+  }
   if (!c.task().empty()) return c.task();
   return c.kind().empty() ? "?" : c.kind();
 }
@@ -195,7 +199,7 @@ std::string IncidentText(const pb::Incident& in, double now_unix) {
     absl::StrAppend(&out, Wrapped(Printable(in.summary(), 1000), 100, "  "));
   const pb::IncidentCause& c = in.cause();
   absl::StrAppend(&out, "cause:    ", Printable(c.kind(), 20), " ", Printable(CauseWords(c), 200));
-  if (c.kind() != "node" && !c.node().empty()) {
+  if (c.kind() != "node" && !c.task().empty() && !c.node().empty()) {
     absl::StrAppend(&out, " on node ", Printable(c.node(), 80));
   }
   if (!in.cause_reason().empty()) absl::StrAppend(&out, ": ", Printable(in.cause_reason(), 500));

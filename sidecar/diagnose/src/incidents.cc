@@ -91,6 +91,7 @@ struct Resolver {
   std::optional<Holding> Own(const TaskView& v) const;
   std::optional<Holding> Partition(const TaskView& v) const;
   std::optional<Holding> NodeCut(const TaskView& v) const;
+  bool WatcherStoppedAMoment(const TaskView& v) const;
   std::optional<Holding> Behind(const TaskView& v, int depth) const;
 };
 
@@ -129,7 +130,17 @@ std::optional<Holding> Resolver::Partition(const TaskView& v) const {
   return std::nullopt;
 }
 
-// A task its node's sidecar no longer reports on, because that node is cut off or down.
+// A task unheard only because its node's sidecar stopped (a restart, an upgrade) a moment ago:
+// no fault of the task's, and no one's incident unless the sidecar stays away.
+bool Resolver::WatcherStoppedAMoment(const TaskView& v) const {
+  if (v.state != TaskState::kUnreachable && v.state != TaskState::kMissing) return false;
+  auto it = nodes.find(v.node);
+  return it != nodes.end() && it->second->status == "left" &&
+         now - it->second->since < missing_after_s;
+}
+
+// A task its node's sidecar no longer reports on, because that node is cut off or down (or its
+// sidecar stopped and stays away).
 std::optional<Holding> Resolver::NodeCut(const TaskView& v) const {
   if (v.state != TaskState::kUnreachable && v.state != TaskState::kMissing) return std::nullopt;
   if (view.isolated_since && !view.self.empty() && v.node != view.self) {
@@ -144,7 +155,7 @@ std::optional<Holding> Resolver::NodeCut(const TaskView& v) const {
   auto it = nodes.find(v.node);
   if (it == nodes.end()) return std::nullopt;
   const std::string& s = it->second->status;
-  if (s != "silent" && s != "down" && s != "isolated") return std::nullopt;
+  if (s != "silent" && s != "down" && s != "isolated" && s != "left") return std::nullopt;
   Holding h;
   h.cause = {"node", v.node, ""};
   h.kind = "isolated";
@@ -172,7 +183,7 @@ std::optional<Holding> Resolver::Resolve(const TaskView& v, int depth) const {
     if (auto p = Partition(v)) return p;
   }
   if (v.state == TaskState::kUp && v.source.empty() && depth < kMaxDepth) return Behind(v, depth);
-  if (Well(v.state)) return std::nullopt;
+  if (Well(v.state) || WatcherStoppedAMoment(v)) return std::nullopt;
   if (auto n = NodeCut(v)) return n;
   if (OwnFault(v.state) || depth >= kMaxDepth) return Own(v);
   bool pending = false;  // Waits on a peer that is not yet anyone's concern (missing a moment).
@@ -511,6 +522,16 @@ void IncidentBook::Close(Open& o, double when, std::string why) {
   if (closed_.size() > options_.max_closed) closed_.erase(closed_.begin());
 }
 
+const IncidentBook::Open* IncidentBook::HolderOf(const TaskRef& task) const {
+  const std::string name = task.ShortName();
+  for (const auto& [key, o] : open_) {
+    for (const pb::AffectedTask& a : o.incident.affected()) {
+      if (a.task() == name && a.until() == 0) return &o;
+    }
+  }
+  return nullptr;
+}
+
 void IncidentBook::HoldRecovering(const ClusterView& view, double now,
                                   std::map<TaskRef, Holding>& causes) {
   for (auto& [key, o] : open_) {
@@ -553,11 +574,17 @@ void IncidentBook::Track(const ClusterView& view, const NewestStacks* stacks, do
   std::map<CauseKey, std::map<TaskRef, const Holding*>> by_cause;
   for (auto& [t, h] : causes) {
     if (h.kind.empty()) {
-      // Blocked on a peer that answers: with that peer's open incident, else the link's.
+      // Blocked on a peer that answers: with that peer's open incident, else with the one that
+      // holds it already (still reconnecting after it), else the link's.
       if (!open_.contains(h.cause)) {
-        if (now - h.since < kBlockedOnAWellPeerAfterS) continue;
-        h.cause = {"link", t.ShortName(), h.cause.a};
-        h.kind = "blocked";
+        if (const Open* holder = HolderOf(t); holder != nullptr) {
+          h.cause = holder->key;
+          h.kind = holder->incident.kind();
+        } else {
+          if (now - h.since < kBlockedOnAWellPeerAfterS) continue;
+          h.cause = {"link", t.ShortName(), h.cause.a};
+          h.kind = "blocked";
+        }
       }
     }
     by_cause[h.cause][t] = &h;

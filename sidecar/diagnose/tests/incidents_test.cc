@@ -127,6 +127,22 @@ TEST(RootCauses, ANodeCutOffHoldsWhatItCannotHearAsItsOwnCutAsTheOthersNameIt) {
   }
 }
 
+TEST(RootCauses, ATaskUnheardBecauseItsSidecarStoppedAMomentAgoIsNoOnesIncidentYet) {
+  TaskView ps = Task("ps:0", TaskState::kUnreachable, 100);
+  ps.node = "10.0.0.1:4317";
+  ps.incarnation = 7;
+  ClusterView view = View({ps});
+  NodeInfo n1;
+  n1.id = ps.node;
+  n1.status = "left";
+  n1.since = 100;
+  view.nodes.push_back(n1);
+  EXPECT_TRUE(RootCauses(view, 103, 10).empty());  // A sidecar restarted: nobody's fault.
+  auto later = RootCauses(view, 111, 10);          // Away for longer: its node's incident.
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later.begin()->second.cause.Text(), "node 10.0.0.1:4317");
+}
+
 TEST(IncidentBook, OneIncidentPerCauseOpenedHeldAndClosedWithItsCost) {
   IncidentBook book;
   book.Track(View({Task("ps:1", TaskState::kUp), Task("worker:0", TaskState::kUp),

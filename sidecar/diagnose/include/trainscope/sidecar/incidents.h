@@ -102,6 +102,8 @@ class IncidentBook {
   // Holds, with the incident that held them, the first-hand workers well again whose steps have
   // not moved since (reconnecting, restoring): the incident closes when they train again.
   void HoldRecovering(const ClusterView& view, double now, std::map<TaskRef, Holding>& causes);
+  // The open incident holding `task` now, if one does.
+  const Open* HolderOf(const TaskRef& task) const;
   void Update(Open& open, const std::map<TaskRef, const Holding*>& held, const ClusterView& view,
               const NewestStacks* stacks, double now);
   void Close(Open& open, double when, std::string why);
