@@ -39,6 +39,18 @@ nlohmann::json Incidents(Sidecar& sidecar) {
   return body["incidents"];
 }
 
+// The incidents of a sidecar just started, once it has put back what it kept (10 s at most).
+nlohmann::json KeptIncidents(Sidecar& sidecar) {
+  nlohmann::json kept;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  do {
+    kept = Incidents(sidecar);
+    if (!kept.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  } while (std::chrono::steady_clock::now() < until);
+  return kept;
+}
+
 TEST(SidecarIncidents, APsKilledFor6sIsOneIncidentHoldingBothWorkersWithItsCost) {
   Cluster cluster = {{"ps", {FreeAddress(), FreeAddress()}},
                      {"worker", {FreeAddress(), FreeAddress()}}};
@@ -135,13 +147,7 @@ TEST(SidecarIncidents, APsKilledFor6sIsOneIncidentHoldingBothWorkersWithItsCost)
   EXPECT_EQ(first->process().Wait(seconds(10)), 0) << first->process().Output();
   first.reset();
   Sidecar again(cluster, {"--state_dir", state_dir});
-  nlohmann::json kept;
-  const auto until_kept = std::chrono::steady_clock::now() + seconds(10);
-  do {
-    kept = Incidents(again);
-    if (!kept.empty()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  } while (std::chrono::steady_clock::now() < until_kept);
+  const nlohmann::json kept = KeptIncidents(again);
   ASSERT_GE(kept.size(), 1u) << again.Get("/api/v1/incidents");
   EXPECT_EQ(kept[kept.size() - 1]["id"], id) << kept.dump(1);
   EXPECT_EQ(kept[kept.size() - 1]["lost_seconds"], in["lost_seconds"]) << kept.dump(1);
@@ -332,13 +338,7 @@ TEST(SidecarIncidents, AFullDiskIsSaidOnceDetectionGoesOnAndTheStoreCatchesUpWit
   first->process().Wait(seconds(10));
   first.reset();
   Sidecar again(cluster, {"--state_dir", dir});
-  nlohmann::json kept;
-  const auto until_kept = std::chrono::steady_clock::now() + seconds(10);
-  do {
-    kept = Incidents(again);
-    if (!kept.empty()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  } while (std::chrono::steady_clock::now() < until_kept);
+  const nlohmann::json kept = KeptIncidents(again);
   std::set<std::string> ids;
   for (const auto& in : kept) ids.insert(in["id"].get<std::string>());
   EXPECT_EQ(ids.count(id), 1u) << kept.dump(1);

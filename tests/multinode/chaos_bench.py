@@ -49,8 +49,8 @@ of an episode touch different nodes, and at most one node drops out of the sidec
                                                         ups and downs are true too)
 
 A fault is held until its verdict holds in every view that can see it (a node cut off sees only
-itself; a killed sidecar has no view), then undone. Then every view must come back to all up,
-every worker must train again, and the next 10 s must stay all up in every view.
+itself; a killed sidecar has no view), and at least 1 s, then undone. Then every view must come
+back to all up, every worker must train again, and the next 10 s must stay all up in every view.
 
 Counted, per fault type: n, found (verdict in every view within --verdict_limit_s), wrong
 verdicts (a task no fault touches called dead, hung or unreachable, a partition or a cut-off node
@@ -210,6 +210,11 @@ class Fault:
 
     def held_up(self):
         return set()
+
+    def min_hold_s(self):
+        """Held at least this long, even with every verdict in: a fault shorter than the
+        sidecars' incident tick (200 ms) may come and go between two ticks, unlike a real one."""
+        return 1.0
 
     def prepare(self):
         """Waits, before the episode, for what the fault's verdict needs to exist."""
@@ -833,7 +838,7 @@ class Bench:
                 continue
             waiting = [f for f in faults if now - f.t0 < limit(f) and (
                 f.verdict_s is None or (f.page and f.page_s is None)
-                or now - f.t0 < getattr(f, "min_hold_s", lambda: 0)())]
+                or now - f.t0 < f.min_hold_s())]
             if not waiting:
                 break
             time.sleep(0.03)

@@ -47,9 +47,9 @@ struct IncidentBookOptions {
   // A cause back this soon after its close reopens the incident (a flapping link is one). At
   // least 10 s: ids take the start to 10 s, so a new incident of one cause never takes an old id.
   double reopen_within_s = 10;
-  size_t max_closed = 200;      // Closed incidents kept in memory (the store keeps more).
-  int max_timeline = 64;        // Lines of one incident's timeline.
-  int max_evidence = 16;        // Snapshots kept as one incident's evidence.
+  size_t max_closed = 200;  // Closed incidents kept in memory (the store keeps more).
+  int max_timeline = 64;    // Lines of one incident's timeline.
+  int max_evidence = 16;    // Snapshots kept as one incident's evidence.
 };
 
 // What the book shows at one moment: the wiring publishes it, serve renders it.
