@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
 #include "trainscope/common/clock.h"
 
 namespace trainscope::sidecar {
@@ -58,8 +59,23 @@ void IncidentTicker::Tick() {
   book_.Track(view, in.stacks.get(), in.now_unix);
   auto now = std::make_shared<const IncidentsNow>(book_.Now(options_.cluster));
   if (MonotonicSeconds() - last_persist_ >= options_.persist_every_s) Persist();
-  std::lock_guard<std::mutex> lock(mu_);
-  now_ = std::move(now);
+  std::string held;
+  for (const pb::Incident& incident : now->incidents) {
+    if (!incident.open()) continue;
+    absl::StrAppend(&held, incident.id(), ":");
+    for (const pb::AffectedTask& t : incident.affected()) {
+      if (t.until() == 0) absl::StrAppend(&held, t.task(), ",");
+    }
+    held += ';';
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    now_ = std::move(now);
+  }
+  if (held != held_) {
+    held_ = std::move(held);
+    if (options_.on_held_change) options_.on_held_change();
+  }
 }
 
 std::shared_ptr<const IncidentsNow> IncidentTicker::Now() const {

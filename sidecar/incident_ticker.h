@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -25,6 +26,9 @@ struct IncidentTickerOptions {
   // call, and the ledger; null: nothing is kept.
   double persist_every_s = 1;
   std::function<void(const std::vector<pb::Incident>&, const Ledger&)> persist;
+  // Called on the ticker's thread after a tick that changed which open incident holds which
+  // task (the notifier's alerts wait for theirs); null: nobody.
+  std::function<void()> on_held_change;
 };
 
 class IncidentTicker {
@@ -50,6 +54,7 @@ class IncidentTicker {
   std::condition_variable cv_;
   bool stopping_ = false;
   double last_persist_ = 0;  // Monotonic seconds.
+  std::string held_;          // Open incidents' ids and held tasks, as of the last tick.
   std::shared_ptr<const IncidentsNow> now_;
   std::thread thread_;
 };

@@ -676,6 +676,9 @@ class Sidecar::Impl {
     IncidentTickerOptions t;
     t.cluster = options_.cluster_name;
     t.inputs = [this] { return ViewInputs(); };
+    t.on_held_change = [this] {
+      if (notifier_) notifier_->Poke();
+    };
     if (!options_.state_dir.empty()) {
       auto store = StateStore::Open(options_.state_dir,
                                     {options_.state_max_age_s, options_.state_max_bytes});

@@ -647,6 +647,28 @@ IncidentsNow IncidentBook::Now(const std::string& cluster) const {
   return now;
 }
 
+const pb::Incident* OpenIncidentOf(const IncidentsNow& now, std::string_view task,
+                                   const std::vector<std::string>& peers) {
+  auto holds = [](const pb::Incident& in, std::string_view t) {
+    for (const pb::AffectedTask& a : in.affected()) {
+      if (a.task() == t && a.until() == 0) return true;
+    }
+    return false;
+  };
+  for (const pb::Incident& in : now.incidents) {  // Open ones are newest first.
+    if (in.open() && holds(in, task)) return &in;
+  }
+  if (peers.empty()) return nullptr;
+  for (const pb::Incident& in : now.incidents) {
+    if (!in.open() || in.cause().kind() != "link") continue;
+    if (in.cause().task() == task || in.cause().peer() == task) return &in;
+    for (const std::string& peer : peers) {
+      if (holds(in, peer)) return &in;
+    }
+  }
+  return nullptr;
+}
+
 const pb::Incident* IncidentBook::Find(std::string_view id) const {
   for (const auto& [key, o] : open_) {
     if (o.incident.id() == id) return &o.incident;

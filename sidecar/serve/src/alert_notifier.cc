@@ -212,31 +212,49 @@ NotifierStats AlertNotifier::stats() const {
 void AlertNotifier::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   const auto period = std::chrono::duration<double>(options_.evaluate_interval_s);
+  double due = 0;  // When a held alert falls due; 0: none held.
   while (!stop_) {
-    cv_.wait_for(lock, period, [this] { return stop_ || poked_; });
+    const auto wait =
+        due > 0 ? std::min<std::chrono::duration<double>>(
+                      period, std::chrono::duration<double>(std::max(0.0, due - UnixSeconds())))
+                : period;
+    cv_.wait_for(lock, wait, [this] { return stop_ || poked_; });
     if (stop_) break;
     poked_ = false;
     lock.unlock();
-    Evaluate(UnixSeconds());
+    due = Evaluate(UnixSeconds());
     lock.lock();
     firing_count_ = static_cast<int>(std::count_if(
         firing_.begin(), firing_.end(), [](const auto& f) { return f.second.last_sent > 0; }));
   }
 }
 
-void AlertNotifier::Evaluate(double now) {
+double AlertNotifier::Evaluate(double now) {
   std::vector<PostedAlert> batch;
+  double due = 0;
+  auto hold_until = [&due](double t) { due = due == 0 ? t : std::min(due, t); };
   std::set<std::string> current;
   for (FiringAlert& a : evaluate_()) {
-    const std::string key = AlertKey(a.labels);
+    std::map<std::string, std::string> identity = a.labels;
+    identity.erase("incident");
+    const std::string key = AlertKey(identity);
     current.insert(key);
     auto [it, added] = firing_.try_emplace(key, Firing{a, now, 0});
     Firing& f = it->second;
     if (!added) {
       a.starts_at = f.alert.starts_at;  // The first one stands.
+      if (f.last_sent > 0) a.labels = f.alert.labels;  // As posted, incident included.
       f.alert = std::move(a);
     }
-    if (now - f.first_seen < f.alert.hold_s) continue;  // Not yet.
+    if (now - f.first_seen < f.alert.hold_s) {  // Not yet.
+      hold_until(f.first_seen + f.alert.hold_s);
+      continue;
+    }
+    if (f.last_sent == 0 && f.alert.labels.count("task") && !f.alert.labels.count("incident") &&
+        now - f.first_seen < options_.incident_wait_s) {
+      hold_until(f.first_seen + options_.incident_wait_s);
+      continue;  // Its incident is a tick away: posted once, with it.
+    }
     if (f.last_sent > 0 && now - f.last_sent < options_.resend_interval_s) continue;
     if (f.last_sent == 0) {
       spdlog::info("trainscope-sidecar: alert {} firing: {}", f.alert.labels["alertname"],
@@ -257,8 +275,10 @@ void AlertNotifier::Evaluate(double now) {
     }
     it = firing_.erase(it);
   }
-  if (batch.empty()) return;
-  for (auto& e : endpoints_) e->Enqueue(batch);
+  if (!batch.empty()) {
+    for (auto& e : endpoints_) e->Enqueue(batch);
+  }
+  return due;
 }
 
 }  // namespace trainscope::sidecar

@@ -152,18 +152,19 @@ std::string Rfc3339(double unix_seconds) {
 const pb::Incident* IncidentOf(const FiringAlert& a, const IncidentsNow& now) {
   auto role = a.labels.find("role");
   auto task = a.labels.find("task");
+  if (role != a.labels.end() && task != a.labels.end()) {
+    auto peer_role = a.labels.find("peer_role");
+    auto peer_task = a.labels.find("peer_task");
+    std::vector<std::string> peers;
+    if (peer_role != a.labels.end() && peer_task != a.labels.end()) {
+      peers.push_back(absl::StrCat(peer_role->second, ":", peer_task->second));
+    }
+    return OpenIncidentOf(now, absl::StrCat(role->second, ":", task->second), peers);
+  }
   auto node = a.labels.find("node");
-  const std::string name =
-      role != a.labels.end() && task != a.labels.end() ? role->second + ":" + task->second : "";
+  if (node == a.labels.end()) return nullptr;
   for (const pb::Incident& in : now.incidents) {
-    if (!in.open()) continue;
-    if (node != a.labels.end() && in.cause().kind() == "node" &&
-        in.cause().node() == node->second) {
-      return &in;
-    }
-    for (const pb::AffectedTask& t : in.affected()) {
-      if (!name.empty() && t.task() == name && t.until() == 0) return &in;
-    }
+    if (in.open() && in.cause().kind() == "node" && in.cause().node() == node->second) return &in;
   }
   return nullptr;
 }
@@ -180,6 +181,10 @@ std::vector<FiringAlert> FirstHandAlerts(const ClusterView& view, const AlertCon
   for (FiringAlert& a : out) {
     const pb::Incident* in = IncidentOf(a, *context.incidents);
     if (in == nullptr) continue;
+    // A task's alert carries the id as a label too: Alertmanager groups by it (one notification
+    // per incident), and the rules join it from trainscope_task_incident (the same alert from
+    // either sender). A node's alert is one per node already, and several sidecars send it.
+    if (a.labels.count("task")) a.labels["incident"] = in->id();
     a.annotations["incident"] = in->id();
     a.annotations["incident_summary"] = in->summary();
     a.annotations["incident_url"] =

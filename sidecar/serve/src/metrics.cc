@@ -181,8 +181,19 @@ void AddLedgerFamilies(const std::vector<TaskView>& local, const IncidentsNow* n
   auto open = MakeFamily(names::kIncidentsOpen,
                          "Incidents open now, one per root cause, as this sidecar sees it.",
                          MetricType::Gauge);
+  auto held = MakeFamily(names::kTaskIncident,
+                         "Per task of this node an open incident holds: its id (label incident); "
+                         "the value is when it started, Unix seconds.",
+                         MetricType::Gauge);
   if (now != nullptr) {
     const std::string& cluster = now->goodput.cluster();
+    for (const TaskView& v : local) {
+      if (const pb::Incident* in = OpenIncidentOf(*now, v.task.ShortName(), v.partitioned_from)) {
+        auto labels = telemetry::TaskLabels(cluster, v.task);
+        labels.push_back({std::string(names::kLabelIncident), in->id()});
+        AddMetric(held, labels).gauge.value = in->started();
+      }
+    }
     for (const TaskView& v : local) {
       auto it = now->seconds.find(v.task);
       if (it == now->seconds.end()) continue;
@@ -203,6 +214,7 @@ void AddLedgerFamilies(const std::vector<TaskView>& local, const IncidentsNow* n
   out.push_back(std::move(seconds));
   out.push_back(std::move(lost));
   out.push_back(std::move(open));
+  out.push_back(std::move(held));
 }
 
 // With --state_dir: 1 while the store takes writes, 0 while they fail (a full disk).

@@ -114,8 +114,9 @@ TEST(FirstHandAlerts, DeadTaskAlertCarriesOomKilled) {
       << alerts[0].annotations.at("description");
 }
 
-// An alert about a task an open incident holds carries the incident's id, summary and link; its
-// labels stay the rules' own (the same alert whether the sidecar or Prometheus sends it).
+// An alert about a task an open incident holds carries the incident's id (a label, which the
+// rules join from trainscope_task_incident, so that it is the same alert whichever sends it),
+// its summary and link.
 TEST(FirstHandAlerts, AnAlertCarriesTheOpenIncidentThatHoldsItsTask) {
   ClusterView view;
   view.tasks = {View("ps", 1, TaskState::kDead)};
@@ -132,12 +133,43 @@ TEST(FirstHandAlerts, AnAlertCarriesTheOpenIncidentThatHoldsItsTask) {
   const auto without = FirstHandAlerts(view, {"c", "http://me:9400/", nullptr});
   const auto with = FirstHandAlerts(view, {"c", "http://me:9400/", now});
   ASSERT_EQ(with.size(), 1u);
-  EXPECT_EQ(with[0].labels, without[0].labels);
+  auto labels = without[0].labels;
+  labels["incident"] = "inc-000000000002";  // What Alertmanager groups by; the rules join it.
+  EXPECT_EQ(with[0].labels, labels);
   EXPECT_EQ(with[0].annotations.at("incident"), "inc-000000000002");
   EXPECT_EQ(with[0].annotations.at("incident_url"),
             "http://me:9400/api/v1/incidents/inc-000000000002");
   EXPECT_EQ(with[0].annotations.at("incident_summary"), "ps:1 dead for 3 s, holding worker:0");
   EXPECT_EQ(without[0].annotations.count("incident"), 0u);
+}
+
+// A partition's two sides page as one incident: the caller is what the link's incident holds;
+// the ps it cannot reach (it serves others, so no incident holds it) names the same incident
+// through its peer. A node's alert keeps its incident as an annotation only.
+TEST(FirstHandAlerts, BothSidesOfAPartitionNameTheLinksIncident) {
+  ClusterView view;
+  TaskView worker = View("worker", 0, TaskState::kBlocked);
+  worker.partitioned_from = {"ps:0"};
+  TaskView ps = View("ps", 0, TaskState::kUp);
+  ps.partitioned_from = {"worker:0"};
+  view.tasks = {worker, ps};
+  view.local = {{"worker", 0}, {"ps", 0}};
+  auto now = std::make_shared<IncidentsNow>();
+  pb::Incident link;
+  link.set_id("inc-00000000001c");
+  link.set_open(true);
+  link.mutable_cause()->set_kind("link");
+  link.mutable_cause()->set_node("a:4317");
+  link.mutable_cause()->set_peer("b:4317");
+  link.add_affected()->set_task("worker:0");
+  now->incidents = {link};
+  const auto alerts = FirstHandAlerts(view, {"c", "http://me:9400/", now});
+  ASSERT_EQ(alerts.size(), 2u);
+  for (const FiringAlert& a : alerts) {
+    EXPECT_EQ(a.labels.at("alertname"), "TrainscopeTaskPartitioned");
+    EXPECT_EQ(a.labels.at("incident"), "inc-00000000001c") << a.labels.at("role");
+  }
+  EXPECT_EQ(OpenIncidentOf(*now, "ps:0"), nullptr);  // No incident holds ps:0 itself.
 }
 
 TEST(FirstHandAlerts, NothingWhenHealthyOrDone) {
@@ -288,6 +320,86 @@ TEST(AlertNotifier, NewAlertIsPostedAtOnceNotAtTheNextEvaluationOrResend) {
   notifier.Poke();
   ASSERT_TRUE(am.WaitFor(1));
   EXPECT_EQ(am.posts()[0][0]["labels"]["task"], "1");
+}
+
+// A task's new alert waits for its incident (a tick after the state) and is posted once, with
+// it; once posted it keeps that incident in every resend and in its resolution, whatever the
+// incidents say later: a changed label would be a second alert, a second page.
+TEST(AlertNotifier, ATaskAlertWaitsForItsIncidentThenKeepsIt) {
+  FakeAlertmanager am;
+  std::mutex mu;
+  std::vector<FiringAlert> failing;
+  NotifierOptions o;
+  o.urls = *AlertNotifier::ParseUrls({am.url()});
+  o.resend_interval_s = 0.2;
+  o.evaluate_interval_s = 0.05;
+  o.incident_wait_s = 3600;  // Posted only once its incident is known.
+  AlertNotifier notifier(o, [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return failing;
+  });
+  notifier.Start();
+  FiringAlert dead;
+  dead.labels = {{"alertname", "TrainscopeTaskDead"}, {"role", "ps"}, {"task", "1"}};
+  auto set = [&](std::vector<FiringAlert> alerts) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      failing = std::move(alerts);
+    }
+    notifier.Poke();
+  };
+  set({dead});
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(am.posts().empty());  // Waiting for its incident.
+  FiringAlert with = dead;
+  with.labels["incident"] = "inc-000000000001";
+  set({with});
+  ASSERT_TRUE(am.WaitFor(1));
+  EXPECT_EQ(am.posts()[0][0]["labels"]["incident"], "inc-000000000001");
+  FiringAlert other = dead;
+  other.labels["incident"] = "inc-000000000002";
+  set({other});
+  ASSERT_TRUE(am.WaitFor(3));  // Resent.
+  set({dead});
+  ASSERT_TRUE(am.WaitFor(5));
+  set({});
+  const size_t before = am.posts().size();
+  ASSERT_TRUE(am.WaitFor(before + 1));
+  notifier.Stop();
+  for (const nlohmann::json& post : am.posts()) {
+    ASSERT_EQ(post.size(), 1u) << post.dump();  // One alert, never two.
+    EXPECT_EQ(post[0]["labels"]["incident"], "inc-000000000001") << post.dump();
+  }
+  EXPECT_EQ(notifier.stats().firing, 0);
+}
+
+// No incident comes (none holds the task): the alert goes without one after incident_wait_s,
+// on the notifier's own clock, not at the next evaluation an hour away.
+TEST(AlertNotifier, ATaskAlertWithNoIncidentGoesAfterTheWait) {
+  FakeAlertmanager am;
+  std::mutex mu;
+  std::vector<FiringAlert> failing;
+  NotifierOptions o;
+  o.urls = *AlertNotifier::ParseUrls({am.url()});
+  o.resend_interval_s = 3600;
+  o.evaluate_interval_s = 3600;
+  o.incident_wait_s = 0.3;
+  AlertNotifier notifier(o, [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return failing;
+  });
+  notifier.Start();
+  FiringAlert hung;
+  hung.labels = {{"alertname", "TrainscopeTaskHung"}, {"role", "ps"}, {"task", "0"}};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    failing = {hung};
+  }
+  notifier.Poke();
+  ASSERT_TRUE(am.WaitFor(1));
+  EXPECT_EQ(am.posts()[0][0]["labels"].count("incident"), 0u);
+  EXPECT_EQ(am.posts()[0][0]["labels"]["task"], "0");
+  notifier.Stop();
 }
 
 TEST(AlertNotifier, HeldAlertThatEndsEarlyIsNeverPosted) {

@@ -242,6 +242,11 @@ inline constexpr char kIncidentLostSeconds[] = "trainscope_incident_lost_seconds
 inline constexpr char kLabelKind[] = "kind";
 // Incidents open now (one per root cause), as this sidecar sees the cluster.
 inline constexpr char kIncidentsOpen[] = "trainscope_incidents_open";
+// Per task of this node that an open incident holds (cluster, role, task) with its `incident`
+// id; the value is when the incident started (Unix seconds). The rules join it into the alerts
+// about the task, so that they carry the same `incident` label as the sidecar's own.
+inline constexpr char kTaskIncident[] = "trainscope_task_incident";
+inline constexpr char kLabelIncident[] = "incident";
 // With --state_dir: 1 while the sidecar's writes to its state store succeed, 0 while they fail
 // (a full disk): what it holds in memory is not lost, and is written once they succeed again.
 inline constexpr char kStateStoreOk[] = "trainscope_state_store_ok";

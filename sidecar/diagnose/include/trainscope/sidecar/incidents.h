@@ -63,6 +63,14 @@ struct IncidentsNow {
   int open = 0;
 };
 
+// The incident an alert about `task` ("role:index") names: the open one that holds it (the
+// newest, when two do), else, for a task cut off from `peers` that no incident holds (a ps
+// whose cut-off callers wait), the open link incident that names it or holds one of them; null:
+// none. The alerts a sidecar posts carry its id as the label `incident`, and
+// trainscope_task_incident names the same one, so that the rules' copies carry it too.
+const pb::Incident* OpenIncidentOf(const IncidentsNow& now, std::string_view task,
+                                   const std::vector<std::string>& peers = {});
+
 class IncidentBook {
  public:
   explicit IncidentBook(IncidentBookOptions options = {});

@@ -10,6 +10,11 @@
 // queue is bounded by the number of distinct alerts. A post that fails is retried with what is
 // newest; an unreachable Alertmanager is logged once per change (failing / working again) and
 // counted, never fatal.
+//
+// A task's alert carries the label `incident` (alerts.h), which appears with the incident, a
+// tick after the state: a new alert waits up to incident_wait_s for it, so that it is posted
+// once, with its incident. Once posted, an alert keeps the incident it was posted with (an
+// alert is keyed by its labels without `incident`): a changed label would be a second alert.
 
 #include <condition_variable>
 #include <cstdint>
@@ -36,6 +41,7 @@ struct NotifierOptions {
   double resend_interval_s = 10;
   double ttl_intervals = 4;  // endsAt of a firing alert = now + ttl_intervals * resend.
   double evaluate_interval_s = 1;
+  double incident_wait_s = 1;  // A task's new alert waits this long at most for its incident.
   int timeout_ms = 2000;     // Of one post's answer.
   size_t max_queued = 2000;  // Distinct alerts waiting per Alertmanager; more are dropped.
 };
@@ -68,7 +74,8 @@ class AlertNotifier {
 
  private:
   void Loop();
-  void Evaluate(double now);
+  // Posts what is due; returns when a held alert falls due (Unix seconds; 0: none held).
+  double Evaluate(double now);
 
   NotifierOptions options_;
   std::function<std::vector<FiringAlert>()> evaluate_;
@@ -78,7 +85,8 @@ class AlertNotifier {
     double first_seen = 0;
     double last_sent = 0;  // 0: not posted yet (held).
   };
-  std::map<std::string, Firing> firing_;  // By AlertKey; the loop's thread only.
+  // By AlertKey of the labels without `incident`; the loop's thread only.
+  std::map<std::string, Firing> firing_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool poked_ = false;
