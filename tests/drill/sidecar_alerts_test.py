@@ -9,9 +9,11 @@ thresholds) scrapes it and sends to the same Alertmanager. Checks, in order:
 
   1. no fault, nothing pages (10 s with every task up);
   2. kill -9 worker:1: TrainscopeTaskDead with exactly {alertname, cluster, role, task,
-     severity} reaches the webhook, posted by the sidecar (its generatorURL), long before the
-     rule's `for:` could fire; once Prometheus fires too, Alertmanager holds ONE such alert
-     (same labels, same fingerprint) in one group, and the webhook saw one group for it;
+     severity, incident} reaches the webhook, posted by the sidecar (its generatorURL), long
+     before the rule's `for:` could fire, and `incident` is the id of the sidecar's incident
+     with worker:1 as its cause; once Prometheus fires too (the rule joins the same id from
+     trainscope_task_incident), Alertmanager holds ONE such alert (same labels, same
+     fingerprint) in one group, and the webhook saw one group for it;
   3. worker:1 restarted: the alert resolves at the webhook;
   4. SIGSTOP ps:1: TrainscopeTaskHung from the sidecar; SIGCONT: resolved;
   5. worker:0 finishes (SIGUSR1, its state `done`; SIGTERM would be leaving): nothing pages about it;
@@ -39,7 +41,8 @@ from trainscope_testing.ports import free_port
 from trainscope_testing.web import http_get, http_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CONTRACT = {"alertname", "cluster", "role", "task", "severity"}
+# The rules' labels, and the incident that holds the task (the sidecar's and the rule's alike).
+CONTRACT = {"alertname", "cluster", "role", "task", "severity", "incident"}
 # Nobody answers here (TEST-NET-1, RFC 5737): a connect that hangs or fails at once.
 BLACKHOLE = "http://192.0.2.1:9093"
 
@@ -116,8 +119,16 @@ def expect_page(hook, t0, alertname, labels, sidecar_url, failures, timeout=30):
         failures.append(f"{alertname}: description lacks the sidecar's reason: "
                         f"{alert['annotations']}")
     log(f"  {alertname} {labels['role']}:{labels['task']} at the webhook {received - t0:.2f} s "
-        f"after the fault: {alert['annotations'].get('summary')}")
-    return received - t0
+        f"after the fault: {alert['annotations'].get('summary')} (incident "
+        f"{lab.get('incident')})")
+    return received - t0, lab.get("incident")
+
+
+def incident_of(sidecar, task):
+    """The id of the sidecar's open incident with `task` as its cause, or None."""
+    listed = http_json(f"http://{sidecar}/api/v1/incidents").get("incidents", [])
+    return next((i["id"] for i in listed if i.get("open")
+                 and i.get("cause", {}).get("task") == task), None)
 
 
 def check_one_alert(am, prom, labels, failures):
@@ -163,9 +174,14 @@ def run(args, work, failures):
         dead = {"cluster": CLUSTER, "role": "worker", "task": "1"}
         t0 = time.time()
         cluster.kill("worker:1")
-        times = {"dead": expect_page(hook, t0, "TrainscopeTaskDead", dead, sidecar_url,
-                                     failures)}
-        check_one_alert(am, prom, dict(dead, alertname="TrainscopeTaskDead"), failures)
+        times = {}
+        times["dead"], incident = expect_page(hook, t0, "TrainscopeTaskDead", dead, sidecar_url,
+                                              failures)
+        if incident != incident_of(sidecar, "worker:1"):
+            failures.append(f"the page names incident {incident}; the sidecar's incident of "
+                            f"worker:1 is {incident_of(sidecar, 'worker:1')}")
+        check_one_alert(am, prom, dict(dead, alertname="TrainscopeTaskDead", incident=incident),
+                        failures)
 
         log("3. worker:1 restarted: resolved")
         t_undo = time.time()
@@ -184,7 +200,8 @@ def run(args, work, failures):
         hung = {"cluster": CLUSTER, "role": "ps", "task": "1"}
         t0 = time.time()
         cluster.kill("ps:1", signal.SIGSTOP)
-        times["hung"] = expect_page(hook, t0, "TrainscopeTaskHung", hung, sidecar_url, failures)
+        times["hung"], _ = expect_page(hook, t0, "TrainscopeTaskHung", hung, sidecar_url,
+                                       failures)
         t_undo = time.time()
         cluster.kill("ps:1", signal.SIGCONT)
         hit = wait_for("resolved TrainscopeTaskHung", lambda: hook.find(

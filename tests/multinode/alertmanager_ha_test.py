@@ -11,6 +11,9 @@ shipped alertmanager.yml as trainscope_testing.monitoring (tests/py) renders it 
 cluster intervals (monitoring.argv_alertmanager: peer timeout 1 s, gossip 100 ms, push-pull
 5 s). No Prometheus: only the sidecars' first-hand alerts.
 
+  0. both up: n1 and n2 cut apart (ps:0 | worker:0). Each side's sidecar posts its own
+     TrainscopeTaskPartitioned, with the link's incident as a label: the webhook gets them in
+     ONE notification (grouped by incident), and nothing more for QUIET_S; healed: resolved.
   1. both up: kill -9 worker:1. TrainscopeTaskDead of worker:1 reaches the webhook exactly
      once (nothing more for QUIET_S after it: several peer timeouts and group intervals, and a
      re-post by the sidecars); worker:1 started again: resolved, also exactly once.
@@ -39,7 +42,7 @@ from trainscope_testing.waiting import wait_for
 
 log = logger("alertmanager_ha")
 
-DEADLINE_S = 150
+DEADLINE_S = 200
 NODES = (1, 2, 3)
 AMS = {"a": 4, "b": 5}  # name -> node
 HOOK_NODE = 4
@@ -102,6 +105,29 @@ class Pair:
                        for a in p.get("alerts", []))
         return out
 
+    def one_notification_per_incident(self, alertname, since, timeout=30):
+        """Waits for a firing notification of `alertname`, then QUIET_S more; asserts that its
+        alerts came in one notification (one POST), all with the same incident. Returns
+        (seconds after since, incident, the tasks paged for)."""
+        def posts():
+            return [(at, p) for at, p in monitoring.webhook_records(self.hook_file, since)
+                    if any(a["labels"].get("alertname") == alertname and a["status"] == "firing"
+                           for a in p.get("alerts", []))]
+        first = wait_for(f"{alertname} at the webhook", posts, timeout, interval=0.1)[0]
+        time.sleep(max(0.0, first[0] + QUIET_S - time.time()))
+        got = posts()
+        alerts = [a for _, p in got for a in p["alerts"]
+                  if a["labels"].get("alertname") == alertname]
+        incidents = {a["labels"].get("incident") for a in alerts}
+        assert len(incidents) == 1 and None not in incidents, f"incidents {incidents}"
+        assert len(got) == 1, (f"{alertname}: {len(got)} notifications for one incident, at "
+                               f"{[round(at - since, 1) for at, _ in got]} s: "
+                               f"{[[a['labels'] for a in p['alerts']] for _, p in got]}")
+        tasks = sorted({f"{a['labels']['role']}:{a['labels']['task']}" for a in alerts})
+        log(f"ok: {alertname}: one notification, {first[0] - since:.1f} s after, incident "
+            f"{incidents.pop()}, paging for {tasks}; nothing more in {QUIET_S} s")
+        return first[0] - since, tasks
+
     def exactly_once(self, what, task, status, since, timeout=30):
         """Waits for the notification of `task`'s TrainscopeTaskDead with `status`, then
         QUIET_S more; asserts it came once. Returns (seconds after since, sender)."""
@@ -139,6 +165,16 @@ def main():
             t.start()
             t.wait_training(60, log=log)
 
+            log("--- both Alertmanagers up: n1 (ps:0) and n2 (worker:0) cut apart")
+            tp = time.time()
+            c.cut(1, 2)
+            parted, sides = pair.one_notification_per_incident("TrainscopeTaskPartitioned", tp)
+            c.heal(1, 2)
+            wait_for("the partition resolved at the webhook", lambda: [
+                n for n in pair.notifications(tp) if n[1] == "resolved"
+                and n[2].get("alertname") == "TrainscopeTaskPartitioned"], 30)
+            t.wait_training(60, log=log)
+
             log("--- both Alertmanagers up: kill -9 worker:1")
             t0 = time.time()
             t.kill("worker:1")
@@ -157,10 +193,12 @@ def main():
             alone, sender2 = pair.exactly_once("worker:0 dead at the webhook", "worker:0",
                                                "firing", t2)
             assert sender2 == other, f"sent by {sender2}, which was killed"
-            pages = [n for n in pair.notifications() if n[1] == "firing"]
-            assert len(pages) == 2, f"two pages in all; got {[n[2] for n in pages]}"
-            log("ok: two pages in all")
+            pages = [n for n in pair.notifications() if n[1] == "firing"
+                     and n[2].get("alertname") == "TrainscopeTaskDead"]
+            assert len(pages) == 2, f"two dead pages in all; got {[n[2] for n in pages]}"
+            log("ok: two dead pages in all")
             log("fault -> webhook (seconds):")
+            log(f"  partition, one page     {parted:5.1f}  (for {', '.join(sides)})")
             log(f"  both Alertmanagers up   {both:5.1f}  (resolved {resolved:.1f} s after "
                 "the restart)")
             log(f"  one of them killed      {alone:5.1f}")

@@ -10,8 +10,9 @@ group_wait and group_interval; TrainscopePsLatencyHigh `for: 1m` -> 30s so that 
 is seen within the run, still after TrainscopePsSlow fires).
 
   1. partition: n1 and n2 cut apart (the switch drops their packets). The webhook gets
-     TrainscopeTaskPartitioned with exactly the contract's labels, naming worker:0 and ps:0;
-     healed: resolved.
+     TrainscopeTaskPartitioned with exactly the contract's labels, naming worker:0 and ps:0,
+     with the link's incident: every partition alert (each side's sidecar posts its own) comes
+     in ONE notification, grouped by that incident; healed: resolved.
   2. isolated node: n1's link down (it holds ps:0). The webhook gets TrainscopeNodeIsolated
      once, naming n1's node id, and nothing else: n1's TrainscopeSidecarDown fires in
      Prometheus and is inhibited in Alertmanager; TrainscopeTaskOnIsolatedNode of ps:0 (never
@@ -49,7 +50,7 @@ PROM, AM, HOOK = "127.0.0.1:9090", "127.0.0.1:9093", "127.0.0.1:9095"
 LATENCY_FOR = ("TrainscopePsLatencyHigh", "for: 1m", "for: 30s", "for 1m -> 30s")
 CONTRACT = {
     "TrainscopeTaskPartitioned": {"alertname", "cluster", "role", "task", "peer_role",
-                                  "peer_task", "severity"},
+                                  "peer_task", "severity", "incident"},
     "TrainscopeNodeIsolated": {"alertname", "cluster", "node", "severity"},
     "TrainscopePsSlow": {"alertname", "cluster", "role", "task", "severity"},
 }
@@ -157,6 +158,18 @@ class Drill:
                 sides = {f"{lab['role']}:{lab['task']}", f"{lab['peer_role']}:{lab['peer_task']}"}
                 assert sides == {"worker:0", "ps:0"}, f"partition names {sides}"
                 assert all(s in ann["summary"] and s in ann["description"] for s in sides), ann
+            time.sleep(6)  # group_wait (3 s) and a few group_intervals (1 s here): any more
+            posts = [p for _, p in monitoring.webhook_records(self.hook_file, t0) if any(
+                a["labels"].get("alertname") == "TrainscopeTaskPartitioned"
+                and a["status"] == "firing" for a in p.get("alerts", []))]
+            alerts = [a for p in posts for a in p["alerts"]
+                      if a["labels"].get("alertname") == "TrainscopeTaskPartitioned"]
+            incidents = {a["labels"].get("incident") for a in alerts}
+            assert len(incidents) == 1 and None not in incidents, f"incidents {incidents}"
+            assert len(posts) == 1, (f"one notification for the partition's incident; got "
+                                     f"{len(posts)}: {[p.get('groupKey') for p in posts]}")
+            sides = sorted({f"{a['labels']['role']}:{a['labels']['task']}" for a in alerts})
+            log(f"ok: one notification, incident {incidents.pop()}, paging for {sides}")
         self.scenario("partition n1|n2", "TrainscopeTaskPartitioned",
                       lambda lab: {lab.get("task"), lab.get("peer_task")} == {"0"},
                       lambda: self.c.cut(1, 2, how="drop"), lambda: self.c.heal(1, 2),

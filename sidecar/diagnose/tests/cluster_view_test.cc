@@ -279,6 +279,29 @@ TEST_F(ClusterViewTest, PartitionNamesBothSidesAndNeitherIsDeadOrHung) {
   pb::TaskList list = ToTaskList("c", view, false);
   ASSERT_EQ(list.partitions_size(), 1);
   EXPECT_EQ(list.partitions(0).a(), "worker:0");
+
+  // The link's incident holds worker:0 (on n2); ps:0, this node's, names it through its cut-off
+  // caller (the rules join it into ps:0's partition alert); no other task is named.
+  ServeStats stats;
+  auto now = std::make_shared<IncidentsNow>();
+  pb::Incident link;
+  link.set_id("inc-00000000001c");
+  link.set_open(true);
+  link.set_started(97.5);
+  link.mutable_cause()->set_kind("link");
+  link.mutable_cause()->set_node("n1:4317");
+  link.mutable_cause()->set_peer("n2:4317");
+  link.add_affected()->set_task("worker:0");
+  now->incidents = {link};
+  now->goodput.set_cluster("c");
+  stats.incidents = now;
+  const std::string text = RenderMetrics({}, local_, stats, view);
+  EXPECT_NE(text.find("trainscope_task_incident{cluster=\"c\",role=\"ps\",task=\"0\","
+                      "incident=\"inc-00000000001c\"} 97.5"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("trainscope_task_incident{cluster=\"c\",role=\"worker\""),
+            std::string::npos);
 }
 
 // The view is n1's (ps:0's node); worker:0 on n2 fails to reach ps:0 over the network.

@@ -168,8 +168,8 @@ void AddApiFamilies(const ServeStats& stats, std::vector<MetricFamily>& out) {
 // The ledger of this node's workers (each worker's seconds counted by its own node's sidecar
 // only, so sums over sidecars count each once), the seconds lost by incident kind and the
 // incidents open, as this node sees the cluster.
-void AddLedgerFamilies(const std::vector<TaskView>& local, const IncidentsNow* now,
-                       std::vector<MetricFamily>& out) {
+void AddLedgerFamilies(const std::vector<TaskView>& local, const ClusterView& view,
+                       const IncidentsNow* now, std::vector<MetricFamily>& out) {
   auto seconds = MakeFamily(names::kTrainingSeconds,
                             "Seconds of each worker and chief of this node, by outcome: "
                             "productive, waiting (held by an incident), down, redone, idle.",
@@ -188,7 +188,13 @@ void AddLedgerFamilies(const std::vector<TaskView>& local, const IncidentsNow* n
   if (now != nullptr) {
     const std::string& cluster = now->goodput.cluster();
     for (const TaskView& v : local) {
-      if (const pb::Incident* in = OpenIncidentOf(*now, v.task.ShortName(), v.partitioned_from)) {
+      // Partitions are the cluster view's (a ps cut off from its callers names their incident).
+      const std::vector<std::string>* peers = nullptr;
+      for (const TaskView& c : view.tasks) {
+        if (c.task == v.task) peers = &c.partitioned_from;
+      }
+      if (const pb::Incident* in =
+              OpenIncidentOf(*now, v.task.ShortName(), peers ? *peers : v.partitioned_from)) {
         auto labels = telemetry::TaskLabels(cluster, v.task);
         labels.push_back({std::string(names::kLabelIncident), in->id()});
         AddMetric(held, labels).gauge.value = in->started();
@@ -238,7 +244,7 @@ std::string RenderMetrics(std::vector<MetricFamily> observed, const std::vector<
   AddClusterFamilies(local, cluster, out);
   AddAlertFamilies(stats, out);
   AddApiFamilies(stats, out);
-  AddLedgerFamilies(local, stats.incidents.get(), out);
+  AddLedgerFamilies(local, cluster, stats.incidents.get(), out);
   AddStoreFamily(stats, cluster.cluster, out);
   telemetry::AddProcessFamilies(&out);  // The one process collector, shared with the runtime.
   std::ostringstream text;
