@@ -1021,10 +1021,28 @@ class Bench:
                 print(f"  episode {r[0]} ({r[1]}): {r[2]}" + (f" at +{r[3]:.1f} s" if
                                                              len(r) > 3 else ""))
         ok &= not self.false_pages
+        self.report_notifications()
         untrained = [f for f in self.done if f.training_s is None]
         if untrained:
             print("no training again after: " + ", ".join(map(str, untrained)))
         return ok and not untrained
+
+    def report_notifications(self):
+        """How many notifications (webhook POSTs) paged for each paged fault, from its start to
+        a second after its undo: one per incident is the goal (docs/alerts.md, "One page per
+        fault"). A flap may page again once resolved. Printed, not checked:
+        multinode_alertmanager_ha checks that a partition's two sides come as one."""
+        posts = monitoring.webhook_records(self.hook_file, 0)
+        counts = {}
+        for f in self.done:
+            if not f.page or getattr(f, "undone_wall", None) is None:
+                continue
+            counts[f] = sum(1 for at, p in posts if f.t0_wall <= at <= f.undone_wall + 1 and any(
+                a.get("status") == "firing" and self.page_matches(f, a["labels"])
+                for a in p.get("alerts", [])))
+        more = [f for f, n in counts.items() if n > 1]
+        print(f"notifications per paged fault: {len(counts) - len(more)} of {len(counts)} in "
+              f"one" + "".join(f"; {f}: {counts[f]}" for f in more))
 
     def episodes_with(self, kind):
         return {f.episode for f in self.done if f.name == kind}

@@ -173,7 +173,13 @@ std::string IncidentsTable(const pb::IncidentList& list, double now_unix, int wi
   if (list.incidents_size() > 0) {
     absl::StrAppend(&out, list.incidents_size(), " incident(s), ", open, " open\n");
   }
-  return out + GoodputLine(list.goodput());
+  out += GoodputLine(list.goodput());
+  if (!list.store_error().empty()) {  // A full disk: said, as the page says it.
+    absl::StrAppend(&out, Wrapped(absl::StrCat("NOT KEPT ON DISK: ",
+                                               Printable(list.store_error(), 600)),
+                                  width, "    "));
+  }
+  return out;
 }
 
 std::string TimelineText(const pb::Incident& in) {

@@ -211,6 +211,15 @@ TEST(IncidentText, TheTableFitsAHundredColumnsAndEndsWithTheGoodput) {
   EXPECT_NE(text.find("cause:    task worker:0 on node n1"), std::string::npos) << text;
   EXPECT_NE(text.find("snapshot worker:0 (1 threads)"), std::string::npos) << text;
   EXPECT_NE(IncidentsTable(pb::IncidentList(), kNow).find("no incidents"), std::string::npos);
+
+  // The sidecar cannot write its store (a full disk): the table ends by saying so.
+  list.set_store_error("state store /var/lib/trainscope/trainscope-state.db: database or disk is full");
+  const std::string full = IncidentsTable(list, kNow);
+  EXPECT_NE(full.find("NOT KEPT ON DISK: state store /var/lib/trainscope/trainscope-state.db: "
+                      "database or disk"),
+            std::string::npos)
+      << full;
+  EXPECT_EQ(table.find("NOT KEPT"), std::string::npos);
 }
 
 }  // namespace

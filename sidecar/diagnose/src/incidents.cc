@@ -647,23 +647,34 @@ IncidentsNow IncidentBook::Now(const std::string& cluster) const {
   return now;
 }
 
-const pb::Incident* OpenIncidentOf(const IncidentsNow& now, std::string_view task,
-                                   const std::vector<std::string>& peers) {
-  auto holds = [](const pb::Incident& in, std::string_view t) {
-    for (const pb::AffectedTask& a : in.affected()) {
-      if (a.task() == t && a.until() == 0) return true;
-    }
-    return false;
-  };
+const pb::Incident* OpenIncidentOf(const IncidentsNow& now, std::string_view task) {
   for (const pb::Incident& in : now.incidents) {  // Open ones are newest first.
-    if (in.open() && holds(in, task)) return &in;
+    if (!in.open()) continue;
+    for (const pb::AffectedTask& t : in.affected()) {
+      if (t.task() == task && t.until() == 0) return &in;
+    }
   }
-  if (peers.empty()) return nullptr;
+  return nullptr;
+}
+
+const pb::Incident* OpenLinkIncident(const IncidentsNow& now, const ClusterView& view,
+                                     const TaskRef& a, const TaskRef& b) {
+  const PartitionInfo* p = nullptr;
+  for (const PartitionInfo& q : view.partitions) {
+    if ((q.a == a && q.b == b) || (q.a == b && q.b == a)) p = &q;
+  }
+  if (p == nullptr) return nullptr;
+  const std::set<std::string> ends_a = {p->a.ShortName(), p->a_node};
+  const std::set<std::string> ends_b = {p->b.ShortName(), p->b_node};
   for (const pb::Incident& in : now.incidents) {
     if (!in.open() || in.cause().kind() != "link") continue;
-    if (in.cause().task() == task || in.cause().peer() == task) return &in;
-    for (const std::string& peer : peers) {
-      if (holds(in, peer)) return &in;
+    const pb::IncidentCause& c = in.cause();
+    auto names = [&c](const std::set<std::string>& ends) {
+      return (!c.task().empty() && ends.count(c.task())) ||
+             (!c.node().empty() && ends.count(c.node()));
+    };
+    if ((names(ends_a) && ends_b.count(c.peer())) || (names(ends_b) && ends_a.count(c.peer()))) {
+      return &in;
     }
   }
   return nullptr;

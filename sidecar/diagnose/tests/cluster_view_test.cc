@@ -280,8 +280,8 @@ TEST_F(ClusterViewTest, PartitionNamesBothSidesAndNeitherIsDeadOrHung) {
   ASSERT_EQ(list.partitions_size(), 1);
   EXPECT_EQ(list.partitions(0).a(), "worker:0");
 
-  // The link's incident holds worker:0 (on n2); ps:0, this node's, names it through its cut-off
-  // caller (the rules join it into ps:0's partition alert); no other task is named.
+  // The link's incident (n1 <-> n2) names ps:0's partition series, which the rule keeps: the
+  // same incident as the sidecar's own alert. The incident holds worker:0 (on n2), not ps:0.
   ServeStats stats;
   auto now = std::make_shared<IncidentsNow>();
   pb::Incident link;
@@ -296,12 +296,11 @@ TEST_F(ClusterViewTest, PartitionNamesBothSidesAndNeitherIsDeadOrHung) {
   now->goodput.set_cluster("c");
   stats.incidents = now;
   const std::string text = RenderMetrics({}, local_, stats, view);
-  EXPECT_NE(text.find("trainscope_task_incident{cluster=\"c\",role=\"ps\",task=\"0\","
-                      "incident=\"inc-00000000001c\"} 97.5"),
+  EXPECT_NE(text.find("trainscope_task_partition{cluster=\"c\",role=\"ps\",task=\"0\","
+                      "peer_role=\"worker\",peer_task=\"0\",incident=\"inc-00000000001c\"} 1"),
             std::string::npos)
       << text;
-  EXPECT_EQ(text.find("trainscope_task_incident{cluster=\"c\",role=\"worker\""),
-            std::string::npos);
+  EXPECT_EQ(text.find("trainscope_task_incident{"), std::string::npos) << text;
 }
 
 // The view is n1's (ps:0's node); worker:0 on n2 fails to reach ps:0 over the network.

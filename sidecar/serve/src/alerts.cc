@@ -148,23 +148,26 @@ std::string Rfc3339(double unix_seconds) {
                          static_cast<int>((unix_seconds - whole) * 1000));
 }
 
-// The open incident that holds the alert's task (or names its node as the cause); null: none.
-const pb::Incident* IncidentOf(const FiringAlert& a, const IncidentsNow& now) {
-  auto role = a.labels.find("role");
-  auto task = a.labels.find("task");
-  if (role != a.labels.end() && task != a.labels.end()) {
-    auto peer_role = a.labels.find("peer_role");
-    auto peer_task = a.labels.find("peer_task");
-    std::vector<std::string> peers;
-    if (peer_role != a.labels.end() && peer_task != a.labels.end()) {
-      peers.push_back(absl::StrCat(peer_role->second, ":", peer_task->second));
-    }
-    return OpenIncidentOf(now, absl::StrCat(role->second, ":", task->second), peers);
+// The open incident an alert names: a partition's, the link incident between its two tasks;
+// a task's, the one that holds it; a node's, the one that names the node as its cause; null:
+// none.
+const pb::Incident* IncidentOf(const FiringAlert& a, const ClusterView& view,
+                               const IncidentsNow& now) {
+  auto label = [&a](const char* key) {
+    auto it = a.labels.find(key);
+    return it == a.labels.end() ? std::string() : it->second;
+  };
+  if (!label("peer_role").empty()) {
+    auto task = ParseTaskRef(absl::StrCat(label("role"), ":", label("task")));
+    auto peer = ParseTaskRef(absl::StrCat(label("peer_role"), ":", label("peer_task")));
+    return task.ok() && peer.ok() ? OpenLinkIncident(now, view, *task, *peer) : nullptr;
   }
-  auto node = a.labels.find("node");
-  if (node == a.labels.end()) return nullptr;
+  if (!label("task").empty()) {
+    return OpenIncidentOf(now, absl::StrCat(label("role"), ":", label("task")));
+  }
+  const std::string node = label("node");
   for (const pb::Incident& in : now.incidents) {
-    if (in.open() && in.cause().kind() == "node" && in.cause().node() == node->second) return &in;
+    if (in.open() && in.cause().kind() == "node" && in.cause().node() == node) return &in;
   }
   return nullptr;
 }
@@ -179,7 +182,7 @@ std::vector<FiringAlert> FirstHandAlerts(const ClusterView& view, const AlertCon
   }
   if (context.incidents == nullptr) return out;
   for (FiringAlert& a : out) {
-    const pb::Incident* in = IncidentOf(a, *context.incidents);
+    const pb::Incident* in = IncidentOf(a, view, *context.incidents);
     if (in == nullptr) continue;
     // A task's alert carries the id as a label too: Alertmanager groups by it (one notification
     // per incident), and the rules join it from trainscope_task_incident (the same alert from

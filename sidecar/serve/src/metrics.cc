@@ -90,7 +90,7 @@ void AddWorkerPsMap(const std::vector<TaskView>& local, const ClusterView& clust
 
 // What only the cluster view tells about this node's tasks and about this node.
 void AddClusterFamilies(const std::vector<TaskView>& local, const ClusterView& cluster,
-                        std::vector<MetricFamily>& out) {
+                        const IncidentsNow* incidents, std::vector<MetricFamily>& out) {
   std::map<TaskRef, const TaskView*> by_task;
   for (const TaskView& v : cluster.tasks) by_task[v.task] = &v;
   auto partitioned = MakeFamily(names::kTaskPartitioned,
@@ -112,6 +112,11 @@ void AddClusterFamilies(const std::vector<TaskView>& local, const ClusterView& c
       auto labels = telemetry::TaskLabels(v.cluster, v.task);
       labels.push_back({std::string(names::kLabelPeerRole), ref->role});
       labels.push_back({std::string(names::kLabelPeerTask), std::to_string(ref->index)});
+      // The partition's incident, as the sidecar's own alert names it: the rule keeps it.
+      if (const pb::Incident* in =
+              incidents ? OpenLinkIncident(*incidents, cluster, v.task, *ref) : nullptr) {
+        labels.push_back({std::string(names::kLabelIncident), in->id()});
+      }
       AddMetric(pairs, labels).gauge.value = 1;
     }
   }
@@ -168,8 +173,8 @@ void AddApiFamilies(const ServeStats& stats, std::vector<MetricFamily>& out) {
 // The ledger of this node's workers (each worker's seconds counted by its own node's sidecar
 // only, so sums over sidecars count each once), the seconds lost by incident kind and the
 // incidents open, as this node sees the cluster.
-void AddLedgerFamilies(const std::vector<TaskView>& local, const ClusterView& view,
-                       const IncidentsNow* now, std::vector<MetricFamily>& out) {
+void AddLedgerFamilies(const std::vector<TaskView>& local, const IncidentsNow* now,
+                       std::vector<MetricFamily>& out) {
   auto seconds = MakeFamily(names::kTrainingSeconds,
                             "Seconds of each worker and chief of this node, by outcome: "
                             "productive, waiting (held by an incident), down, redone, idle.",
@@ -188,13 +193,7 @@ void AddLedgerFamilies(const std::vector<TaskView>& local, const ClusterView& vi
   if (now != nullptr) {
     const std::string& cluster = now->goodput.cluster();
     for (const TaskView& v : local) {
-      // Partitions are the cluster view's (a ps cut off from its callers names their incident).
-      const std::vector<std::string>* peers = nullptr;
-      for (const TaskView& c : view.tasks) {
-        if (c.task == v.task) peers = &c.partitioned_from;
-      }
-      if (const pb::Incident* in =
-              OpenIncidentOf(*now, v.task.ShortName(), peers ? *peers : v.partitioned_from)) {
+      if (const pb::Incident* in = OpenIncidentOf(*now, v.task.ShortName())) {
         auto labels = telemetry::TaskLabels(cluster, v.task);
         labels.push_back({std::string(names::kLabelIncident), in->id()});
         AddMetric(held, labels).gauge.value = in->started();
@@ -241,10 +240,10 @@ void AddStoreFamily(const ServeStats& stats, const std::string& cluster,
 std::string RenderMetrics(std::vector<MetricFamily> observed, const std::vector<TaskView>& local,
                           const ServeStats& stats, const ClusterView& cluster) {
   std::vector<MetricFamily> out = std::move(observed);
-  AddClusterFamilies(local, cluster, out);
+  AddClusterFamilies(local, cluster, stats.incidents.get(), out);
   AddAlertFamilies(stats, out);
   AddApiFamilies(stats, out);
-  AddLedgerFamilies(local, cluster, stats.incidents.get(), out);
+  AddLedgerFamilies(local, stats.incidents.get(), out);
   AddStoreFamily(stats, cluster.cluster, out);
   telemetry::AddProcessFamilies(&out);  // The one process collector, shared with the runtime.
   std::ostringstream text;

@@ -143,33 +143,48 @@ TEST(FirstHandAlerts, AnAlertCarriesTheOpenIncidentThatHoldsItsTask) {
   EXPECT_EQ(without[0].annotations.count("incident"), 0u);
 }
 
-// A partition's two sides page as one incident: the caller is what the link's incident holds;
-// the ps it cannot reach (it serves others, so no incident holds it) names the same incident
-// through its peer. A node's alert keeps its incident as an annotation only.
+// A partition's two sides page as one incident, the link's, whatever else holds a side: here a
+// slow ps's incident holds worker:0 too. The ps it cannot reach is held by none (it serves the
+// others). A dead or hung task's alert names what holds the task.
 TEST(FirstHandAlerts, BothSidesOfAPartitionNameTheLinksIncident) {
   ClusterView view;
   TaskView worker = View("worker", 0, TaskState::kBlocked);
   worker.partitioned_from = {"ps:0"};
   TaskView ps = View("ps", 0, TaskState::kUp);
   ps.partitioned_from = {"worker:0"};
-  view.tasks = {worker, ps};
-  view.local = {{"worker", 0}, {"ps", 0}};
+  view.tasks = {worker, ps, View("ps", 1, TaskState::kHung)};
+  view.local = {{"worker", 0}, {"ps", 0}, {"ps", 1}};
+  PartitionInfo cut;
+  cut.a = {"worker", 0};
+  cut.b = {"ps", 0};
+  cut.a_node = "b:4317";
+  cut.b_node = "a:4317";
+  view.partitions = {cut};
   auto now = std::make_shared<IncidentsNow>();
+  pb::Incident slow;
+  slow.set_id("inc-0000000000d0");
+  slow.set_open(true);
+  slow.mutable_cause()->set_kind("task");
+  slow.mutable_cause()->set_task("ps:1");
+  slow.add_affected()->set_task("ps:1");
+  slow.add_affected()->set_task("worker:0");
   pb::Incident link;
   link.set_id("inc-00000000001c");
   link.set_open(true);
   link.mutable_cause()->set_kind("link");
   link.mutable_cause()->set_node("a:4317");
   link.mutable_cause()->set_peer("b:4317");
-  link.add_affected()->set_task("worker:0");
-  now->incidents = {link};
+  now->incidents = {slow, link};
   const auto alerts = FirstHandAlerts(view, {"c", "http://me:9400/", now});
-  ASSERT_EQ(alerts.size(), 2u);
+  ASSERT_EQ(alerts.size(), 3u);
   for (const FiringAlert& a : alerts) {
-    EXPECT_EQ(a.labels.at("alertname"), "TrainscopeTaskPartitioned");
-    EXPECT_EQ(a.labels.at("incident"), "inc-00000000001c") << a.labels.at("role");
+    const bool partition = a.labels.at("alertname") == "TrainscopeTaskPartitioned";
+    EXPECT_EQ(a.labels.at("incident"), partition ? "inc-00000000001c" : "inc-0000000000d0")
+        << a.labels.at("alertname") << " " << a.labels.at("role") << ":" << a.labels.at("task");
   }
-  EXPECT_EQ(OpenIncidentOf(*now, "ps:0"), nullptr);  // No incident holds ps:0 itself.
+  EXPECT_EQ(OpenIncidentOf(*now, "ps:0"), nullptr);
+  EXPECT_EQ(OpenLinkIncident(*now, view, {"ps", 0}, {"worker", 0})->id(), "inc-00000000001c");
+  EXPECT_EQ(OpenLinkIncident(*now, view, {"ps", 1}, {"worker", 0}), nullptr);  // No partition.
 }
 
 TEST(FirstHandAlerts, NothingWhenHealthyOrDone) {

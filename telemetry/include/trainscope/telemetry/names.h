@@ -129,7 +129,7 @@ inline constexpr char kTaskUp[] = "trainscope_task_up";
 // each other; 0 otherwise. Each sidecar exports it for its own node's tasks only.
 inline constexpr char kTaskPartitioned[] = "trainscope_task_partitioned";
 // 1 per (task, peer) pair of a partition, exported by the sidecar of `task` while it lasts
-// (labels peer_role, peer_task).
+// (labels peer_role, peer_task; and incident, the link's incident, once it is open).
 inline constexpr char kTaskPartition[] = "trainscope_task_partition";
 // The worker x ps map, for this node's callers: the recent latency (10 s median) of their
 // slowest edges to a ps, at most 5 series (labels peer_role, peer_task).
@@ -243,8 +243,8 @@ inline constexpr char kLabelKind[] = "kind";
 // Incidents open now (one per root cause), as this sidecar sees the cluster.
 inline constexpr char kIncidentsOpen[] = "trainscope_incidents_open";
 // Per task of this node that an open incident holds (cluster, role, task) with its `incident`
-// id; the value is when the incident started (Unix seconds). The rules join it into the alerts
-// about the task, so that they carry the same `incident` label as the sidecar's own.
+// id; the value is when the incident started (Unix seconds). The rules join it into the dead
+// and hung alerts, so that they carry the same `incident` label as the sidecar's own.
 inline constexpr char kTaskIncident[] = "trainscope_task_incident";
 inline constexpr char kLabelIncident[] = "incident";
 // With --state_dir: 1 while the sidecar's writes to its state store succeed, 0 while they fail

@@ -63,13 +63,17 @@ struct IncidentsNow {
   int open = 0;
 };
 
-// The incident an alert about `task` ("role:index") names: the open one that holds it (the
-// newest, when two do), else, for a task cut off from `peers` that no incident holds (a ps
-// whose cut-off callers wait), the open link incident that names it or holds one of them; null:
-// none. The alerts a sidecar posts carry its id as the label `incident`, and
+// The open incident that holds `task` ("role:index") now, the newest when two do; null: none.
+// The dead and hung alerts a sidecar posts carry its id as the label `incident`, and
 // trainscope_task_incident names the same one, so that the rules' copies carry it too.
-const pb::Incident* OpenIncidentOf(const IncidentsNow& now, std::string_view task,
-                                   const std::vector<std::string>& peers = {});
+const pb::Incident* OpenIncidentOf(const IncidentsNow& now, std::string_view task);
+
+// The open incident of the partition between `a` and `b` (either way round in `view`): the link
+// incident whose cause names both sides, as tasks or as their nodes; null: none. A partition's
+// alerts from both sides, and trainscope_task_partition, carry its id, whatever else holds the
+// tasks (a worker behind a slow ps as well).
+const pb::Incident* OpenLinkIncident(const IncidentsNow& now, const ClusterView& view,
+                                     const TaskRef& a, const TaskRef& b);
 
 class IncidentBook {
  public:
