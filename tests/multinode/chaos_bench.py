@@ -1033,16 +1033,20 @@ class Bench:
         fault"). A flap may page again once resolved. Printed, not checked:
         multinode_alertmanager_ha checks that a partition's two sides come as one."""
         posts = monitoring.webhook_records(self.hook_file, 0)
-        counts = {}
+        got = {}
         for f in self.done:
             if not f.page or getattr(f, "undone_wall", None) is None:
                 continue
-            counts[f] = sum(1 for at, p in posts if f.t0_wall <= at <= f.undone_wall + 1 and any(
-                a.get("status") == "firing" and self.page_matches(f, a["labels"])
-                for a in p.get("alerts", [])))
-        more = [f for f, n in counts.items() if n > 1]
-        print(f"notifications per paged fault: {len(counts) - len(more)} of {len(counts)} in "
-              f"one" + "".join(f"; {f}: {counts[f]}" for f in more))
+            got[f] = [(at, a) for at, p in posts if f.t0_wall <= at <= f.undone_wall + 1
+                      for a in p.get("alerts", [])[:1] if any(
+                          b.get("status") == "firing" and self.page_matches(f, b["labels"])
+                          for b in p.get("alerts", []))]
+        more = [f for f, n in got.items() if len(n) > 1]
+        print(f"notifications per paged fault: {len(got) - len(more)} of {len(got)} in one")
+        for f in more:  # When each came, and its incident, as its first alert says
+            print(f"  {f}: " + ", ".join(
+                f"+{at - f.t0_wall:.2f} s {a['labels'].get('incident', 'no incident')} "
+                f"({a.get('generatorURL', '?')[:32]})" for at, a in got[f]))
 
     def episodes_with(self, kind):
         return {f.episode for f in self.done if f.name == kind}

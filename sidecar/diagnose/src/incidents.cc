@@ -649,10 +649,7 @@ IncidentsNow IncidentBook::Now(const std::string& cluster) const {
 
 const pb::Incident* OpenIncidentOf(const IncidentsNow& now, std::string_view task) {
   for (const pb::Incident& in : now.incidents) {  // Open ones are newest first.
-    if (!in.open()) continue;
-    for (const pb::AffectedTask& t : in.affected()) {
-      if (t.task() == task && t.until() == 0) return &in;
-    }
+    if (in.open() && in.cause().kind() == "task" && in.cause().task() == task) return &in;
   }
   return nullptr;
 }

@@ -149,8 +149,8 @@ std::string Rfc3339(double unix_seconds) {
 }
 
 // The open incident an alert names: a partition's, the link incident between its two tasks;
-// a task's, the one that holds it; a node's, the one that names the node as its cause; null:
-// none.
+// a dead or hung task's, the one it is the cause of; a node's, the one that names the node as
+// its cause; null: none.
 const pb::Incident* IncidentOf(const FiringAlert& a, const ClusterView& view,
                                const IncidentsNow& now) {
   auto label = [&a](const char* key) {

@@ -187,8 +187,8 @@ void AddLedgerFamilies(const std::vector<TaskView>& local, const IncidentsNow* n
                          "Incidents open now, one per root cause, as this sidecar sees it.",
                          MetricType::Gauge);
   auto held = MakeFamily(names::kTaskIncident,
-                         "Per task of this node an open incident holds: its id (label incident); "
-                         "the value is when it started, Unix seconds.",
+                         "Per task of this node that is the cause of an open incident: its id "
+                         "(label incident); the value is when it started, Unix seconds.",
                          MetricType::Gauge);
   if (now != nullptr) {
     const std::string& cluster = now->goodput.cluster();

@@ -63,9 +63,10 @@ struct IncidentsNow {
   int open = 0;
 };
 
-// The open incident that holds `task` ("role:index") now, the newest when two do; null: none.
-// The dead and hung alerts a sidecar posts carry its id as the label `incident`, and
-// trainscope_task_incident names the same one, so that the rules' copies carry it too.
+// The open incident whose cause is `task` ("role:index") itself; null: none. The dead and hung
+// alerts a sidecar posts carry its id as the label `incident`, and trainscope_task_incident
+// names the same one, so that the rules' copies carry it too. Not an incident that merely holds
+// the task: a worker stopped while blocked on a dead ps is its own incident, not the ps's.
 const pb::Incident* OpenIncidentOf(const IncidentsNow& now, std::string_view task);
 
 // The open incident of the partition between `a` and `b` (either way round in `view`): the link
