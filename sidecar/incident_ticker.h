@@ -54,7 +54,7 @@ class IncidentTicker {
   std::condition_variable cv_;
   bool stopping_ = false;
   double last_persist_ = 0;  // Monotonic seconds.
-  std::string held_;          // Open incidents' ids and held tasks, as of the last tick.
+  std::string held_;         // Open incidents' ids and held tasks, as of the last tick.
   std::shared_ptr<const IncidentsNow> now_;
   std::thread thread_;
 };

@@ -175,9 +175,9 @@ std::string IncidentsTable(const pb::IncidentList& list, double now_unix, int wi
   }
   out += GoodputLine(list.goodput());
   if (!list.store_error().empty()) {  // A full disk: said, as the page says it.
-    absl::StrAppend(&out, Wrapped(absl::StrCat("NOT KEPT ON DISK: ",
-                                               Printable(list.store_error(), 600)),
-                                  width, "    "));
+    absl::StrAppend(
+        &out, Wrapped(absl::StrCat("NOT KEPT ON DISK: ", Printable(list.store_error(), 600)), width,
+                      "    "));
   }
   return out;
 }

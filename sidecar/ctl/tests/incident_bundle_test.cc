@@ -213,7 +213,8 @@ TEST(IncidentText, TheTableFitsAHundredColumnsAndEndsWithTheGoodput) {
   EXPECT_NE(IncidentsTable(pb::IncidentList(), kNow).find("no incidents"), std::string::npos);
 
   // The sidecar cannot write its store (a full disk): the table ends by saying so.
-  list.set_store_error("state store /var/lib/trainscope/trainscope-state.db: database or disk is full");
+  list.set_store_error(
+      "state store /var/lib/trainscope/trainscope-state.db: database or disk is full");
   const std::string full = IncidentsTable(list, kNow);
   EXPECT_NE(full.find("NOT KEPT ON DISK: state store /var/lib/trainscope/trainscope-state.db: "
                       "database or disk"),

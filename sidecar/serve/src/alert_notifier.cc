@@ -242,7 +242,7 @@ double AlertNotifier::Evaluate(double now) {
     auto [it, added] = firing_.try_emplace(key, Firing{a, now, 0});
     Firing& f = it->second;
     if (!added) {
-      a.starts_at = f.alert.starts_at;  // The first one stands.
+      a.starts_at = f.alert.starts_at;                 // The first one stands.
       if (f.last_sent > 0) a.labels = f.alert.labels;  // As posted, incident included.
       f.alert = std::move(a);
     }

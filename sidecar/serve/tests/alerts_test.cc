@@ -6,8 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "nlohmann/json.hpp"
 #include "trainscope/sidecar/alert_notifier.h"
@@ -280,184 +285,145 @@ class FakeAlertmanager {
   std::vector<nlohmann::json> posts_;
 };
 
-TEST(AlertNotifier, PostsResendsAndResolvesPastAnUnreachableAlertmanager) {
-  FakeAlertmanager am;
-  std::mutex mu;
-  std::vector<FiringAlert> failing;
-  NotifierOptions o;
-  o.urls = *AlertNotifier::ParseUrls({am.url() + ",127.0.0.1:1"});  // Port 1: refused.
-  o.generator_url = "http://me/";
-  o.resend_interval_s = 1;
-  o.evaluate_interval_s = 0.2;
-  AlertNotifier notifier(o, [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return failing;
-  });
-  notifier.Start();
-  FiringAlert dead;
-  dead.labels = {{"alertname", "TrainscopeTaskDead"}, {"task", "1"}};
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    failing = {dead};
+// A notifier posting to a FakeAlertmanager, evaluating what Set() last said is failing.
+class NotifierRig {
+ public:
+  // `configure` adjusts the options (urls: the fake Alertmanager's) before the notifier starts.
+  explicit NotifierRig(const std::function<void(NotifierOptions&)>& configure) {
+    NotifierOptions o;
+    o.urls = *AlertNotifier::ParseUrls({am.url()});
+    configure(o);
+    notifier = std::make_unique<AlertNotifier>(o, [this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      return failing_;
+    });
+    notifier->Start();
   }
-  notifier.Poke();
+  ~NotifierRig() { notifier->Stop(); }
+
+  // Says what fails now; `poke`: evaluated at once, as on a state change.
+  void Set(std::vector<FiringAlert> alerts, bool poke = true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      failing_ = std::move(alerts);
+    }
+    if (poke) notifier->Poke();
+  }
+
+  FakeAlertmanager am;
+  std::unique_ptr<AlertNotifier> notifier;
+
+ private:
+  std::mutex mu_;
+  std::vector<FiringAlert> failing_;
+};
+
+FiringAlert Alert(std::map<std::string, std::string> labels) {
+  FiringAlert a;
+  a.labels = std::move(labels);
+  return a;
+}
+
+TEST(AlertNotifier, PostsResendsAndResolvesPastAnUnreachableAlertmanager) {
+  NotifierRig rig([](NotifierOptions& o) {
+    o.urls.push_back(*AlertNotifier::ParseUrls({"127.0.0.1:1"})->begin());  // Port 1: refused.
+    o.generator_url = "http://me/";
+    o.resend_interval_s = 1;
+    o.evaluate_interval_s = 0.2;
+    o.incident_wait_s = 0;
+  });
+  FakeAlertmanager& am = rig.am;
+  rig.Set({Alert({{"alertname", "TrainscopeTaskDead"}, {"task", "1"}})});
   ASSERT_TRUE(am.WaitFor(1));
   EXPECT_EQ(am.posts()[0][0]["labels"]["task"], "1");
   ASSERT_TRUE(am.WaitFor(2));  // Sent again while it lasts.
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    failing.clear();
-  }
-  notifier.Poke();
+  rig.Set({});
   const size_t before = am.posts().size();
   ASSERT_TRUE(am.WaitFor(before + 1));
   const nlohmann::json last = am.posts().back()[0];
   EXPECT_EQ(last["labels"]["task"], "1");
   EXPECT_LT(last["endsAt"].get<std::string>(), am.posts()[0][0]["endsAt"].get<std::string>());
-  NotifierStats s = notifier.stats();
+  NotifierStats s = rig.notifier->stats();
   EXPECT_GE(s.sent, 3);
   EXPECT_GE(s.failed, 1);  // The refused one, counted, without holding up the other.
   EXPECT_EQ(s.firing, 0);
-  notifier.Stop();
 }
 
 TEST(AlertNotifier, NewAlertIsPostedAtOnceNotAtTheNextEvaluationOrResend) {
-  FakeAlertmanager am;
-  std::mutex mu;
-  std::vector<FiringAlert> failing;
-  NotifierOptions o;
-  o.urls = *AlertNotifier::ParseUrls({am.url()});
   // An hour to the next evaluation or resend: a post within WaitFor's 5 s is the Poke's.
-  o.resend_interval_s = 3600;
-  o.evaluate_interval_s = 3600;
-  AlertNotifier notifier(o, [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return failing;
+  NotifierRig rig([](NotifierOptions& o) {
+    o.resend_interval_s = 3600;
+    o.evaluate_interval_s = 3600;
+    o.incident_wait_s = 0;
   });
-  notifier.Start();
-  FiringAlert dead;
-  dead.labels = {{"alertname", "TrainscopeTaskDead"}, {"task", "1"}};
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    failing = {dead};
-  }
-  notifier.Poke();
-  ASSERT_TRUE(am.WaitFor(1));
-  EXPECT_EQ(am.posts()[0][0]["labels"]["task"], "1");
+  rig.Set({Alert({{"alertname", "TrainscopeTaskDead"}, {"task", "1"}})});
+  ASSERT_TRUE(rig.am.WaitFor(1));
+  EXPECT_EQ(rig.am.posts()[0][0]["labels"]["task"], "1");
 }
 
 // A task's new alert waits for its incident (a tick after the state) and is posted once, with
 // it; once posted it keeps that incident in every resend and in its resolution, whatever the
 // incidents say later: a changed label would be a second alert, a second page.
 TEST(AlertNotifier, ATaskAlertWaitsForItsIncidentThenKeepsIt) {
-  FakeAlertmanager am;
-  std::mutex mu;
-  std::vector<FiringAlert> failing;
-  NotifierOptions o;
-  o.urls = *AlertNotifier::ParseUrls({am.url()});
-  o.resend_interval_s = 0.2;
-  o.evaluate_interval_s = 0.05;
-  o.incident_wait_s = 3600;  // Posted only once its incident is known.
-  AlertNotifier notifier(o, [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return failing;
+  NotifierRig rig([](NotifierOptions& o) {
+    o.resend_interval_s = 0.2;
+    o.evaluate_interval_s = 0.05;
+    o.incident_wait_s = 3600;  // Posted only once its incident is known.
   });
-  notifier.Start();
-  FiringAlert dead;
-  dead.labels = {{"alertname", "TrainscopeTaskDead"}, {"role", "ps"}, {"task", "1"}};
-  auto set = [&](std::vector<FiringAlert> alerts) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      failing = std::move(alerts);
-    }
-    notifier.Poke();
+  FakeAlertmanager& am = rig.am;
+  const std::map<std::string, std::string> dead = {
+      {"alertname", "TrainscopeTaskDead"}, {"role", "ps"}, {"task", "1"}};
+  auto with = [&dead](const char* incident) {
+    auto labels = dead;
+    labels["incident"] = incident;
+    return Alert(labels);
   };
-  set({dead});
+  rig.Set({Alert(dead)});
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_TRUE(am.posts().empty());  // Waiting for its incident.
-  FiringAlert with = dead;
-  with.labels["incident"] = "inc-000000000001";
-  set({with});
+  rig.Set({with("inc-000000000001")});
   ASSERT_TRUE(am.WaitFor(1));
   EXPECT_EQ(am.posts()[0][0]["labels"]["incident"], "inc-000000000001");
-  FiringAlert other = dead;
-  other.labels["incident"] = "inc-000000000002";
-  set({other});
+  rig.Set({with("inc-000000000002")});
   ASSERT_TRUE(am.WaitFor(3));  // Resent.
-  set({dead});
+  rig.Set({Alert(dead)});
   ASSERT_TRUE(am.WaitFor(5));
-  set({});
+  rig.Set({});
   const size_t before = am.posts().size();
   ASSERT_TRUE(am.WaitFor(before + 1));
-  notifier.Stop();
+  rig.notifier->Stop();
   for (const nlohmann::json& post : am.posts()) {
     ASSERT_EQ(post.size(), 1u) << post.dump();  // One alert, never two.
     EXPECT_EQ(post[0]["labels"]["incident"], "inc-000000000001") << post.dump();
   }
-  EXPECT_EQ(notifier.stats().firing, 0);
+  EXPECT_EQ(rig.notifier->stats().firing, 0);
 }
 
-// No incident comes (none holds the task): the alert goes without one after incident_wait_s,
+// No incident comes (none names the task): the alert goes without one after incident_wait_s,
 // on the notifier's own clock, not at the next evaluation an hour away.
 TEST(AlertNotifier, ATaskAlertWithNoIncidentGoesAfterTheWait) {
-  FakeAlertmanager am;
-  std::mutex mu;
-  std::vector<FiringAlert> failing;
-  NotifierOptions o;
-  o.urls = *AlertNotifier::ParseUrls({am.url()});
-  o.resend_interval_s = 3600;
-  o.evaluate_interval_s = 3600;
-  o.incident_wait_s = 0.3;
-  AlertNotifier notifier(o, [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return failing;
+  NotifierRig rig([](NotifierOptions& o) {
+    o.resend_interval_s = 3600;
+    o.evaluate_interval_s = 3600;
+    o.incident_wait_s = 0.3;
   });
-  notifier.Start();
-  FiringAlert hung;
-  hung.labels = {{"alertname", "TrainscopeTaskHung"}, {"role", "ps"}, {"task", "0"}};
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    failing = {hung};
-  }
-  notifier.Poke();
-  ASSERT_TRUE(am.WaitFor(1));
-  EXPECT_EQ(am.posts()[0][0]["labels"].count("incident"), 0u);
-  EXPECT_EQ(am.posts()[0][0]["labels"]["task"], "0");
-  notifier.Stop();
+  rig.Set({Alert({{"alertname", "TrainscopeTaskHung"}, {"role", "ps"}, {"task", "0"}})});
+  ASSERT_TRUE(rig.am.WaitFor(1));
+  EXPECT_EQ(rig.am.posts()[0][0]["labels"].count("incident"), 0u);
+  EXPECT_EQ(rig.am.posts()[0][0]["labels"]["task"], "0");
 }
 
 TEST(AlertNotifier, HeldAlertThatEndsEarlyIsNeverPosted) {
-  FakeAlertmanager am;
-  std::mutex mu;
-  std::vector<FiringAlert> failing;
-  NotifierOptions o;
-  o.urls = *AlertNotifier::ParseUrls({am.url()});
-  o.evaluate_interval_s = 0.05;
-  AlertNotifier notifier(o, [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return failing;
-  });
-  notifier.Start();
-  FiringAlert blip;
-  blip.labels = {{"alertname", "TrainscopeTaskPartitioned"}};
+  NotifierRig rig([](NotifierOptions& o) { o.evaluate_interval_s = 0.05; });
+  FiringAlert blip = Alert({{"alertname", "TrainscopeTaskPartitioned"}});
   blip.hold_s = 0.5;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    failing = {blip};
-  }
+  rig.Set({blip}, /*poke=*/false);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    failing.clear();
-  }
+  rig.Set({}, /*poke=*/false);
   std::this_thread::sleep_for(std::chrono::milliseconds(600));
-  EXPECT_TRUE(am.posts().empty());  // Neither firing nor resolved.
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    failing = {blip};
-  }
-  ASSERT_TRUE(am.WaitFor(1));  // Lasting past the hold: posted.
-  notifier.Stop();
+  EXPECT_TRUE(rig.am.posts().empty());  // Neither firing nor resolved.
+  rig.Set({blip}, /*poke=*/false);
+  ASSERT_TRUE(rig.am.WaitFor(1));  // Lasting past the hold: posted.
 }
 
 }  // namespace

@@ -243,8 +243,8 @@ inline constexpr char kLabelKind[] = "kind";
 // Incidents open now (one per root cause), as this sidecar sees the cluster.
 inline constexpr char kIncidentsOpen[] = "trainscope_incidents_open";
 // Per task of this node that is the cause of an open incident (cluster, role, task), with its
-// `incident` id; the value is when the incident started (Unix seconds). The rules join it into the dead
-// and hung alerts, so that they carry the same `incident` label as the sidecar's own.
+// `incident` id; the value is when the incident started (Unix seconds). The rules join it into the
+// dead and hung alerts, so that they carry the same `incident` label as the sidecar's own.
 inline constexpr char kTaskIncident[] = "trainscope_task_incident";
 inline constexpr char kLabelIncident[] = "incident";
 // With --state_dir: 1 while the sidecar's writes to its state store succeed, 0 while they fail

@@ -42,8 +42,8 @@ struct NotifierOptions {
   double ttl_intervals = 4;  // endsAt of a firing alert = now + ttl_intervals * resend.
   double evaluate_interval_s = 1;
   double incident_wait_s = 1;  // A task's new alert waits this long at most for its incident.
-  int timeout_ms = 2000;     // Of one post's answer.
-  size_t max_queued = 2000;  // Distinct alerts waiting per Alertmanager; more are dropped.
+  int timeout_ms = 2000;       // Of one post's answer.
+  size_t max_queued = 2000;    // Distinct alerts waiting per Alertmanager; more are dropped.
 };
 
 struct NotifierStats {
