@@ -119,7 +119,8 @@ def notified(path):
 
 def kill_worker(cluster, store, vmalert, notifications, failures):
     """kill -9 worker:1; TrainscopeTaskDead must fire in vmalert, on the store (ALERTS) and at
-    the notifier, there with the labels of the sidecars' own alert and no more."""
+    the notifier, there with the labels of the sidecars' own alert (incident included) and no
+    more."""
     sel = (f'ALERTS{{alertname="TrainscopeTaskDead", alertstate="firing", cluster="{CLUSTER}", '
            'role="worker", task="1"}')
     checks = {"sidecar says dead": lambda: cluster.states().get("worker:1") == "dead",
@@ -144,7 +145,10 @@ def kill_worker(cluster, store, vmalert, notifications, failures):
         failures.append(f"TrainscopeTaskDead for worker:1 within {KILL_TIMEOUT_S} s: not "
                         f"{missing}; firing on the store: {[a['metric'] for a in firing]}")
     sent = {tuple(sorted(a["labels"])) for a in notified(notifications) if dead_alert(a["labels"])}
-    if sent - {("alertname", "cluster", "role", "severity", "task")}:
+    # The rule's labels, with the incident the sidecar names (joined from
+    # trainscope_task_incident) once it is open.
+    if sent - {("alertname", "cluster", "role", "severity", "task"),
+               ("alertname", "cluster", "incident", "role", "severity", "task")}:
         failures.append(f"TrainscopeTaskDead sent with the labels {sorted(sent)}, not those of "
                         "the sidecars' alert (docs/alerts.md, \"One alert, two senders\")")
 

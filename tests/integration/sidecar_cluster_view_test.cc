@@ -149,8 +149,9 @@ TEST(SidecarExchange, BothSidesNameAPartition) {
   EXPECT_EQ(ps_metrics.find("trainscope_task_partitioned{cluster=\"default\",role=\"worker\""),
             std::string::npos);
   const std::string worker_metrics = s[1].Get("/metrics");
+  // With the link's incident once it is open (the rule keeps it): docs/alerts.md.
   EXPECT_NE(worker_metrics.find("trainscope_task_partition{cluster=\"default\",role=\"worker\","
-                                "task=\"0\",peer_role=\"ps\",peer_task=\"0\"} 1"),
+                                "task=\"0\",peer_role=\"ps\",peer_task=\"0\""),
             std::string::npos)
       << worker_metrics;
 }
