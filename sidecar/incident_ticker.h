@@ -26,8 +26,9 @@ struct IncidentTickerOptions {
   // call, and the ledger; null: nothing is kept.
   double persist_every_s = 1;
   std::function<void(const std::vector<pb::Incident>&, const Ledger&)> persist;
-  // Called on the ticker's thread after a tick that changed which open incident holds which
-  // task (the notifier's alerts wait for theirs); null: nobody.
+  // Called on the ticker's thread after a tick that changed the open incidents or the tasks
+  // they hold (a superset of what the alerts' `incident` labels depend on: the open incidents'
+  // causes; the notifier's new alerts wait for theirs); null: nobody.
   std::function<void()> on_held_change;
 };
 
