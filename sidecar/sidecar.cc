@@ -557,6 +557,12 @@ class Sidecar::Impl {
     exchange_ = std::make_unique<PeerExchange>(
         std::move(x), [this] { return ExplainedLocal(ViewInputs()); }, channel_credentials_);
     exchange_->SetLoadProvider([this] { return node_load_.Get(MonotonicSeconds()); });
+    // The incidents this node owns go out in its record; the others take their ids.
+    exchange_->SetIncidentsProvider([this] {
+      std::shared_ptr<const IncidentsNow> now = incidents_ ? incidents_->Now() : nullptr;
+      return now ? OwnedIncidents(*now, plan_.self, UnixSeconds())
+                 : std::vector<v1::OwnedIncident>{};
+    });
     exchange_->SetOnChange([this] {
       if (notifier_) notifier_->Poke();
     });

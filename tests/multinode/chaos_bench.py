@@ -1214,6 +1214,12 @@ def compare_incidents(bench, faults):
     for f, ids in per_fault:
         if len(ids) == 1:
             f.incident_nodes = incidents[ids[0]][1]
+    # A node that named a fault otherwise and then took its owner's id (ownership through the
+    # exchange) says so in `former_ids`: how often that mended a split.
+    took = sorted((n, inc["id"]) for n in NODES if isinstance(lists[n], list)
+                  for inc in lists[n] if inc.get("former_ids"))
+    lines.append(f"owners' ids: {len(took)} time(s) a node took the owner's id for a fault it had "
+                 f"named otherwise" + "".join(f"; n{n} {i}" for n, i in took[:6]))
     return lines, ok
 
 

@@ -158,7 +158,7 @@ class Drill:
                 sides = {f"{lab['role']}:{lab['task']}", f"{lab['peer_role']}:{lab['peer_task']}"}
                 assert sides == {"worker:0", "ps:0"}, f"partition names {sides}"
                 assert all(s in ann["summary"] and s in ann["description"] for s in sides), ann
-            time.sleep(6)  # group_wait (3 s) and a few group_intervals (1 s here): any more
+            time.sleep(6)  # group_wait (1 s) and a few group_intervals (1 s here): any more
             posts = [p for _, p in monitoring.webhook_records(self.hook_file, t0) if any(
                 a["labels"].get("alertname") == "TrainscopeTaskPartitioned"
                 and a["status"] == "firing" for a in p.get("alerts", []))]

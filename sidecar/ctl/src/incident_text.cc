@@ -200,6 +200,10 @@ std::string IncidentText(const pb::Incident& in, double now_unix) {
       absl::StrCat("incident ", Printable(in.id(), 64), " (", in.open() ? "open" : "closed", ", ",
                    Printable(in.kind(), 20), ") in cluster ", Printable(in.cluster(), 80));
   if (!in.owner().empty()) absl::StrAppend(&out, ", owned by node ", Printable(in.owner(), 80));
+  for (int i = 0; i < in.former_ids_size() && i < 4; ++i) {
+    absl::StrAppend(&out, i == 0 ? " (named " : ", ", Printable(in.former_ids(i), 64));
+  }
+  if (in.former_ids_size() > 0) out += " by this node before its owner's name reached it)";
   out += "\n";
   if (!in.summary().empty())
     absl::StrAppend(&out, Wrapped(Printable(in.summary(), 1000), 100, "  "));

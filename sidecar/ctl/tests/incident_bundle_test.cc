@@ -211,6 +211,15 @@ TEST(IncidentText, TheTableFitsAHundredColumnsAndEndsWithTheGoodput) {
   EXPECT_NE(text.find("cause:    task worker:0 on node n1"), std::string::npos) << text;
   EXPECT_NE(text.find("snapshot worker:0 (1 threads)"), std::string::npos) << text;
   EXPECT_NE(IncidentsTable(pb::IncidentList(), kNow).find("no incidents"), std::string::npos);
+  // Renamed to its owner's id: the id this node named it by before says so.
+  pb::Incident renamed = Stalled();
+  renamed.set_owner("n1:4317");
+  renamed.add_former_ids("inc-00000000000a");
+  EXPECT_NE(IncidentText(renamed, kNow)
+                .find("owned by node n1:4317 (named inc-00000000000a by this node before its "
+                      "owner's name reached it)"),
+            std::string::npos)
+      << IncidentText(renamed, kNow);
 
   // The sidecar cannot write its store (a full disk): the table ends by saying so.
   list.set_store_error(

@@ -661,6 +661,15 @@ ClusterView BuildClusterView(const ClusterViewInputs& in) {
   NameStarvedNodes(m, view);
   for (const TaskView& v : in.local) view.local.push_back(v.task);
   for (auto& [t, v] : m.tasks) view.tasks.push_back(std::move(v));
+  if (in.exchange != nullptr) {
+    for (const auto& [node, entry] : in.exchange->records) {
+      if (node == in.self) continue;
+      for (const v1::OwnedIncident& i : entry->record.incidents()) {
+        view.peer_incidents.push_back(
+            {node, i.id(), i.cause_kind(), i.cause_a(), i.cause_b(), i.started()});
+      }
+    }
+  }
   AnnotateBlocked(view.tasks, *in.spec);
   SortForPeople(view.tasks);
   return view;

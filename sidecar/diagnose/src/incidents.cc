@@ -211,6 +211,31 @@ std::optional<Holding> Resolver::Resolve(const TaskView& v, int depth) const {
   return Own(v);
 }
 
+// Two nodes' starts of one fault are within this of each other (each dates it by its own view).
+constexpr double kSameFaultS = 10;
+// A closed incident still takes its owner's id this long after it closed (a node cut off closes
+// its own as the link comes back, when it first hears the owner), and the owner keeps naming it.
+constexpr double kRenameClosedWithinS = 30;
+
+// The node that owns an incident: its cause's (a task's node, a link's failing side). A node cut
+// off cannot speak for its own cut while it lasts: the smallest other node id owns that, which
+// every node, the one cut off too, finds alike.
+std::string OwnerOf(const CauseKey& key, const pb::IncidentCause& cause, const ClusterView& view) {
+  if (key.kind != "node") return cause.node();
+  std::string owner;
+  for (const NodeInfo& n : view.nodes) {
+    if (n.id != key.a && (owner.empty() || n.id < owner)) owner = n.id;
+  }
+  return owner;
+}
+
+// "inc-" and 12 lower-case hex digits: IncidentId's form, the only one taken from a peer.
+bool IsIncidentId(std::string_view id) {
+  if (id.size() != 16 || id.substr(0, 4) != "inc-") return false;
+  return std::all_of(id.begin() + 4, id.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
 uint64_t Fnv1a(std::string_view s) {
   uint64_t h = 1469598103934665603ULL;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
@@ -452,12 +477,38 @@ IncidentBook::Open& IncidentBook::OpenFor(const Holding& h, const ClusterView& v
   in.set_cluster(view.cluster);
   in.set_kind(h.kind);
   FillCause(h.cause, view, in.mutable_cause());
-  in.set_owner(in.cause().node());
+  in.set_owner(OwnerOf(h.cause, in.cause(), view));
   in.set_started(started);
   in.set_open(true);
   AddLine(in, started, absl::StrCat(h.cause.Text(), " ", h.kind, ": ", CauseReason(in, view)),
           options_.max_timeline);
   return o;
+}
+
+bool IncidentBook::Adopt(pb::Incident& in, const ClusterView& view, double now) {
+  if (in.owner().empty() || in.owner() == view.self) return false;
+  const CauseKey key = KeyOf(in.cause());
+  for (const PeerIncident& p : view.peer_incidents) {
+    if (p.node != in.owner() || CauseKey{p.cause_kind, p.cause_a, p.cause_b} != key) continue;
+    // Another fault of the same cause (a stale record of an owner cut off since), an id not of
+    // ours, or one this book holds already: keep this node's name.
+    if (p.id == in.id() || !IsIncidentId(p.id) || !std::isfinite(p.started) ||
+        std::abs(p.started - in.started()) > kSameFaultS || Find(p.id) != nullptr) {
+      return false;
+    }
+    const std::string former = in.id();
+    changed_.erase(former);
+    ledger_.Rename(former, p.id);
+    in.add_former_ids(former);
+    in.set_id(p.id);
+    in.set_started(p.started);
+    AddLine(in, now,
+            absl::StrCat("named ", p.id, " as its owner, node ", p.node, ", names it (was ", former,
+                         " here)"),
+            options_.max_timeline);
+    return true;
+  }
+  return false;
 }
 
 void IncidentBook::Update(Open& o, const std::map<TaskRef, const Holding*>& held,
@@ -592,6 +643,7 @@ void IncidentBook::Track(const ClusterView& view, const NewestStacks* stacks, do
   for (auto& [key, held] : by_cause) {
     Open& o = OpenFor(*held.begin()->second, view, now);
     Update(o, held, view, stacks, now);
+    Adopt(o.incident, view, now);
   }
   for (auto it = open_.begin(); it != open_.end();) {
     if (by_cause.contains(it->first)) {
@@ -605,6 +657,10 @@ void IncidentBook::Track(const ClusterView& view, const NewestStacks* stacks, do
               ? "closed: not seen after the sidecar restarted"
               : absl::StrCat("closed: ", it->first.Text(), " and every task it held are back"));
     it = open_.erase(it);
+  }
+  for (auto it = closed_.rbegin(); it != closed_.rend(); ++it) {
+    if (now - it->ended() > kRenameClosedWithinS) break;  // Oldest first: the rest are older.
+    if (Adopt(*it, view, now)) Changed(*it);
   }
   std::map<TaskRef, HeldBy> held_by;
   for (const auto& [t, h] : causes) {
@@ -675,6 +731,23 @@ const pb::Incident* OpenLinkIncident(const IncidentsNow& now, const ClusterView&
     }
   }
   return nullptr;
+}
+
+std::vector<v1::OwnedIncident> OwnedIncidents(const IncidentsNow& now, const std::string& self,
+                                              double now_unix) {
+  std::vector<v1::OwnedIncident> out;
+  for (const pb::Incident& in : now.incidents) {
+    if (in.owner().empty() || in.owner() != self) continue;
+    if (!in.open() && now_unix - in.ended() > kRenameClosedWithinS) continue;
+    const CauseKey key = KeyOf(in.cause());
+    v1::OwnedIncident& o = out.emplace_back();
+    o.set_id(in.id());
+    o.set_cause_kind(key.kind);
+    o.set_cause_a(key.a);
+    o.set_cause_b(key.b);
+    o.set_started(in.started());
+  }
+  return out;
 }
 
 const pb::Incident* IncidentBook::Find(std::string_view id) const {

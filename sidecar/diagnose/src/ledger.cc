@@ -198,6 +198,13 @@ std::map<std::string, double> Ledger::LostByKindSinceStart() const {
   return out;
 }
 
+void Ledger::Rename(const std::string& from, const std::string& to) {
+  for (auto it = lost_by_incident_.lower_bound({from, TaskRef{}});
+       it != lost_by_incident_.end() && it->first.first == from; it = lost_by_incident_.erase(it)) {
+    lost_by_incident_[{to, it->first.second}] += it->second;
+  }
+}
+
 void Ledger::RestoreLost(const pb::Incident& incident) {
   for (const pb::AffectedTask& a : incident.affected()) {
     auto task = ParseTaskRef(a.task());

@@ -169,6 +169,29 @@ TEST_F(ClusterViewTest, FirstHandPlusRecordsAndWhyATaskIsUnknown) {
             "(n3:4317) yet (it has just started)");
 }
 
+// The incidents other nodes own come from their records, each with its owner; this node's own
+// record's are not the others'.
+TEST_F(ClusterViewTest, TheIncidentsOtherNodesOwnComeWithTheirOwner) {
+  Report("n2:4317", {View({"worker", 0}, TaskState::kDead, "process 7 is gone")});
+  Report("n1:4317", {});
+  for (const char* node : {"n2:4317", "n1:4317"}) {
+    auto e = std::make_shared<RecordEntry>(*exchange_->records[node]);
+    v1::OwnedIncident* in = e->record.add_incidents();
+    in->set_id(std::string(node) == "n2:4317" ? "inc-0000000000d0" : "inc-0000000000e0");
+    in->set_cause_kind("task");
+    in->set_cause_a("worker:0");
+    in->set_started(90);
+    exchange_->records[node] = e;
+  }
+  const ClusterView view = Build();
+  ASSERT_EQ(view.peer_incidents.size(), 1u);
+  EXPECT_EQ(view.peer_incidents[0].node, "n2:4317");
+  EXPECT_EQ(view.peer_incidents[0].id, "inc-0000000000d0");
+  EXPECT_EQ(view.peer_incidents[0].cause_kind, "task");
+  EXPECT_EQ(view.peer_incidents[0].cause_a, "worker:0");
+  EXPECT_EQ(view.peer_incidents[0].started, 90);
+}
+
 TEST_F(ClusterViewTest, ACutOffNodeIsOneIncidentNotNTaskFailures) {
   Report("n3:4317", {View({"worker", 1}, TaskState::kUp, "training, answers on time")});
   Report("n2:4317", {View({"worker", 0}, TaskState::kUp)});

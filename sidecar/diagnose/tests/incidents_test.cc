@@ -230,6 +230,128 @@ TEST(IncidentBook, ACauseBackSoonAfterItClosedReopensTheSameIncident) {
   EXPECT_DOUBLE_EQ(list[0].started(), 99);
 }
 
+// ps:1 lives on n1, which owns its incident. n1 dated the death 104.8, n2 105.3: either side of
+// the id's 10 s, so each named it alike only by chance before. n2 takes n1's id and start once
+// n1's record names it, keeps its own as a former id, and keeps the seconds it charged.
+TEST(IncidentBook, ANodeTakesTheOwnersIdForTheSameFault) {
+  TaskView ps = Task("ps:1", TaskState::kDead, 104.8);
+  ps.node = "n1";
+  ClusterView at_owner = View({ps, BlockedOn("worker:0", "ps:1")});
+  at_owner.self = "n1";
+  IncidentBook owner;
+  owner.Track(at_owner, nullptr, 106);
+  const std::vector<v1::OwnedIncident> owned = OwnedIncidents(owner.Now("c"), "n1", 106);
+  ASSERT_EQ(owned.size(), 1u);
+  EXPECT_EQ(owned[0].id(), owner.List()[0].id());
+  EXPECT_EQ(owned[0].cause_kind(), "task");
+  EXPECT_EQ(owned[0].cause_a(), "ps:1");
+  EXPECT_DOUBLE_EQ(owned[0].started(), 104.8);
+  EXPECT_TRUE(OwnedIncidents(owner.Now("c"), "n2", 106).empty());
+
+  TaskView late = ps;
+  late.since = 105.3;
+  ClusterView at_n2 = View({late, BlockedOn("worker:0", "ps:1")});
+  at_n2.self = "n2";
+  auto named = [&](const std::vector<PeerIncident>& peers) {
+    IncidentBook other;
+    ClusterView v = at_n2;
+    other.Track(v, nullptr, 106);
+    other.Track(v, nullptr, 107);
+    const pb::Incident before = other.List()[0];
+    other.TakeChanged();
+    v.peer_incidents = peers;
+    other.Track(v, nullptr, 108);
+    const std::vector<pb::Incident> changed = other.TakeChanged();
+    EXPECT_EQ(other.List().size(), 1u);
+    EXPECT_EQ(changed.size(), 1u);
+    pb::Incident after = other.List()[0];
+    EXPECT_EQ(changed[0].id(), after.id());
+    EXPECT_GT(after.lost_seconds(), before.lost_seconds());  // The seconds went with the name.
+    return std::pair{before, after};
+  };
+  const PeerIncident by_owner{"n1", owned[0].id(), "task", "ps:1", "", 104.8};
+  auto [before, after] = named({by_owner});
+  EXPECT_NE(before.id(), owned[0].id());
+  EXPECT_EQ(after.id(), owned[0].id());
+  EXPECT_DOUBLE_EQ(after.started(), 104.8);
+  ASSERT_EQ(after.former_ids_size(), 1);
+  EXPECT_EQ(after.former_ids(0), before.id());
+  EXPECT_NE(after.timeline().rbegin()->text().find("named " + owned[0].id() +
+                                                   " as its owner, node n1, names it"),
+            std::string::npos);
+  // Not from a node that does not own the cause, not another fault of it (a stale record), not
+  // another cause, not a malformed id: n2 keeps its own name.
+  PeerIncident not_owner = by_owner, stale = by_owner, other_cause = by_owner, bad = by_owner;
+  not_owner.node = "n3";
+  stale.started = 60;
+  other_cause.cause_a = "ps:0";
+  bad.id = "inc-'; DROP TABLE";
+  for (const PeerIncident& p : {not_owner, stale, other_cause, bad}) {
+    auto [kept_before, kept_after] = named({p});
+    EXPECT_EQ(kept_after.id(), kept_before.id()) << p.node << " " << p.id;
+    EXPECT_EQ(kept_after.former_ids_size(), 0);
+  }
+}
+
+// n2 cut off dates its cut 104.8; the others 105.3. It cannot speak for its cut while it lasts:
+// the smallest other node id, n1, owns it, as every node finds. n2 closes its incident as the link
+// comes back, and takes n1's id when n1's record reaches it, up to 30 s after the close.
+TEST(IncidentBook, ANodeCutOffTakesTheOwnersIdForItsCutOnceItHearsAgain) {
+  const std::string n1 = "10.0.0.1:4317", n2 = "10.0.0.2:4317", n3 = "10.0.0.3:4317";
+  TaskView ps = Task("ps:0", TaskState::kUnreachable, 100);
+  ps.node = n1;
+  ps.incarnation = 7;
+  TaskView w = BlockedOn("worker:0", "ps:0");
+  w.node = n2;
+  ClusterView cut = View({ps, w});
+  cut.self = n2;
+  cut.isolated_since = 104.8;
+  for (const std::string& id : {n3, n2, n1}) {
+    cut.nodes.push_back({id, "", id == n2 ? "isolated" : "silent", 104.8, {}, "", id == n2});
+  }
+  IncidentBook book;
+  book.Track(cut, nullptr, 106);
+  book.Track(cut, nullptr, 107);
+  ASSERT_EQ(book.List().size(), 1u);
+  const pb::Incident mine = book.List()[0];
+  EXPECT_EQ(mine.kind(), "isolated");
+  EXPECT_EQ(mine.cause().node(), n2);
+  EXPECT_EQ(mine.owner(), n1);
+  EXPECT_TRUE(OwnedIncidents(book.Now("c"), n2, 107).empty());
+
+  ClusterView back = View({Task("ps:0", TaskState::kUp), Training("worker:0", 5)});
+  back.self = n2;
+  for (const std::string& id : {n1, n2, n3})
+    back.nodes.push_back({id, "", "alive", 108, {}, "", id == n2});
+  book.Track(back, nullptr, 108);
+  ASSERT_EQ(book.List().size(), 1u);
+  EXPECT_FALSE(book.List()[0].open());
+  book.TakeChanged();
+  const std::string owners = IncidentId("c", {"node", n2, ""}, 105.3);
+  ASSERT_NE(owners, mine.id());
+  back.peer_incidents = {{n1, owners, "node", n2, "", 105.3}};
+  book.Track(back, nullptr, 109);
+  ASSERT_EQ(book.List().size(), 1u);
+  const pb::Incident renamed = book.List()[0];
+  EXPECT_EQ(renamed.id(), owners);
+  EXPECT_FALSE(renamed.open());
+  EXPECT_DOUBLE_EQ(renamed.started(), 105.3);
+  ASSERT_EQ(renamed.former_ids_size(), 1);
+  EXPECT_EQ(renamed.former_ids(0), mine.id());
+  const std::vector<pb::Incident> changed = book.TakeChanged();
+  ASSERT_EQ(changed.size(), 1u);  // The store writes it under the owner's id, dropping n2's.
+  EXPECT_EQ(changed[0].id(), owners);
+
+  // The owner names its own, open or closed for less than 30 s.
+  IncidentsNow at_n1;
+  pb::Incident owned = renamed;
+  owned.set_owner(n1);
+  at_n1.incidents = {owned};
+  EXPECT_EQ(OwnedIncidents(at_n1, n1, 130).size(), 1u);
+  EXPECT_TRUE(OwnedIncidents(at_n1, n1, 140).empty());
+  EXPECT_TRUE(OwnedIncidents(at_n1, n2, 130).empty());
+}
+
 TEST(IncidentBook, RestoredOpenIncidentsCloseAtTheirLastUpdateWhenTheirCauseIsGone) {
   IncidentBook first;
   first.Track(View({Task("ps:0", TaskState::kDead, 99), BlockedOn("worker:0", "ps:0")}), nullptr,

@@ -236,6 +236,7 @@ std::optional<v1::NodeRecord> OwnRecord::Update(const std::vector<TaskView>& vie
   }
   for (const std::string& n : unreachable_nodes) absl::StrAppend(&key, "u", n, ",");
   absl::StrAppend(&key, isolated ? "I" : "", NodeStrainWords(load_).empty() ? "" : "S");
+  for (const v1::OwnedIncident& in : incidents_) absl::StrAppend(&key, "i", in.id(), ",");
   const bool changed = key != key_ || made_at_ < 0;
   const bool refresh = reasons != reasons_ && now_unix - made_at_ >= refresh_s_;
   const bool paced = now_unix - made_at_ >= kPaceNewsEveryS && PaceMoved(views, record_);
@@ -255,6 +256,8 @@ std::optional<v1::NodeRecord> OwnRecord::Update(const std::vector<TaskView>& vie
   for (std::string& n : unreachable_nodes) record_.add_unreachable_nodes(std::move(n));
   record_.set_isolated(isolated);
   ToProto(load_, record_.mutable_load());
+  record_.clear_incidents();
+  for (const v1::OwnedIncident& in : incidents_) *record_.add_incidents() = in;
   return record_;
 }
 

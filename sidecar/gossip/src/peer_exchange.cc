@@ -228,6 +228,11 @@ class PeerExchange::Impl {
         std::lock_guard lock(mu_);
         core_.SetOwnLoad(load_());
       }
+      if (incidents_) {
+        std::vector<v1::OwnedIncident> owned = incidents_();
+        std::lock_guard lock(mu_);
+        core_.SetOwnIncidents(std::move(owned));
+      }
       const Round round = PlanRound(views, now, tick, sync, published_at, relayed_at);
       SendRound(round);
     }
@@ -555,6 +560,9 @@ class PeerExchange::Impl {
  public:
   void SetStacksProvider(StacksProvider provider) { stacks_ = std::move(provider); }
   void SetLoadProvider(std::function<NodeLoad()> load) { load_ = std::move(load); }
+  void SetIncidentsProvider(std::function<std::vector<v1::OwnedIncident>()> incidents) {
+    incidents_ = std::move(incidents);
+  }
   void SetOnChange(std::function<void()> on_change) { on_change_ = std::move(on_change); }
   grpc::Service* snapshots_service() { return &snapshots_; }
 
@@ -737,10 +745,11 @@ class PeerExchange::Impl {
    private:
     Impl* impl_;
   };
-  StacksProvider stacks_;               // Set before Start.
-  std::function<NodeLoad()> load_;      // Set before Start.
-  std::function<void()> on_change_;     // Set before Start.
-  std::atomic<int> stacks_serving_{0};  // Stacks requests being answered.
+  StacksProvider stacks_;                                      // Set before Start.
+  std::function<NodeLoad()> load_;                             // Set before Start.
+  std::function<std::vector<v1::OwnedIncident>()> incidents_;  // Set before Start.
+  std::function<void()> on_change_;                            // Set before Start.
+  std::atomic<int> stacks_serving_{0};                         // Stacks requests being answered.
   std::map<std::string, std::unique_ptr<v1::Snapshots::Stub>> snapshot_stubs_;  // Guarded by mu_.
   SnapshotsService snapshots_{this};
   CallGate gate_;  // The service's handlers pass it; closed before this object goes.
@@ -770,6 +779,9 @@ void PeerExchange::SetStacksProvider(StacksProvider provider) {
 
 void PeerExchange::SetLoadProvider(std::function<NodeLoad()> load) {
   impl_->SetLoadProvider(std::move(load));
+}
+void PeerExchange::SetIncidentsProvider(std::function<std::vector<v1::OwnedIncident>()> incidents) {
+  impl_->SetIncidentsProvider(std::move(incidents));
 }
 absl::StatusOr<pb::StackList> PeerExchange::FetchStacks(const std::string& node,
                                                         const std::string& task, bool fresh,

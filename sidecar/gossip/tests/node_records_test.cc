@@ -190,6 +190,30 @@ TEST(OwnRecord, VersionRisesOnNewsNotOnMovingNumbers) {
   EXPECT_TRUE(isolated->isolated());
 }
 
+// The open incidents this node owns ride in its record; a change of their ids is news.
+TEST(OwnRecord, ItsOwnIncidentsAreCarriedAndANewOneIsNews) {
+  OwnRecord own("a:1", "a", 7, /*refresh_s=*/5);
+  std::vector<TaskView> views = {Up(0)};
+  ASSERT_TRUE(own.Update(views, {}, false, 100).has_value());
+  v1::OwnedIncident dead;
+  dead.set_id("inc-0000000000d0");
+  dead.set_cause_kind("task");
+  dead.set_cause_a("worker:0");
+  dead.set_started(99.5);
+  own.SetIncidents({dead});
+  auto with = own.Update(views, {}, false, 101);
+  ASSERT_TRUE(with.has_value());
+  ASSERT_EQ(with->incidents_size(), 1);
+  EXPECT_EQ(with->incidents(0).id(), "inc-0000000000d0");
+  EXPECT_EQ(with->incidents(0).cause_a(), "worker:0");
+  own.SetIncidents({dead});
+  EXPECT_FALSE(own.Update(views, {}, false, 102).has_value());
+  own.SetIncidents({});
+  auto closed = own.Update(views, {}, false, 103);
+  ASSERT_TRUE(closed.has_value());
+  EXPECT_EQ(closed->incidents_size(), 0);
+}
+
 // A straggler's figures are news: each doubling of its pace over its usual, and a quota that
 // holds it back; a pace that moves less is not.
 TEST(OwnRecord, AStragglersPaceAndCauseAreNews) {

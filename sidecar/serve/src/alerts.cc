@@ -66,15 +66,17 @@ const PartitionInfo* FindPartition(const ClusterView& view, const TaskRef& a, co
   return nullptr;
 }
 
-FiringAlert Partitioned(const TaskView& v, const TaskRef& peer, const PartitionInfo* p,
-                        const AlertContext& c) {
-  const std::string name = TaskName(v.task);
+// `task`'s side of its partition from `peer`; `v` is the view of this node's side, whose reason
+// and start stand in when the cluster view has no PartitionInfo for the pair.
+FiringAlert Partitioned(const TaskRef& task, const TaskRef& peer, const PartitionInfo* p,
+                        const TaskView& v, const AlertContext& c) {
+  const std::string name = TaskName(task);
   const std::string peer_name = TaskName(peer);
   FiringAlert a;
   a.labels = {{"alertname", "TrainscopeTaskPartitioned"},
               {"cluster", c.cluster},
-              {"role", v.task.role},
-              {"task", std::to_string(v.task.index)},
+              {"role", task.role},
+              {"task", std::to_string(task.index)},
               {"peer_role", peer.role},
               {"peer_task", std::to_string(peer.index)},
               {"severity", "critical"}};
@@ -122,8 +124,14 @@ FiringAlert NodeIsolated(const NodeInfo& n, const AlertContext& c) {
   return a;
 }
 
+// A dead or hung task's alert for each of this node's tasks; for each partition one of them is
+// a side of, both sides' alerts. The peer's own sidecar posts the same two (the labels are the
+// same, so Alertmanager holds two alerts, not four), and whichever sidecar sees the partition
+// first posts the pair together: one notification of the link's incident, even when the two
+// sidecars name it a second apart. The rule's copy is made the same way (alerts.yml).
 void AddTaskAlerts(const ClusterView& view, const AlertContext& c, std::vector<FiringAlert>& out) {
   const std::set<TaskRef> local(view.local.begin(), view.local.end());
+  std::set<std::pair<TaskRef, TaskRef>> sides;
   for (const TaskView& v : view.tasks) {
     if (!local.count(v.task) || v.state == TaskState::kDone) continue;
     if (v.state == TaskState::kDead || v.state == TaskState::kHung) {
@@ -133,7 +141,13 @@ void AddTaskAlerts(const ClusterView& view, const AlertContext& c, std::vector<F
     for (const std::string& peer_name : v.partitioned_from) {
       auto peer = ParseTaskRef(peer_name);
       if (!peer.ok()) continue;
-      out.push_back(Partitioned(v, *peer, FindPartition(view, v.task, *peer), c));
+      const PartitionInfo* p = FindPartition(view, v.task, *peer);
+      if (sides.insert({v.task, *peer}).second) {
+        out.push_back(Partitioned(v.task, *peer, p, v, c));
+      }
+      if (p != nullptr && sides.insert({*peer, v.task}).second) {
+        out.push_back(Partitioned(*peer, v.task, p, v, c));
+      }
     }
   }
 }

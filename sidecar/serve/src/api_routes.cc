@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -131,12 +132,16 @@ HttpServer::Response ServeIncidents(const ApiSources& s, const HttpServer::Reque
   return Json(ApiJson(list));
 }
 
-// /api/v1/incidents/<id>: one incident with its evidence; 404 naming what is kept.
+// /api/v1/incidents/<id>: one incident with its evidence, also by an id it had here before it
+// took its owner's (an alert posted before still links to it); 404 naming what is kept.
 HttpServer::Response ServeIncident(const ApiSources& s, const HttpServer::Request& r) {
   const std::string id = r.path.substr(names::kPathIncidentsPrefix.size());
   if (auto now = s.incidents ? s.incidents() : nullptr) {
     for (const pb::Incident& in : now->incidents) {
       if (in.id() == id) return Json(ApiJson(in));
+    }
+    for (const pb::Incident& in : now->incidents) {
+      if (absl::c_linear_search(in.former_ids(), id)) return Json(ApiJson(in));
     }
   }
   return HttpServer::Response{404, "text/plain; charset=utf-8",

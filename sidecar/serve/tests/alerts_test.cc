@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -76,11 +77,19 @@ TEST(FirstHandAlerts, LabelsAreTheRulesOwn) {
                                      {"peer_role", "worker"},
                                      {"peer_task", "2"},
                                      {"severity", "critical"}},
+                                    {{"alertname", "TrainscopeTaskPartitioned"},
+                                     {"cluster", "c"},
+                                     {"role", "worker"},
+                                     {"task", "2"},
+                                     {"peer_role", "ps"},
+                                     {"peer_task", "1"},
+                                     {"severity", "critical"}},
                                     {{"alertname", "TrainscopeNodeIsolated"},
                                      {"cluster", "c"},
                                      {"node", "b:4317"},
                                      {"severity", "critical"}}};
-  EXPECT_EQ(labels, want);  // Not the done ps:0, not another node's worker:3.
+  // Not the done ps:0, not another node's worker:3; the far side of ps:1's partition too.
+  EXPECT_EQ(labels, want);
   EXPECT_EQ(alerts[0].annotations.at("summary"), "worker:0 of cluster c is dead");
   EXPECT_NE(alerts[0].annotations.at("description").find("http://me:9400/"), std::string::npos);
   EXPECT_NE(alerts[0].annotations.at("description").find("because"), std::string::npos);
@@ -88,12 +97,16 @@ TEST(FirstHandAlerts, LabelsAreTheRulesOwn) {
   EXPECT_EQ(alerts[2].starts_at, 50);
   EXPECT_EQ(alerts[0].hold_s, 0);  // Confirmed by the sidecar: at once.
   EXPECT_GT(alerts[2].hold_s, 0);  // Inferred, the sidecars' link fine: must last a while.
-  EXPECT_EQ(alerts[3].starts_at, 70);
+  EXPECT_EQ(alerts[3].starts_at, 50);
+  EXPECT_EQ(alerts[3].annotations.at("summary"),
+            "worker:2 of cluster c is cut off from its peer ps:1");
+  EXPECT_EQ(alerts[4].starts_at, 70);
   // The two nodes' sidecars cannot reach each other directly either: a second path failing the
   // same way confirms it, at once.
   ClusterView cut = SampleView();
   cut.partitions[0].nodes_cut = true;
   EXPECT_EQ(FirstHandAlerts(cut, {"c", "http://me:9400/", nullptr})[2].hold_s, 0);
+  EXPECT_EQ(FirstHandAlerts(cut, {"c", "http://me:9400/", nullptr})[3].hold_s, 0);
   for (const FiringAlert& a : alerts) {
     EXPECT_EQ(a.annotations.at("runbook_url").rfind("https://", 0), 0u);
   }
@@ -199,6 +212,47 @@ TEST(FirstHandAlerts, BothSidesOfAPartitionNameTheLinksIncident) {
   EXPECT_EQ(OpenIncidentOf(*now, "ps:0"), nullptr);
   EXPECT_EQ(OpenLinkIncident(*now, view, {"ps", 0}, {"worker", 0})->id(), "inc-00000000001c");
   EXPECT_EQ(OpenLinkIncident(*now, view, {"ps", 1}, {"worker", 0}), nullptr);  // No partition.
+}
+
+// Only worker:0 is this node's; ps:0, across the cut, is another sidecar's. This sidecar posts
+// both sides, so the pair goes out together whichever sidecar names the partition first, and
+// both name the link's incident. Without the cluster view's PartitionInfo (not confirmed yet),
+// only this node's side.
+TEST(FirstHandAlerts, ASidecarPostsBothSidesOfItsTasksPartition) {
+  ClusterView view;
+  TaskView worker = View("worker", 0, TaskState::kBlocked);
+  worker.partitioned_from = {"ps:0"};
+  view.tasks = {worker, View("ps", 0, TaskState::kUp)};
+  view.local = {{"worker", 0}};
+  PartitionInfo cut;
+  cut.a = {"ps", 0};
+  cut.b = {"worker", 0};
+  cut.a_node = "a:4317";
+  cut.b_node = "b:4317";
+  cut.since = 60;
+  view.partitions = {cut};
+  auto now = std::make_shared<IncidentsNow>();
+  pb::Incident link;
+  link.set_id("inc-00000000001c");
+  link.set_open(true);
+  link.mutable_cause()->set_kind("link");
+  link.mutable_cause()->set_node("a:4317");
+  link.mutable_cause()->set_peer("b:4317");
+  now->incidents = {link};
+  const auto alerts = FirstHandAlerts(view, {"c", "http://me:9400/", now});
+  ASSERT_EQ(alerts.size(), 2u);
+  std::set<std::string> sides;
+  for (const FiringAlert& a : alerts) {
+    sides.insert(a.labels.at("role") + ":" + a.labels.at("task") + "->" + a.labels.at("peer_role") +
+                 ":" + a.labels.at("peer_task"));
+    EXPECT_EQ(a.labels.at("incident"), "inc-00000000001c");
+    EXPECT_EQ(a.starts_at, 60);
+  }
+  EXPECT_EQ(sides, (std::set<std::string>{"worker:0->ps:0", "ps:0->worker:0"}));
+  view.partitions.clear();
+  const auto unconfirmed = FirstHandAlerts(view, {"c", "http://me:9400/", nullptr});
+  ASSERT_EQ(unconfirmed.size(), 1u);
+  EXPECT_EQ(unconfirmed[0].labels.at("role"), "worker");
 }
 
 TEST(FirstHandAlerts, NothingWhenHealthyOrDone) {

@@ -376,6 +376,22 @@ absl::Status StateStore::PutIncident(const pb::Incident& incident) {
   const double age_from = incident.ended() > 0 ? incident.ended() : incident.started();
 
   std::lock_guard<std::mutex> lock(mu_);
+  // The rows of the ids it was known by on this node (renamed to its owner's id) go with the
+  // write of the new one: never both, never neither.
+  Transaction transaction(db_, path_);
+  if (absl::Status begun = transaction.Begin(); !begun.ok()) return begun;
+  if (incident.former_ids_size() > 0) {
+    absl::StatusOr<Stmt> erase = Prepare(db_, "DELETE FROM incidents WHERE id = ?", path_);
+    if (!erase.ok()) return erase.status();
+    for (const std::string& id : incident.former_ids()) {
+      if (id == incident.id()) continue;
+      sqlite3_reset(erase->get());
+      BindText(erase->get(), 1, id);
+      if (const int rc = sqlite3_step(erase->get()); rc != SQLITE_DONE) {
+        return SqlError(db_, rc, absl::StrCat("cannot drop incident ", id), path_);
+      }
+    }
+  }
   absl::StatusOr<Stmt> stmt = Prepare(db_,
                                       "INSERT OR REPLACE INTO incidents "
                                       "(id, cluster, open, started, age_from, bytes, blob) "
@@ -394,7 +410,7 @@ absl::Status StateStore::PutIncident(const pb::Incident& incident) {
   if (rc != SQLITE_DONE) {
     return SqlError(db_, rc, absl::StrCat("cannot store incident ", incident.id()), path_);
   }
-  return absl::OkStatus();
+  return transaction.Commit();
 }
 
 std::vector<pb::Incident> StateStore::Incidents(int limit) const {

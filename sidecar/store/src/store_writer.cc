@@ -17,7 +17,13 @@ StoreWriter::~StoreWriter() {
 
 void StoreWriter::Write(const std::vector<pb::Incident>& changed,
                         const std::vector<LedgerRow>& ledger, double now_s) {
-  for (const pb::Incident& incident : changed) waiting_[incident.id()] = incident;
+  for (const pb::Incident& incident : changed) {
+    // Renamed to its owner's id: a copy still waiting under a former id would put its row back.
+    for (const std::string& id : incident.former_ids()) {
+      if (id != incident.id()) waiting_.erase(id);
+    }
+    waiting_[incident.id()] = incident;
+  }
   int written = 0;
   const absl::Status status = WriteAll(ledger, &written);
   if (status.ok() && failing_since_s_ >= 0) {

@@ -164,6 +164,28 @@ TEST(StateStore, IncidentsRoundTripOpenFirstThenNewestStartAndReplaceById) {
   EXPECT_EQ(store->Incidents(10).size(), 4u);
 }
 
+// Renamed to its owner's id: the write of the new id drops the rows of its former ids (and
+// only those), so that a restart brings back one incident, not the old name too.
+TEST(StateStore, AnIncidentRenamedToItsOwnersIdReplacesItsFormerRows) {
+  TempDir dir;
+  std::unique_ptr<StateStore> store = OpenOk(dir.path());
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->PutIncident(MakeIncident("inc-00000000000a", true, 100)).ok());
+  ASSERT_TRUE(store->PutIncident(MakeIncident("inc-00000000000b", true, 90)).ok());
+  pb::Incident renamed = MakeIncident("inc-0000000000aa", true, 99);
+  renamed.add_former_ids("inc-00000000000a");
+  renamed.add_former_ids("inc-0000000000aa");  // Its own id among them: kept.
+  ASSERT_TRUE(store->PutIncident(renamed).ok());
+  EXPECT_EQ(Ids(store->Incidents(10)),
+            (std::vector<std::string>{"inc-0000000000aa", "inc-00000000000b"}));
+  store.reset();
+  store = OpenOk(dir.path());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(Ids(store->Incidents(10)),
+            (std::vector<std::string>{"inc-0000000000aa", "inc-00000000000b"}));
+  EXPECT_EQ(store->Incident("inc-0000000000aa")->former_ids(0), "inc-00000000000a");
+}
+
 TEST(StateStore, PersistsAcrossReopenInWalModeWithOurApplicationId) {
   TempDir dir;
   {

@@ -126,6 +126,24 @@ TEST(StoreWriter, WhatAFullStoreDidNotTakeIsWrittenOnceItWorksAgainSaidOnceEachW
   EXPECT_EQ(log.Count("warning "), 2) << log.text();
 }
 
+// Renamed while the store was full: the copy waiting under its former id is not written after
+// the store works again (it would put the old row back); the new one is.
+TEST(StoreWriter, ACopyWaitingUnderAFormerIdIsDropped) {
+  CapturedLog log;
+  FakeStore store;
+  StoreWriter writer(store.Options());
+  store.full = true;
+  writer.Write({Incident("inc-a", "opened")}, {}, 1);
+  EXPECT_EQ(writer.waiting(), 1u);
+  pb::Incident renamed = Incident("inc-owner", "renamed");
+  renamed.add_former_ids("inc-a");
+  store.full = false;
+  writer.Write({renamed}, {}, 2);
+  EXPECT_EQ(writer.waiting(), 0u);
+  ASSERT_EQ(store.incidents.size(), 1u);
+  EXPECT_EQ(store.incidents.begin()->first, "inc-owner");
+}
+
 // An incident the store refuses for itself (no id) is dropped with a line; it neither waits nor
 // holds up the others, and the store counts as working.
 TEST(StoreWriter, AnIncidentRefusedForItselfIsDroppedNotTriedAgain) {

@@ -44,6 +44,15 @@ struct PartitionInfo {
   bool nodes_cut = false;  // The two nodes' sidecars cannot reach each other directly either.
 };
 
+// An open incident as the node that owns it names it (its record's OwnedIncident): the book
+// takes its id for the same cause (incidents.h).
+struct PeerIncident {
+  std::string node;  // The owner.
+  std::string id;
+  std::string cause_kind, cause_a, cause_b;  // The book's CauseKey.
+  double started = 0;                        // Unix seconds.
+};
+
 struct ClusterView {
   std::string cluster;
   std::vector<TaskView> tasks;  // The whole cluster, problems first.
@@ -53,6 +62,7 @@ struct ClusterView {
   std::optional<double> isolated_since;   // This node is cut off from every other, since then.
   bool exchange_unauthenticated = false;  // Its exchange runs without a cluster key.
   std::vector<TaskRef> local;             // The tasks this node watches first-hand.
+  std::vector<PeerIncident> peer_incidents;  // The others' own open incidents, from their records.
   std::string self;
   std::string self_hostname;
 };

@@ -76,6 +76,12 @@ const pb::Incident* OpenIncidentOf(const IncidentsNow& now, std::string_view tas
 const pb::Incident* OpenLinkIncident(const IncidentsNow& now, const ClusterView& view,
                                      const TaskRef& a, const TaskRef& b);
 
+// The incidents of `now` that node `self` owns (their cause is one of its tasks, or a link's
+// failing side there; a node cut off: the smallest other node id), open or closed for less than
+// 30 s at `now_unix`, as its exchange record carries them: the other nodes take their ids.
+std::vector<v1::OwnedIncident> OwnedIncidents(const IncidentsNow& now, const std::string& self,
+                                              double now_unix);
+
 class IncidentBook {
  public:
   explicit IncidentBook(IncidentBookOptions options = {});
@@ -115,6 +121,10 @@ class IncidentBook {
   // Holds, with the incident that held them, the first-hand workers well again whose steps have
   // not moved since (reconnecting, restoring): the incident closes when they train again.
   void HoldRecovering(const ClusterView& view, double now, std::map<TaskRef, Holding>& causes);
+  // Takes the owner's id and start for `incident` (open, or closed a moment ago) when another
+  // node owns its cause and names that fault otherwise (ClusterView::peer_incidents): the former
+  // id is kept in `former_ids`. True when it did.
+  bool Adopt(pb::Incident& incident, const ClusterView& view, double now);
   // The open incident holding `task` now, if one does.
   const Open* HolderOf(const TaskRef& task) const;
   void Update(Open& open, const std::map<TaskRef, const Holding*>& held, const ClusterView& view,

@@ -79,6 +79,8 @@ class Ledger {
   // What was charged since this process started (Prometheus counters start at 0 with it).
   std::map<TaskRef, TaskSeconds> SinceStart() const;
   std::map<std::string, double> LostByKindSinceStart() const;
+  // The seconds lost to incident `from` are lost to `to` from now on (renamed to its owner's id).
+  void Rename(const std::string& from, const std::string& to);
   // Puts back the seconds an incident still open before a restart had cost each task.
   void RestoreLost(const pb::Incident& incident);
 

@@ -87,6 +87,11 @@ class ExchangeCore {
   bool UpdateOwn(const std::vector<TaskView>& views, Now now);
   // This node's load, in its record from the next version on (OwnRecord::SetLoad).
   void SetOwnLoad(const NodeLoad& load) { own_.SetLoad(load); }
+  // The open incidents this node owns, in its record from the next version on (news when their
+  // ids change: OwnRecord::SetIncidents).
+  void SetOwnIncidents(std::vector<v1::OwnedIncident> incidents) {
+    own_.SetIncidents(std::move(incidents));
+  }
   std::vector<std::string> NewsTargets();
   // News not passed on yet (a record or a member's status just learned): the caller pushes it to
   // NewsTargets() at once rather than at the next period, so that each hop of the epidemic
