@@ -589,6 +589,7 @@ void IncidentBook::HoldRecovering(const ClusterView& view, double now,
     if (o.restored) continue;
     std::map<TaskRef, int64_t> held_steps;
     std::map<TaskRef, double> recovering;
+    std::set<TaskRef> resumed;
     for (const pb::AffectedTask& a : o.incident.affected()) {
       auto t = ParseTaskRef(a.task());
       const TaskView* v = FindTask(view.tasks, a.task());
@@ -604,8 +605,13 @@ void IncidentBook::HoldRecovering(const ClusterView& view, double now,
       auto was = o.held_steps.find(*t);
       const bool gone = v->state == TaskState::kDead || v->state == TaskState::kMissing ||
                         v->state == TaskState::kDone;
-      if (was == o.held_steps.end() || gone || v->steps != was->second) {
-        continue;  // Training again (or not there to train): back.
+      if (was == o.held_steps.end() || gone) continue;  // Not there to train: back.
+      if (v->steps != was->second) {
+        // Its steps moved: training again from the next tick on. This one is still the
+        // incident's: of it, the ledger counts productive only its new steps at their usual
+        // pace (the first steps after a stall come part way through the tick).
+        if (o.resumed.contains(*t)) continue;
+        resumed.insert(*t);
       }
       const double since = o.recovering.contains(*t) ? o.recovering.at(*t) : now;
       if (now - since > kRecoveringAtMostS) continue;
@@ -616,6 +622,7 @@ void IncidentBook::HoldRecovering(const ClusterView& view, double now,
     }
     o.held_steps = std::move(held_steps);
     o.recovering = std::move(recovering);
+    o.resumed = std::move(resumed);
   }
 }
 

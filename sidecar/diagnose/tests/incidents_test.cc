@@ -170,12 +170,18 @@ TEST(IncidentBook, OneIncidentPerCauseOpenedHeldAndClosedWithItsCost) {
              nullptr, 108);
   ASSERT_EQ(book.List().size(), 1u);
   EXPECT_TRUE(book.List()[0].open());
+  // Each worker is back once its steps have moved twice (the tick of its first steps is the
+  // incident's still, counted at their pace).
   book.Track(View({Task("ps:1", TaskState::kUp), Training("worker:0", 2), Training("worker:1", 1)}),
              nullptr, 109);
   ASSERT_EQ(book.List().size(), 1u);
+  EXPECT_TRUE(book.List()[0].open());
+  book.Track(View({Task("ps:1", TaskState::kUp), Training("worker:0", 3), Training("worker:1", 2)}),
+             nullptr, 110);
+  ASSERT_EQ(book.List().size(), 1u);
   const pb::Incident closed = book.List()[0];
   EXPECT_FALSE(closed.open());
-  EXPECT_DOUBLE_EQ(closed.ended(), 109);
+  EXPECT_DOUBLE_EQ(closed.ended(), 110);
   // Two workers waited from the incident's start, 100.5, to 108 (7.5 s each) and worker:1 one
   // more second; the half second before the start is not the incident's.
   EXPECT_NEAR(closed.lost_seconds(), 6.5 + 7.5, 1e-6);
@@ -200,10 +206,39 @@ TEST(IncidentBook, AWorkerWellAgainHoldsItsIncidentOpenUntilItsStepsMove) {
   EXPECT_EQ(book.List()[0].affected(1).task(), "worker:0");
   EXPECT_EQ(book.List()[0].affected(1).how(), "recovering");
   EXPECT_NEAR(book.List()[0].lost_seconds(), 4, 1e-6);  // 101 to 104: waiting, recovering.
+  // Its first step: that tick is still the incident's, its new steps productive at their pace
+  // (here unknown: all of it); it is back once its steps move again.
   book.Track(View({Task("ps:0", TaskState::kUp), Training("worker:0", 51)}), nullptr, 105);
-  EXPECT_FALSE(book.List()[0].open());
-  EXPECT_DOUBLE_EQ(book.List()[0].ended(), 105);
+  EXPECT_TRUE(book.List()[0].open());
   EXPECT_NEAR(book.List()[0].lost_seconds(), 4, 1e-6);  // It trained again in that second.
+  book.Track(View({Task("ps:0", TaskState::kUp), Training("worker:0", 61)}), nullptr, 106);
+  EXPECT_FALSE(book.List()[0].open());
+  EXPECT_DOUBLE_EQ(book.List()[0].ended(), 106);
+  EXPECT_NEAR(book.List()[0].lost_seconds(), 4, 1e-6);
+}
+
+// The tick of the first step after a stall: of it, only the new steps at the usual pace were
+// training (the step counters' count); the rest is still the incident's.
+TEST(IncidentBook, TheFirstStepsAfterAnIncidentCountAtTheirPace) {
+  IncidentBook book;
+  TaskView w = BlockedOn("worker:0", "ps:0");
+  w.steps = 50;
+  w.usual_step_seconds = 0.1;
+  for (double t = 100; t <= 102; t += 1) {
+    book.Track(View({Task("ps:0", TaskState::kDead, 99.5), w}), nullptr, t);
+  }
+  TaskView back = Training("worker:0", 50);
+  back.usual_step_seconds = 0.1;
+  book.Track(View({Task("ps:0", TaskState::kUp), back}), nullptr, 103);
+  back.steps = 51;  // One step, 0.1 s of training, in a 1 s tick.
+  book.Track(View({Task("ps:0", TaskState::kUp), back}), nullptr, 104);
+  EXPECT_TRUE(book.List()[0].open());
+  EXPECT_NEAR(book.List()[0].lost_seconds(), 3.9, 1e-6);  // 101 to 104, less 0.1 s training.
+  back.steps = 61;
+  book.Track(View({Task("ps:0", TaskState::kUp), back}), nullptr, 105);
+  EXPECT_FALSE(book.List()[0].open());
+  EXPECT_NEAR(book.List()[0].lost_seconds(), 3.9, 1e-6);
+  EXPECT_NEAR(book.ledger().tasks().at(TaskRef{"worker", 0}).seconds[0], 0.1 + 1, 1e-6);
 }
 
 TEST(IncidentBook, OverlappingFaultsWithDifferentCausesAreSeparate) {
@@ -324,13 +359,16 @@ TEST(IncidentBook, ANodeCutOffTakesTheOwnersIdForItsCutOnceItHearsAgain) {
   for (const std::string& id : {n1, n2, n3})
     back.nodes.push_back({id, "", "alive", 108, {}, "", id == n2});
   book.Track(back, nullptr, 108);
+  back.tasks[1].steps = 6;
+  book.Track(back, nullptr, 109);  // Its steps moved twice: back.
   ASSERT_EQ(book.List().size(), 1u);
   EXPECT_FALSE(book.List()[0].open());
   book.TakeChanged();
   const std::string owners = IncidentId("c", {"node", n2, ""}, 105.3);
   ASSERT_NE(owners, mine.id());
   back.peer_incidents = {{n1, owners, "node", n2, "", 105.3}};
-  book.Track(back, nullptr, 109);
+  back.tasks[1].steps = 7;
+  book.Track(back, nullptr, 110);
   ASSERT_EQ(book.List().size(), 1u);
   const pb::Incident renamed = book.List()[0];
   EXPECT_EQ(renamed.id(), owners);

@@ -10,6 +10,7 @@
 // shape is its proto (pb::Incident), which the API, the store and the exchange carry as is.
 
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -117,6 +118,7 @@ class IncidentBook {
     // have not moved since, since when.
     std::map<TaskRef, int64_t> held_steps;
     std::map<TaskRef, double> recovering;
+    std::set<TaskRef> resumed;  // Of those, the ones whose steps moved in the last tick.
   };
   // Holds, with the incident that held them, the first-hand workers well again whose steps have
   // not moved since (reconnecting, restoring): the incident closes when they train again.
