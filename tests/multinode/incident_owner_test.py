@@ -109,6 +109,19 @@ def former_ids_find_it(c, t, seen, took):
         assert got["id"] == inc["id"], f"n{n}: /api/v1/incidents/{former} is {got['id']}"
 
 
+def report(c, t, seen, what):
+    """Logs one fault's name on every node and each node's own dating of it (its timeline's first
+    line: the owner's start replaced it); checks the former ids. Returns how many nodes took the
+    owner's id."""
+    took = renamed(seen)
+    former_ids_find_it(c, t, seen, took)
+    dated = " ".join(f"n{n} x{i['timeline'][0]['unix_seconds'] % 10:.2f}"
+                     for n, (_, i) in sorted(seen.items()) if i.get("timeline"))
+    log(f"ok: {what} on every node; dated {dated}"
+        + (f"; n{','.join(map(str, took))} took it from the owner" if took else ""))
+    return len(took)
+
+
 def wait_closed(c, t, kind, timeout):
     d.wait(f"no open {kind} incident on any node",
            lambda: all(not any(i.get("kind") == kind for i in incidents(c, t, n)[1])
@@ -125,15 +138,8 @@ def partitions(c, t):
         seen = wait_agreed(c, t, "partition", f"cut {k + 1}: every node names it by its owner's id",
                            15)
         inc = next(iter(seen.values()))[1]
-        took = renamed(seen)
-        renames += len(took)
-        former_ids_find_it(c, t, seen, took)
-        # Each node's own dating is its timeline's first line (the owner's start replaced it).
-        dated = " ".join(f"n{n} x{i['timeline'][0]['unix_seconds'] % 10:.2f}"
-                         for n, (_, i) in sorted(seen.items()) if i.get("timeline"))
-        log(f"ok: cut {k + 1} at x{cut_at % 10:.2f} s: {inc['id']} (owner {inc['owner']}) on every "
-            f"node; dated {dated}"
-            + (f"; n{','.join(map(str, took))} took it from the owner" if took else ""))
+        renames += report(c, t, seen, f"cut {k + 1} at x{cut_at % 10:.2f} s: {inc['id']} (owner "
+                          f"{inc['owner']})")
         c.heal(1, 2)
         wait_closed(c, t, "partition", 40)
         time.sleep(REOPEN_WITHIN_S + 0.5)  # The next cut is a new incident, not this one again.
@@ -179,14 +185,8 @@ def isolations(c, t):
                 for n, (_, i) in sorted(seen.items())))
         inc = seen[1][1]
         assert inc["owner"] == seen[1][0], f"n1 ({seen[1][0]}) owns n3's cut: {inc['owner']}"
-        took = renamed(seen)
-        renames += len(took)
-        former_ids_find_it(c, t, seen, took)
-        dated = " ".join(f"n{n} x{i['timeline'][0]['unix_seconds'] % 10:.2f}"
-                         for n, (_, i) in sorted(seen.items()) if i.get("timeline"))
-        log(f"ok: link down {k + 1} at x{down_at % 10:.2f} s: {inc['id']} (owner n1) on every "
-            f"node; dated {dated}"
-            + (f"; n{','.join(map(str, took))} took it from n1" if took else ""))
+        renames += report(c, t, seen, f"link down {k + 1} at x{down_at % 10:.2f} s: {inc['id']} "
+                          "(owner n1)")
         d.wait("every task up again everywhere", lambda: d.in_every_view(
             t, NODES, lambda n, v: all(x["state"] == "up" for x in v["tasks"])), 40)
         time.sleep(REOPEN_WITHIN_S + 0.5)

@@ -163,6 +163,17 @@ TEST(FirstHandAlerts, AnAlertCarriesTheOpenIncidentThatHoldsItsTask) {
   EXPECT_EQ(without[0].annotations.count("incident"), 0u);
 }
 
+// The open incident of the cut between nodes a:4317 and b:4317.
+pb::Incident LinkIncident() {
+  pb::Incident link;
+  link.set_id("inc-00000000001c");
+  link.set_open(true);
+  link.mutable_cause()->set_kind("link");
+  link.mutable_cause()->set_node("a:4317");
+  link.mutable_cause()->set_peer("b:4317");
+  return link;
+}
+
 // A partition's two sides page as one incident, the link's, whatever else holds a side: here a
 // slow ps's incident holds worker:0 too. The ps it cannot reach is held by none (it serves the
 // others). A dead or hung task's alert names the incident it is the cause of, not one that
@@ -190,12 +201,7 @@ TEST(FirstHandAlerts, BothSidesOfAPartitionNameTheLinksIncident) {
   slow.add_affected()->set_task("ps:1");
   slow.add_affected()->set_task("worker:0");
   slow.add_affected()->set_task("worker:1");
-  pb::Incident link;
-  link.set_id("inc-00000000001c");
-  link.set_open(true);
-  link.mutable_cause()->set_kind("link");
-  link.mutable_cause()->set_node("a:4317");
-  link.mutable_cause()->set_peer("b:4317");
+  const pb::Incident link = LinkIncident();
   now->incidents = {slow, link};
   const auto alerts = FirstHandAlerts(view, {"c", "http://me:9400/", now});
   ASSERT_EQ(alerts.size(), 4u);
@@ -232,12 +238,7 @@ TEST(FirstHandAlerts, ASidecarPostsBothSidesOfItsTasksPartition) {
   cut.since = 60;
   view.partitions = {cut};
   auto now = std::make_shared<IncidentsNow>();
-  pb::Incident link;
-  link.set_id("inc-00000000001c");
-  link.set_open(true);
-  link.mutable_cause()->set_kind("link");
-  link.mutable_cause()->set_node("a:4317");
-  link.mutable_cause()->set_peer("b:4317");
+  const pb::Incident link = LinkIncident();
   now->incidents = {link};
   const auto alerts = FirstHandAlerts(view, {"c", "http://me:9400/", now});
   ASSERT_EQ(alerts.size(), 2u);
