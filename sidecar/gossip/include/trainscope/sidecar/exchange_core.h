@@ -87,8 +87,8 @@ class ExchangeCore {
   bool UpdateOwn(const std::vector<TaskView>& views, Now now);
   // This node's load, in its record from the next version on (OwnRecord::SetLoad).
   void SetOwnLoad(const NodeLoad& load) { own_.SetLoad(load); }
-  // The open incidents this node owns, in its record from the next version on (news when their
-  // ids change: OwnRecord::SetIncidents).
+  // The incidents this node owns (open, or closed a moment ago), in its record from the next
+  // version on (news when their ids change: OwnRecord::SetIncidents).
   void SetOwnIncidents(std::vector<v1::OwnedIncident> incidents) {
     own_.SetIncidents(std::move(incidents));
   }

@@ -94,8 +94,8 @@ class OwnRecord {
   // This node's load, carried in every version from now on; news when it turns strained or
   // back (NodeStrainWords), its figures otherwise ride with the next version.
   void SetLoad(const NodeLoad& load) { load_ = load; }
-  // The open incidents this node owns, carried in every version from now on; a change of their
-  // ids is news.
+  // The incidents this node owns (open, or closed a moment ago), carried in every version from
+  // now on; a change of their ids is news.
   void SetIncidents(std::vector<v1::OwnedIncident> incidents) { incidents_ = std::move(incidents); }
 
  private:

@@ -67,8 +67,9 @@ class PeerExchange {
   // This node's load, read on the exchange's thread with the views and carried in its record.
   // Set before Start; without it the record carries none.
   void SetLoadProvider(std::function<NodeLoad()> load);
-  // The open incidents this node owns, read on the exchange's thread with the views and carried
-  // in its record (the other nodes take their ids). Set before Start; without it, none.
+  // The incidents this node owns (open, or closed a moment ago), read on the exchange's thread
+  // with the views and carried in its record (the other nodes take their ids). Set before
+  // Start; without it, none.
   void SetIncidentsProvider(std::function<std::vector<v1::OwnedIncident>()> incidents);
   // Asks the sidecar of `node` (its exchange's host:port) for its snapshots of `task`, waiting
   // at most `deadline_ms`; an answer over `max_bytes` is refused. Errors in words, naming the
