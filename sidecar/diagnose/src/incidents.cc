@@ -669,6 +669,13 @@ void IncidentBook::Track(const ClusterView& view, const NewestStacks* stacks, do
     if (now - it->ended() > kRenameClosedWithinS) break;  // Oldest first: the rest are older.
     if (Adopt(*it, view, now)) Changed(*it);
   }
+  Charge(view, causes, now);
+}
+
+// Charges the ledger the seconds since the previous view, each held task to the open incident
+// that holds it, and sets each open incident's cost from it.
+void IncidentBook::Charge(const ClusterView& view, const std::map<TaskRef, Holding>& causes,
+                          double now) {
   std::map<TaskRef, HeldBy> held_by;
   for (const auto& [t, h] : causes) {
     auto o = open_.find(h.cause);

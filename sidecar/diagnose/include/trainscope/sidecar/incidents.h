@@ -132,6 +132,7 @@ class IncidentBook {
   void Update(Open& open, const std::map<TaskRef, const Holding*>& held, const ClusterView& view,
               const NewestStacks* stacks, double now);
   void Close(Open& open, double when, std::string why);
+  void Charge(const ClusterView& view, const std::map<TaskRef, Holding>& causes, double now);
   Open& OpenFor(const Holding& h, const ClusterView& view, double now);
   void Changed(const pb::Incident& incident);
 
