@@ -24,5 +24,7 @@ function(trainscope_proto_library target)
   add_library(${target} STATIC ${gen_srcs})
   target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${gen_dir}>)
   target_link_libraries(${target} PUBLIC protobuf::libprotobuf gRPC::grpc++)
-  set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  # protoc's files each define the same file-local names (schemas, file_default_instances): one
+  # translation unit each, also in a unity build.
+  set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON UNITY_BUILD OFF)
 endfunction()

@@ -19,8 +19,8 @@ class TraceIdFlag final : public spdlog::custom_flag_formatter {
               spdlog::memory_buf_t& dest) override {
     const std::string id = telemetry::CurrentTraceId();
     if (id.empty()) return;
-    static constexpr char kPrefix[] = " trace=";
-    dest.append(kPrefix, kPrefix + sizeof(kPrefix) - 1);
+    static constexpr char kTracePrefix[] = " trace=";
+    dest.append(kTracePrefix, kTracePrefix + sizeof(kTracePrefix) - 1);
     dest.append(id.data(), id.data() + id.size());
   }
   std::unique_ptr<custom_flag_formatter> clone() const override {

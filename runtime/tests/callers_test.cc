@@ -23,7 +23,7 @@
 namespace trainscope {
 namespace {
 
-ClusterSpec Cluster() {
+ClusterSpec ChiefCluster() {
   return *ClusterSpec::FromJobs({{"chief", {"127.0.0.1:1"}},
                                  {"worker", {"127.0.0.1:2", "127.0.0.1:3"}},
                                  {"ps", {"127.0.0.1:4", "127.0.0.1:5"}}});
@@ -55,7 +55,7 @@ double IdentityRefusals(const TaskMetrics& metrics) {
 }
 
 TEST(CallersTest, IndexIsTheCallersPlaceAmongTheClustersTasksOrMinusOne) {
-  const ClusterSpec cluster = Cluster();
+  const ClusterSpec cluster = ChiefCluster();
   const std::vector<TaskRef> all = cluster.AllTasks();
   auto telemetry = TelemetryOf(cluster);
   TaskStatus status;
@@ -80,8 +80,8 @@ TEST(CallersTest, IndexIsTheCallersPlaceAmongTheClustersTasksOrMinusOne) {
 TEST(CallersTest, WithoutMutualTlsOrForACallerTheSpecDoesNotKnowTheCheckPasses) {
   TaskStatus status;
   TaskMetrics metrics("test", {"ps", 0}, &status, 0);
-  Callers plain(Cluster(), {"ps", 0}, /*mutual_tls=*/false, nullptr, &metrics);
-  Callers mutual(Cluster(), {"ps", 0}, /*mutual_tls=*/true, nullptr, &metrics);
+  Callers plain(ChiefCluster(), {"ps", 0}, /*mutual_tls=*/false, nullptr, &metrics);
+  Callers mutual(ChiefCluster(), {"ps", 0}, /*mutual_tls=*/true, nullptr, &metrics);
   grpc::ServerContext context;  // No call: neither check reaches the certificate.
   EXPECT_TRUE(plain.Check(context, Id("worker", 0), "Push").ok());
   EXPECT_TRUE(mutual.Check(context, Id("worker", 9), "Push").ok());
@@ -93,7 +93,7 @@ TEST(CallersTest, WithoutMutualTlsOrForACallerTheSpecDoesNotKnowTheCheckPasses) 
 class ServedTask {
  public:
   explicit ServedTask(bool mutual_tls)
-      : cluster_(Cluster()),
+      : cluster_(ChiefCluster()),
         metrics_("test", self_, &status_, 0),
         trainers_(cluster_, self_),
         callers_(cluster_, self_, mutual_tls, nullptr, &metrics_) {

@@ -56,7 +56,7 @@ VariableDef Variable(const std::string& name, std::vector<float> values) {
 
 // Whom the ps tasks know: nothing dials these addresses (mutual TLS is off, so no caller's
 // address is checked); the trainer registry reads the roles.
-ClusterSpec Cluster() {
+ClusterSpec ThreePsCluster() {
   return *ClusterSpec::FromJobs({{"worker", {"127.0.0.1:1", "127.0.0.1:2"}},
                                  {"ps", {"127.0.0.1:3", "127.0.0.1:4", "127.0.0.1:5"}}});
 }
@@ -102,7 +102,7 @@ class ServedPs {
  private:
   struct Process {
     Process(const TaskRef& self, const Options& o)
-        : cluster(Cluster()),
+        : cluster(ThreePsCluster()),
           metrics("test", self, &status, 0),
           faults(0, o.drop_push_answers),
           store(ParameterStoreOptions{self.ShortName(), 0}),

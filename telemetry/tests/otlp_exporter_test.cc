@@ -344,12 +344,12 @@ TEST(OtlpExporterTest, CreateRejectsBadOptions) {
 }
 
 TEST(OtlpEndpointTest, Table) {
-  struct Case {
+  struct EndpointCase {
     std::string endpoint;
     std::string target;  // Empty: an error.
     std::string error;   // A piece of the message.
   };
-  const std::vector<Case> cases = {
+  const std::vector<EndpointCase> cases = {
       {"http://127.0.0.1:4317", "127.0.0.1:4317", ""},
       {"http://collector:4318/", "collector:4318", ""},
       {"HTTP://collector:9", "collector:9", ""},
@@ -369,7 +369,7 @@ TEST(OtlpEndpointTest, Table) {
       {"http://:4317", "", "no host"},
       {"http://coll ector:4317", "", "host has character"},
   };
-  for (const Case& c : cases) {
+  for (const EndpointCase& c : cases) {
     absl::StatusOr<std::string> target = ParseOtlpEndpoint(c.endpoint);
     if (c.target.empty()) {
       ASSERT_FALSE(target.ok()) << c.endpoint << " -> " << *target;

@@ -37,7 +37,7 @@
 namespace trainscope::sidecar {
 namespace {
 
-namespace pb = ::trainscope::v1;
+namespace rpb = ::trainscope::v1;
 
 constexpr size_t kMaxString = 512;
 constexpr int kMaxPeers = 4096;
@@ -47,7 +47,7 @@ std::string Bound(const std::string& s) {
   return s.size() <= kMaxString ? s : s.substr(0, kMaxString - 3) + "...";
 }
 
-PeerInfo ConvertPeer(const pb::PeerView& p) {
+PeerInfo ConvertPeer(const rpb::PeerView& p) {
   PeerInfo out;
   out.peer = {Bound(p.peer().role()), p.peer().index()};
   out.address = Bound(p.address());
@@ -64,9 +64,9 @@ PeerInfo ConvertPeer(const pb::PeerView& p) {
   return out;
 }
 
-HeartbeatInfo Convert(const pb::HeartbeatResponse& r) {
+HeartbeatInfo Convert(const rpb::HeartbeatResponse& r) {
   HeartbeatInfo hb;
-  const pb::TaskIdentity& id = r.identity();
+  const rpb::TaskIdentity& id = r.identity();
   hb.cluster_name = Bound(id.cluster_name());
   hb.task = {Bound(id.task().role()), id.task().index()};
   hb.incarnation = id.incarnation();
@@ -93,7 +93,7 @@ HeartbeatInfo Convert(const pb::HeartbeatResponse& r) {
   hb.open_fds = r.resources().open_fds();
   hb.inflight_reported_unix = r.unix_seconds();
   for (int i = 0; i < std::min(r.inflight_size(), kMaxInflight); ++i) {
-    const pb::InflightCall& c = r.inflight(i);
+    const rpb::InflightCall& c = r.inflight(i);
     CallInFlight call;
     call.method = Bound(c.method());
     call.peer = {Bound(c.peer().role()), c.peer().index()};
@@ -154,7 +154,7 @@ bool ConnectRefused(const std::string& address) {
 }
 
 // A parsed answer (gRPC parsed it, or DecodeHeartbeatAnswer did) into a PollResult.
-PollResult DecodeAnswer(const pb::HeartbeatResponse& response, double sent_s, double received_s) {
+PollResult DecodeAnswer(const rpb::HeartbeatResponse& response, double sent_s, double received_s) {
   PollResult r;
   r.sent_s = sent_s;
   r.received_s = received_s;
@@ -314,7 +314,7 @@ bool FromTheServer(grpc::StatusCode code) {
 }  // namespace
 
 PollResult DecodeHeartbeatAnswer(absl::string_view serialized, double sent_s, double received_s) {
-  pb::HeartbeatResponse response;
+  rpb::HeartbeatResponse response;
   // Protobuf takes an int size; gRPC's 1 MiB receive limit keeps real answers far below it.
   const bool fits = serialized.size() <= static_cast<size_t>(std::numeric_limits<int>::max());
   if (!fits || !response.ParseFromArray(serialized.data(), static_cast<int>(serialized.size()))) {
@@ -439,15 +439,15 @@ struct HeartbeatPoller::Impl {
   struct Call {
     size_t target = 0;
     grpc::ClientContext ctx;
-    pb::HeartbeatResponse response;
+    rpb::HeartbeatResponse response;
     grpc::Status status;
-    std::unique_ptr<grpc::ClientAsyncResponseReader<pb::HeartbeatResponse>> reader;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<rpb::HeartbeatResponse>> reader;
     double sent_s = 0;
   };
   struct Slot {
     Target target;
     std::shared_ptr<grpc::Channel> channel;
-    std::unique_ptr<pb::TaskService::Stub> stub;
+    std::unique_ptr<rpb::TaskService::Stub> stub;
     Call* in_flight = nullptr;
     PortOwnerCache owner;
     IdentityCache identity;
@@ -460,7 +460,7 @@ struct HeartbeatPoller::Impl {
   std::unique_ptr<DeathWatch> deaths;
   int deadline_ms = 2000;
   ProcessFinder finder;
-  pb::HeartbeatRequest request;
+  rpb::HeartbeatRequest request;
   bool shut_down = false;
 
   PollResult ToResult(Call* call, double now_s) {
@@ -582,7 +582,7 @@ HeartbeatPoller::HeartbeatPoller(std::vector<Target> targets, int deadline_ms, s
     Impl::Slot slot;
     slot.target = t;
     slot.channel = MakeChannel(t.address, options, credentials);
-    slot.stub = pb::TaskService::NewStub(slot.channel);
+    slot.stub = rpb::TaskService::NewStub(slot.channel);
     impl_->slots.push_back(std::move(slot));
   }
   impl_->deaths = std::make_unique<DeathWatch>(impl_->slots.size(), &impl_->cq, &kDeathTag);

@@ -14,14 +14,14 @@
 namespace trainscope::sidecar {
 namespace {
 
-namespace pb = ::trainscope::v1;
+namespace rpb = ::trainscope::v1;
 
-pb::HeartbeatResponse Answer() {
-  pb::HeartbeatResponse r;
+rpb::HeartbeatResponse Answer() {
+  rpb::HeartbeatResponse r;
   r.mutable_identity()->set_cluster_name("demo");
   r.mutable_identity()->mutable_task()->set_role("worker");
   r.mutable_identity()->mutable_task()->set_index(1);
-  r.set_phase(pb::PHASE_TRAINING);
+  r.set_phase(rpb::PHASE_TRAINING);
   r.set_steps(42);
   return r;
 }
@@ -47,10 +47,10 @@ TEST(DecodeHeartbeatAnswer, GarbageAndAnswersWithoutIdentityAreBadAnswers) {
 }
 
 TEST(DecodeHeartbeatAnswer, BoundsStringsAndPeersAndTamesNumbers) {
-  pb::HeartbeatResponse a = Answer();
+  rpb::HeartbeatResponse a = Answer();
   a.mutable_identity()->set_hostname(std::string(100000, 'h'));
   for (int i = 0; i < 5000; ++i) {
-    pb::PeerView* p = a.add_peers();
+    rpb::PeerView* p = a.add_peers();
     p->set_latency_seconds(std::numeric_limits<double>::quiet_NaN());
     p->set_step_share(7);
   }

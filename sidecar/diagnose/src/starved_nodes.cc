@@ -41,7 +41,7 @@ bool SlowTogether(const TaskView& v, double others, bool evidence, const Starved
 }
 
 // What the node's tasks and its load (`strain`, against the others') say, in words.
-std::string Evidence(const std::vector<const TaskView*>& tasks, const std::string& strain) {
+std::string EvidenceOf(const std::vector<const TaskView*>& tasks, const std::string& strain) {
   std::vector<std::string> words;
   const auto quota = std::count_if(tasks.begin(), tasks.end(),
                                    [](const TaskView* v) { return HeldByItsCpuQuota(v->cgroup); });
@@ -80,7 +80,7 @@ std::optional<StarvedNode> Judge(const std::string& node, const std::vector<cons
   if (n < rules.min_slow || n * 2 <= s.compared) return std::nullopt;
   s.step_seconds = MedianOf(steps);
   s.others_seconds = MedianOf(others);
-  s.evidence = Evidence(slow, strain);
+  s.evidence = EvidenceOf(slow, strain);
   return s;
 }
 

@@ -13,7 +13,7 @@ namespace {
 
 constexpr double kMemoryPressureShare = 0.1;
 
-int Percent(double share) { return static_cast<int>(std::lround(share * 100)); }
+int WholePercent(double share) { return static_cast<int>(std::lround(share * 100)); }
 
 // What its node says holds `v` back, in words; "" when nothing does.
 std::string CauseOf(const TaskView& v, const WorkerPsMap& map) {
@@ -21,7 +21,7 @@ std::string CauseOf(const TaskView& v, const WorkerPsMap& map) {
   // Its own tracker's reason says how much, and what the quota is (CgroupWatch::ThrottledWords).
   if (HeldByItsCpuQuota(c)) return "held back by its own CPU quota";
   if (c.memory_pressure_ratio && *c.memory_pressure_ratio >= kMemoryPressureShare) {
-    return absl::StrCat("it stalls waiting for memory ", Percent(*c.memory_pressure_ratio),
+    return absl::StrCat("it stalls waiting for memory ", WholePercent(*c.memory_pressure_ratio),
                         "% of the time (memory pressure)");
   }
   for (const SlowLink& l : map.slow_links) {
