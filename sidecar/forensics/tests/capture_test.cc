@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -56,6 +57,15 @@ std::string TracerPidLine(pid_t pid) {
     if (line.rfind("TracerPid:", 0) == 0) return line;
   }
   return "";
+}
+
+// The Threads: count of /proc/PID/status, 0 when there is no such process.
+int ThreadsOf(pid_t pid) {
+  std::istringstream status(ReadAll("/proc/" + std::to_string(pid) + "/status"));
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
+  }
+  return 0;
 }
 
 bool WaitFor(const std::function<bool()>& done, milliseconds timeout = milliseconds(5000)) {
@@ -212,7 +222,9 @@ TEST(CaptureTest, ZombieIsNotFound) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) _exit(0);
-  ASSERT_TRUE(WaitFor([&] { return ProcState(child) == 'Z'; }));
+  // Under TSan the child has a second thread (the sanitizer's), which may still be exiting when
+  // the main thread is already a zombie: that process still runs, so wait until it is gone.
+  ASSERT_TRUE(WaitFor([&] { return ProcState(child) == 'Z' && ThreadsOf(child) == 1; }));
   absl::StatusOr<ProcessSnapshot> snapshot = Capture(child);
   EXPECT_EQ(snapshot.status().code(), absl::StatusCode::kNotFound)
       << (snapshot.ok() ? FormatSnapshot(*snapshot) : snapshot.status().ToString());
