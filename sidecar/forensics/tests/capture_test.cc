@@ -51,21 +51,21 @@ char ProcState(pid_t pid) {
                                                                             : stat[close_paren + 2];
 }
 
-std::string TracerPidLine(pid_t pid) {
+// The line of /proc/PID/status that starts with `key` ("TracerPid:"), empty when there is none.
+std::string StatusLine(pid_t pid, const std::string& key) {
   std::istringstream status(ReadAll("/proc/" + std::to_string(pid) + "/status"));
   for (std::string line; std::getline(status, line);) {
-    if (line.rfind("TracerPid:", 0) == 0) return line;
+    if (line.rfind(key, 0) == 0) return line;
   }
   return "";
 }
 
+std::string TracerPidLine(pid_t pid) { return StatusLine(pid, "TracerPid:"); }
+
 // The Threads: count of /proc/PID/status, 0 when there is no such process.
 int ThreadsOf(pid_t pid) {
-  std::istringstream status(ReadAll("/proc/" + std::to_string(pid) + "/status"));
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
-  }
-  return 0;
+  const std::string line = StatusLine(pid, "Threads:");
+  return line.empty() ? 0 : std::atoi(line.c_str() + 8);
 }
 
 bool WaitFor(const std::function<bool()>& done, milliseconds timeout = milliseconds(5000)) {
