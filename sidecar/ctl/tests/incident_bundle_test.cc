@@ -209,6 +209,12 @@ TEST(IncidentText, TheTableFitsAHundredColumnsAndEndsWithTheGoodput) {
   const std::string text = IncidentText(Stalled(), kNow);
   EXPECT_NE(text.find("incident inc-0123456789ab (open, stalled)"), std::string::npos) << text;
   EXPECT_NE(text.find("cause:    task worker:0 on node n1"), std::string::npos) << text;
+  pb::Incident cut_off = Stalled();
+  cut_off.mutable_cause()->Clear();
+  cut_off.mutable_cause()->set_kind("node");
+  cut_off.mutable_cause()->set_node("n3");
+  EXPECT_NE(IncidentText(cut_off, kNow).find("cause:    node n3\n"), std::string::npos)
+      << IncidentText(cut_off, kNow);
   EXPECT_NE(text.find("snapshot worker:0 (1 threads)"), std::string::npos) << text;
   EXPECT_NE(IncidentsTable(pb::IncidentList(), kNow).find("no incidents"), std::string::npos);
   // Renamed to its owner's id: the id this node named it by before says so.

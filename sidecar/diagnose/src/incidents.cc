@@ -216,6 +216,9 @@ constexpr double kSameFaultS = 10;
 // A closed incident still takes its owner's id this long after it closed (a node cut off closes
 // its own as the link comes back, when it first hears the owner), and the owner keeps naming it.
 constexpr double kRenameClosedWithinS = 30;
+// A worker's steps that fall short of their pace this long after an incident let go of it are
+// that incident's (gRPC reconnecting, a link dropping again faster than a detection).
+constexpr double kAftermathS = 10;
 
 // The node that owns an incident: its cause's (a task's node, a link's failing side). A node cut
 // off cannot speak for its own cut while it lasts: the smallest other node id owns that, which
@@ -684,17 +687,37 @@ void IncidentBook::Charge(const ClusterView& view, const std::map<TaskRef, Holdi
                   h.cause.kind == "task" && h.cause.a == t.ShortName(),
                   now - o->second.incident.started()};
   }
+  // Of the tasks not held, those an open incident, or one closed a moment ago, let go of.
+  std::map<TaskRef, HeldBy> after;
+  auto let_go = [&](const pb::Incident& in) {
+    for (const pb::AffectedTask& a : in.affected()) {
+      auto t = ParseTaskRef(a.task());
+      if (t.ok() && !held_by.contains(*t)) after.try_emplace(*t, HeldBy{in.id(), in.kind()});
+    }
+  };
+  for (const auto& [key, o] : open_) let_go(o.incident);
+  std::vector<pb::Incident*> recent;
+  for (auto it = closed_.rbegin(); it != closed_.rend() && now - it->ended() <= kAftermathS; ++it) {
+    let_go(*it);
+    recent.push_back(&*it);
+  }
   const double dt = last_now_ > 0 ? std::clamp(now - last_now_, 0.0, 5.0) : 0;
   last_now_ = now;
-  ledger_.Charge(view.tasks, held_by, dt);
-  for (auto& [key, o] : open_) {
-    o.incident.set_lost_seconds(ledger_.LostTo(o.incident.id()));
-    for (pb::AffectedTask& a : *o.incident.mutable_affected()) {
-      if (auto t = ParseTaskRef(a.task()); t.ok()) {
-        a.set_lost_seconds(ledger_.LostTo(o.incident.id(), *t));
-      }
+  ledger_.Charge(view.tasks, held_by, after, dt);
+  auto cost = [&](pb::Incident& in) {
+    const double was = in.lost_seconds();
+    in.set_lost_seconds(ledger_.LostTo(in.id()));
+    for (pb::AffectedTask& a : *in.mutable_affected()) {
+      if (auto t = ParseTaskRef(a.task()); t.ok()) a.set_lost_seconds(ledger_.LostTo(in.id(), *t));
     }
+    return in.lost_seconds() != was;
+  };
+  for (auto& [key, o] : open_) {
+    cost(o.incident);
     Changed(o.incident);
+  }
+  for (pb::Incident* in : recent) {
+    if (cost(*in)) Changed(*in);
   }
 }
 
@@ -784,6 +807,7 @@ std::vector<pb::Incident> IncidentBook::TakeChanged() {
 void IncidentBook::Restore(const std::vector<pb::Incident>& kept) {
   for (const pb::Incident& in : kept) {
     if (Find(in.id()) != nullptr || in.id().empty()) continue;
+    ledger_.RestoreLost(in);  // A closed one too: what its aftermath costs adds to it.
     if (!in.open()) {
       closed_.push_back(in);
       continue;
@@ -792,7 +816,6 @@ void IncidentBook::Restore(const std::vector<pb::Incident>& kept) {
     o.incident = in;
     o.key = KeyOf(in.cause());
     o.restored = true;
-    ledger_.RestoreLost(in);
   }
   std::sort(closed_.begin(), closed_.end(),
             [](const pb::Incident& a, const pb::Incident& b) { return a.ended() < b.ended(); });

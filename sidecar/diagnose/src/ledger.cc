@@ -54,16 +54,23 @@ Outcome OutcomeOf(const TaskView& v, const HeldBy* held, int64_t highest_steps) 
 }
 
 void Ledger::Charge(const std::vector<TaskView>& views, const std::map<TaskRef, HeldBy>& held,
-                    double dt) {
+                    const std::map<TaskRef, HeldBy>& after, double dt) {
   if (dt <= 0) return;
+  auto find = [](const std::map<TaskRef, HeldBy>& m, const TaskRef& t) {
+    auto it = m.find(t);
+    return it == m.end() ? nullptr : &it->second;
+  };
   for (const TaskView& v : views) {
-    if (!Trains(v.task)) continue;
-    auto h = held.find(v.task);
-    ChargeTask(v, h == held.end() ? nullptr : &h->second, dt);
+    if (Trains(v.task)) ChargeTask(v, find(held, v.task), find(after, v.task), dt);
   }
 }
 
-void Ledger::ChargeTask(const TaskView& v, const HeldBy* by, double dt) {
+void Ledger::Lose(const TaskRef& task, const HeldBy& by, double seconds) {
+  lost_by_kind_[by.kind] += seconds;
+  lost_by_incident_[{by.id, task}] += seconds;
+}
+
+void Ledger::ChargeTask(const TaskView& v, const HeldBy* by, const HeldBy* after, double dt) {
   TaskSeconds& s = tasks_[v.task];
   const bool alive = v.state != TaskState::kDead && v.state != TaskState::kMissing;
   const bool first_hand = v.source.empty();
@@ -102,12 +109,23 @@ void Ledger::ChargeTask(const TaskView& v, const HeldBy* by, double dt) {
     const double moved = std::min(s.unconfirmed, kMaxUnconfirmedSeconds);
     At(s, Outcome::kProductive) -= moved;
     lost += moved;
-    lost_by_kind_[by->kind] += lost;
-    lost_by_incident_[{by->id, v.task}] += lost;
+    Lose(v.task, *by, lost);
   }
   At(s, o) += lost;
   const bool unsure = o == Outcome::kProductive && first_hand && s.seen && paced < lost;
   s.unconfirmed = unsure ? s.unconfirmed + lost - paced : 0;  // Stood still, or crawled.
+  const bool free = o == Outcome::kProductive && by == nullptr && first_hand && s.seen;
+  if (free && rose && after != nullptr) {
+    // Its steps since they last rose, at their pace, against the incident that let go of it a
+    // moment ago: the seconds they fall short are that incident's.
+    const double since = s.since_rise + dt;
+    const double shortfall = since - PacedSeconds(v, risen, since);
+    At(s, Outcome::kProductive) -= shortfall;
+    At(s, Outcome::kWaiting) += shortfall;
+    Lose(v.task, *after, shortfall);
+    s.unconfirmed = std::max(0.0, s.unconfirmed - shortfall);
+  }
+  s.since_rise = free && !rose ? s.since_rise + dt : 0;
   if (alive) s.highest_steps = std::max(s.highest_steps, v.steps);
   s.seen = true;
 }

@@ -472,7 +472,7 @@ TEST(Ledger, EverySecondOnceAsOneOutcome) {
   slow.source = "10.0.0.2:4317";  // Remote: its pace over the last 10 s says how slowed.
   slow.usual_step_seconds = 0.1;
   slow.recent_step_seconds = 0.4;
-  ledger.Charge({w, slow, Task("ps:0", TaskState::kUp)}, {{slow.task, {"inc-3", "slow", false}}},
+  ledger.Charge({w, slow, Task("ps:0", TaskState::kUp)}, {{slow.task, {"inc-3", "slow", false}}}, {},
                 2);
   const pb::Goodput g = ledger.Goodput("c");
   EXPECT_DOUBLE_EQ(g.elapsed_seconds(), 4);           // Workers only.
@@ -482,7 +482,7 @@ TEST(Ledger, EverySecondOnceAsOneOutcome) {
 
   // Of a step longer than the incident has been open, only its open part is the incident's.
   Ledger first;
-  first.Charge({w}, {{w.task, {"inc-4", "dead", false, 0.25}}}, 1);
+  first.Charge({w}, {{w.task, {"inc-4", "dead", false, 0.25}}}, {}, 1);
   EXPECT_DOUBLE_EQ(first.LostTo("inc-4"), 0.25);
   EXPECT_DOUBLE_EQ(first.Goodput("c").productive_seconds(), 0.75);
 
@@ -496,7 +496,7 @@ TEST(Ledger, EverySecondOnceAsOneOutcome) {
   // What was kept before a restart is in the goodput, not in the counters of this process.
   EXPECT_DOUBLE_EQ(again.SinceStart().at(w.task).seconds[0], 0);
   EXPECT_DOUBLE_EQ(again.LostByKindSinceStart().at("slow"), 0);
-  again.Charge({w}, {}, 1);
+  again.Charge({w}, {}, {}, 1);
   EXPECT_DOUBLE_EQ(again.SinceStart().at(w.task).seconds[0], 1);
 }
 
@@ -504,18 +504,18 @@ TEST(Ledger, StepsThatStoodStillBeforeTheIncidentAreItsAndRisingStepsTrain) {
   TaskView w = Task("worker:0", TaskState::kUp);
   w.steps = 100;
   Ledger ledger;
-  ledger.Charge({w}, {}, 1);  // The first charge: a baseline for its steps, productive.
+  ledger.Charge({w}, {}, {}, 1);  // The first charge: a baseline for its steps, productive.
   w.steps = 120;
-  ledger.Charge({w}, {}, 1);    // Rose: productive, and sure.
-  ledger.Charge({w}, {}, 0.5);  // Stood still while still called up: productive, for now.
-  ledger.Charge({w}, {}, 0.25);
+  ledger.Charge({w}, {}, {}, 1);    // Rose: productive, and sure.
+  ledger.Charge({w}, {}, {}, 0.5);  // Stood still while still called up: productive, for now.
+  ledger.Charge({w}, {}, {}, 0.25);
   const HeldBy dead_ps{"inc-1", "dead", false, 10};
-  ledger.Charge({w}, {{w.task, dead_ps}}, 1);  // Held: the 0.75 s its steps stood still too.
+  ledger.Charge({w}, {{w.task, dead_ps}}, {}, 1);  // Held: the 0.75 s its steps stood still too.
   EXPECT_DOUBLE_EQ(ledger.LostTo("inc-1"), 1.75);
   EXPECT_DOUBLE_EQ(ledger.Goodput("c").productive_seconds(), 2);
   EXPECT_DOUBLE_EQ(ledger.lost_by_kind().at("dead"), 1.75);
   w.steps = 121;  // Training again before its state is called well: productive.
-  ledger.Charge({w}, {{w.task, dead_ps}}, 1);
+  ledger.Charge({w}, {{w.task, dead_ps}}, {}, 1);
   EXPECT_DOUBLE_EQ(ledger.LostTo("inc-1"), 1.75);
   EXPECT_DOUBLE_EQ(ledger.Goodput("c").productive_seconds(), 3);
 
@@ -524,23 +524,23 @@ TEST(Ledger, StepsThatStoodStillBeforeTheIncidentAreItsAndRisingStepsTrain) {
   slowed.state = TaskState::kSlow;
   slowed.usual_step_seconds = 0.01;
   Ledger pace;
-  pace.Charge({slowed}, {}, 1);
+  pace.Charge({slowed}, {}, {}, 1);
   slowed.steps = 30;  // 20 steps in 1 s, usually 0.2 s: a fifth of its pace.
-  pace.Charge({slowed}, {{slowed.task, {"inc-5", "slow", false, 10}}}, 1);
+  pace.Charge({slowed}, {{slowed.task, {"inc-5", "slow", false, 10}}}, {}, 1);
   EXPECT_DOUBLE_EQ(pace.LostTo("inc-5"), 0.8);
 
   // A worker started again counts from 0 and redoes nothing; a restore behind its back does.
   TaskView again = Training("worker:2", 500);
   again.incarnation = 1;
   Ledger restarts;
-  restarts.Charge({again}, {}, 1);
+  restarts.Charge({again}, {}, {}, 1);
   again.incarnation = 2;
   again.steps = 3;
-  restarts.Charge({again}, {}, 1);
+  restarts.Charge({again}, {}, {}, 1);
   again.steps = 4;
-  restarts.Charge({again}, {}, 1);
+  restarts.Charge({again}, {}, {}, 1);
   again.steps = 2;  // The ps restored an older checkpoint.
-  restarts.Charge({again}, {}, 1);
+  restarts.Charge({again}, {}, {}, 1);
   EXPECT_DOUBLE_EQ(restarts.Goodput("c").productive_seconds(), 3);
   EXPECT_DOUBLE_EQ(restarts.Goodput("c").redone_seconds(), 1);
 
@@ -549,13 +549,46 @@ TEST(Ledger, StepsThatStoodStillBeforeTheIncidentAreItsAndRisingStepsTrain) {
   remote.source = "10.0.0.2:4317";
   remote.steps = 5;
   Ledger far;
-  far.Charge({remote}, {}, 1);
-  far.Charge({remote}, {}, 1);
-  far.Charge({remote}, {{remote.task, dead_ps}}, 1);
+  far.Charge({remote}, {}, {}, 1);
+  far.Charge({remote}, {}, {}, 1);
+  far.Charge({remote}, {{remote.task, dead_ps}}, {}, 1);
   EXPECT_DOUBLE_EQ(far.LostTo("inc-1"), 1);
   remote.steps = 6;
-  far.Charge({remote}, {{remote.task, dead_ps}}, 1);
+  far.Charge({remote}, {{remote.task, dead_ps}}, {}, 1);
   EXPECT_DOUBLE_EQ(far.LostTo("inc-1"), 2);
+}
+
+TEST(Ledger, StepsShortOfTheirPaceJustAfterAnIncidentAreThatIncidents) {
+  TaskView w = Training("worker:0", 100);
+  w.usual_step_seconds = 0.01;
+  const HeldBy link{"inc-7", "partition", false, 10};
+  const std::map<TaskRef, HeldBy> after{{w.task, link}};
+  Ledger ledger;
+  ledger.Charge({w}, {{w.task, link}}, {}, 1);
+  EXPECT_DOUBLE_EQ(ledger.LostTo("inc-7"), 1);
+  w.steps = 101;  // Let go: one step (0.01 s at its pace) in 0.2 s.
+  ledger.Charge({w}, {}, after, 0.2);
+  EXPECT_NEAR(ledger.LostTo("inc-7"), 1.19, 1e-9);
+  ledger.Charge({w}, {}, after, 0.4);  // Stood still: productive, for now.
+  w.steps = 141;                       // 0.4 s of steps in 0.6 s: on pace.
+  ledger.Charge({w}, {}, after, 0.2);
+  EXPECT_NEAR(ledger.LostTo("inc-7"), 1.19, 1e-9);
+  ledger.Charge({w}, {}, after, 0.8);  // The link dropped again, too briefly for a detection.
+  w.steps = 151;                       // 0.1 s of steps in 1 s: 0.9 s short.
+  ledger.Charge({w}, {}, after, 0.2);
+  EXPECT_NEAR(ledger.LostTo("inc-7"), 2.09, 1e-9);
+  EXPECT_NEAR(ledger.lost_by_kind().at("partition"), 2.09, 1e-9);
+  const pb::Goodput g = ledger.Goodput("c");
+  EXPECT_NEAR(g.productive_seconds(), 2.8 - 2.09, 1e-9);
+  EXPECT_NEAR(g.waiting_seconds(), 2.09, 1e-9);
+
+  // With no incident a moment ago, there is no cause to charge: a crawl stays productive.
+  Ledger alone;
+  alone.Charge({w}, {}, {}, 1);
+  alone.Charge({w}, {}, {}, 0.8);
+  w.steps = 152;
+  alone.Charge({w}, {}, {}, 0.2);
+  EXPECT_DOUBLE_EQ(alone.Goodput("c").productive_seconds(), 2);
 }
 
 }  // namespace

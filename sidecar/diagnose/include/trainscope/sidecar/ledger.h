@@ -50,13 +50,21 @@ struct TaskSeconds {
   // incident's when one takes the task before the steps rise again (the time its detection
   // took: the steps had stopped).
   double unconfirmed = 0;
+  // First-hand tasks, not held: the seconds since its steps last rose, all charged productive.
+  // When they rise again after an incident let go of the task, the new steps are worth their
+  // pace over all of it, and what falls short is that incident's (reconnecting, a link that
+  // flaps faster than a detection).
+  double since_rise = 0;
 };
 
 class Ledger {
  public:
   // Charges `dt` seconds of each worker and chief of `views` to one outcome. `held`: the
-  // incident holding each task, when one does.
-  void Charge(const std::vector<TaskView>& views, const std::map<TaskRef, HeldBy>& held, double dt);
+  // incident holding each task, when one does. `after`: of the tasks no longer held, the
+  // incident that let go of each a moment ago; the time a task's steps then fall short of its
+  // pace is that incident's.
+  void Charge(const std::vector<TaskView>& views, const std::map<TaskRef, HeldBy>& held,
+              const std::map<TaskRef, HeldBy>& after, double dt);
 
   const std::map<TaskRef, TaskSeconds>& tasks() const { return tasks_; }
   // Seconds lost (waiting and down) to one incident, and by incident kind.
@@ -81,11 +89,13 @@ class Ledger {
   std::map<std::string, double> LostByKindSinceStart() const;
   // The seconds lost to incident `from` are lost to `to` from now on (renamed to its owner's id).
   void Rename(const std::string& from, const std::string& to);
-  // Puts back the seconds an incident still open before a restart had cost each task.
+  // Puts back the seconds an incident kept before a restart had cost each task.
   void RestoreLost(const pb::Incident& incident);
 
  private:
-  void ChargeTask(const TaskView& v, const HeldBy* held, double dt);
+  void ChargeTask(const TaskView& v, const HeldBy* held, const HeldBy* after, double dt);
+  // Counts `seconds` of `task` as lost to the incident `by`.
+  void Lose(const TaskRef& task, const HeldBy& by, double seconds);
 
   std::map<TaskRef, TaskSeconds> tasks_;
   std::map<std::string, double> lost_by_kind_;
