@@ -209,7 +209,8 @@ std::string IncidentText(const pb::Incident& in, double now_unix) {
     absl::StrAppend(&out, Wrapped(Printable(in.summary(), 1000), 100, "  "));
   const pb::IncidentCause& c = in.cause();
   absl::StrAppend(&out, "cause:    ");
-  if (c.kind() != "node") absl::StrAppend(&out, Printable(c.kind(), 20), " ");  // "node n1" says it.
+  if (c.kind() != "node")
+    absl::StrAppend(&out, Printable(c.kind(), 20), " ");  // "node n1" says it.
   absl::StrAppend(&out, Printable(CauseWords(c), 200));
   if (c.kind() != "node" && !c.task().empty() && !c.node().empty()) {
     absl::StrAppend(&out, " on node ", Printable(c.node(), 80));

@@ -28,13 +28,27 @@ bool BeforeOrAfterTraining(const TaskView& v) {
 
 double& At(TaskSeconds& s, Outcome o) { return s.seconds[static_cast<int>(o)]; }
 
+// The fewest ticks of steady training whose median stands for a task's pace.
+constexpr int kFewestPaces = 5;
+
 // Of `dt` seconds in which a first-hand task made `risen` new steps, the seconds they are worth:
-// all of them when they came at up to half its usual pace, else the new steps at its usual pace
-// (a slowed task). All of `dt` when its pace is not known.
-double PacedSeconds(const TaskView& v, int64_t risen, double dt) {
-  if (v.usual_step_seconds <= 0) return dt;
-  const double worth = static_cast<double>(risen) * v.usual_step_seconds;
+// all of them when they came at up to half its usual pace (`usual` seconds a step), else the new
+// steps at its usual pace (a slowed task). All of `dt` when its pace is not known (0).
+double PacedSeconds(double usual, int64_t risen, double dt) {
+  if (usual <= 0) return dt;
+  const double worth = static_cast<double>(risen) * usual;
   return dt <= kPaceSlack * worth ? dt : std::min(dt, worth);
+}
+
+// A first-hand task's usual seconds a step: the view's, else the median of its last ticks of
+// steady training (the view learns its own only 10 s into training); 0 when neither is known.
+double UsualPace(const TaskView& v, const TaskSeconds& s) {
+  if (v.usual_step_seconds > 0) return v.usual_step_seconds;
+  const int n = static_cast<int>(std::min<int64_t>(s.paces_seen, s.paces.size()));
+  if (n < kFewestPaces) return 0;
+  std::array<double, std::tuple_size_v<decltype(s.paces)>> sorted = s.paces;
+  std::nth_element(sorted.begin(), sorted.begin() + n / 2, sorted.begin() + n);
+  return sorted[n / 2];
 }
 
 }  // namespace
@@ -81,7 +95,8 @@ void Ledger::ChargeTask(const TaskView& v, const HeldBy* by, const HeldBy* after
   const int64_t risen = s.seen && alive ? std::max<int64_t>(0, v.steps - s.highest_steps) : 0;
   const bool rose = first_hand && risen > 0;
   // What its new steps are worth: less than dt when it trained slower than usual.
-  const double paced = rose ? PacedSeconds(v, risen, dt) : 0;
+  const double usual = UsualPace(v, s);
+  const double paced = rose ? PacedSeconds(usual, risen, dt) : 0;
   const Outcome o = OutcomeOf(v, by, s.highest_steps);
   double step = dt;
   if (by != nullptr && by->open_for < dt) {
@@ -115,19 +130,29 @@ void Ledger::ChargeTask(const TaskView& v, const HeldBy* by, const HeldBy* after
   const bool unsure = o == Outcome::kProductive && first_hand && s.seen && paced < lost;
   s.unconfirmed = unsure ? s.unconfirmed + lost - paced : 0;  // Stood still, or crawled.
   const bool free = o == Outcome::kProductive && by == nullptr && first_hand && s.seen;
-  if (free && rose && after != nullptr) {
+  FollowPace(s, v.task, free ? risen : -1, usual, after, dt);
+  if (alive) s.highest_steps = std::max(s.highest_steps, v.steps);
+  s.seen = true;
+}
+
+void Ledger::FollowPace(TaskSeconds& s, const TaskRef& task, int64_t risen, double usual,
+                        const HeldBy* after, double dt) {
+  const bool rose = risen > 0;
+  if (rose && after != nullptr) {
     // Its steps since they last rose, at their pace, against the incident that let go of it a
     // moment ago: the seconds they fall short are that incident's.
     const double since = s.since_rise + dt;
-    const double shortfall = since - PacedSeconds(v, risen, since);
+    const double shortfall = since - PacedSeconds(usual, risen, since);
     At(s, Outcome::kProductive) -= shortfall;
     At(s, Outcome::kWaiting) += shortfall;
-    Lose(v.task, *after, shortfall);
+    Lose(task, *after, shortfall);
     s.unconfirmed = std::max(0.0, s.unconfirmed - shortfall);
   }
-  s.since_rise = free && !rose ? s.since_rise + dt : 0;
-  if (alive) s.highest_steps = std::max(s.highest_steps, v.steps);
-  s.seen = true;
+  s.since_rise = risen == 0 ? s.since_rise + dt : 0;
+  if (rose && s.trained_last_tick) {
+    s.paces[s.paces_seen++ % s.paces.size()] = dt / static_cast<double>(risen);
+  }
+  s.trained_last_tick = rose;
 }
 
 double Ledger::LostTo(const std::string& id) const {

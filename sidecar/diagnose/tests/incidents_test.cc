@@ -241,6 +241,48 @@ TEST(IncidentBook, TheFirstStepsAfterAnIncidentCountAtTheirPace) {
   EXPECT_NEAR(book.ledger().tasks().at(TaskRef{"worker", 0}).seconds[0], 0.1 + 1, 1e-6);
 }
 
+// A worker let go whose steps then crawl, within 10 s (gRPC reconnecting, a link dropping again
+// too briefly to be named): the seconds they fall short of its pace are that incident's, also
+// after a restart of the sidecar; later, with no cause, they are its own.
+TEST(IncidentBook, AWorkerCrawlingJustAfterItsIncidentClosedCostsThatIncident) {
+  IncidentBook book;
+  TaskView w = BlockedOn("worker:0", "ps:0");
+  w.steps = 50;
+  w.usual_step_seconds = 0.1;
+  for (double t = 100; t <= 102; t += 1) {
+    book.Track(View({Task("ps:0", TaskState::kDead, 99.5), w}), nullptr, t);
+  }
+  TaskView back = Training("worker:0", 50);
+  back.usual_step_seconds = 0.1;
+  auto at = [&](IncidentBook& b, int64_t steps, double t) {
+    back.steps = steps;
+    b.Track(View({Task("ps:0", TaskState::kUp), back}), nullptr, t);
+  };
+  at(book, 50, 103);
+  at(book, 51, 104);
+  at(book, 61, 105);
+  ASSERT_FALSE(book.List()[0].open());
+  EXPECT_NEAR(book.List()[0].lost_seconds(), 3.9, 1e-6);
+  book.TakeChanged();
+  at(book, 61, 106);  // Stood still: productive, for now.
+  at(book, 62, 107);  // One step (0.1 s) in 2 s: 1.9 s short.
+  EXPECT_NEAR(book.List()[0].lost_seconds(), 3.9 + 1.9, 1e-6);
+  EXPECT_NEAR(book.List()[0].affected(1).lost_seconds(), 3.9 + 1.9, 1e-6);
+  ASSERT_EQ(book.TakeChanged().size(), 1u);  // For the store.
+
+  IncidentBook again;  // The sidecar restarted: what the incident cost stays, and adds up.
+  again.Restore(book.List());
+  at(again, 62, 108);
+  at(again, 62, 109);
+  at(again, 62, 110);
+  at(again, 63, 111);
+  EXPECT_NEAR(again.List()[0].lost_seconds(), 3.9 + 1.9 + 1.9, 1e-6);
+  at(again, 63, 120);
+  at(again, 63, 121);
+  at(again, 64, 122);  // 12 s after it closed: no cause to charge.
+  EXPECT_NEAR(again.List()[0].lost_seconds(), 3.9 + 1.9 + 1.9, 1e-6);
+}
+
 TEST(IncidentBook, OverlappingFaultsWithDifferentCausesAreSeparate) {
   IncidentBook book;
   for (double t = 100; t <= 103; t += 1) {
@@ -472,8 +514,8 @@ TEST(Ledger, EverySecondOnceAsOneOutcome) {
   slow.source = "10.0.0.2:4317";  // Remote: its pace over the last 10 s says how slowed.
   slow.usual_step_seconds = 0.1;
   slow.recent_step_seconds = 0.4;
-  ledger.Charge({w, slow, Task("ps:0", TaskState::kUp)}, {{slow.task, {"inc-3", "slow", false}}}, {},
-                2);
+  ledger.Charge({w, slow, Task("ps:0", TaskState::kUp)}, {{slow.task, {"inc-3", "slow", false}}},
+                {}, 2);
   const pb::Goodput g = ledger.Goodput("c");
   EXPECT_DOUBLE_EQ(g.elapsed_seconds(), 4);           // Workers only.
   EXPECT_DOUBLE_EQ(g.productive_seconds(), 2 + 0.5);  // A quarter of its usual pace kept.
@@ -581,6 +623,18 @@ TEST(Ledger, StepsShortOfTheirPaceJustAfterAnIncidentAreThatIncidents) {
   const pb::Goodput g = ledger.Goodput("c");
   EXPECT_NEAR(g.productive_seconds(), 2.8 - 2.09, 1e-9);
   EXPECT_NEAR(g.waiting_seconds(), 2.09, 1e-9);
+
+  // Before the view has learned its usual pace (10 s into training), its own steady ticks say it.
+  TaskView early = Training("worker:1", 0);
+  Ledger fresh;
+  fresh.Charge({early}, {}, {}, 0.2);
+  for (int i = 0; i < 6; ++i) {  // 20 steps a tick: 0.01 s a step.
+    early.steps += 20;
+    fresh.Charge({early}, {}, {}, 0.2);
+  }
+  early.steps += 2;  // Held by a slow ps: 0.02 s of its 0.2 s trained.
+  fresh.Charge({early}, {{early.task, {"inc-8", "slow", false, 10}}}, {}, 0.2);
+  EXPECT_NEAR(fresh.LostTo("inc-8"), 0.18, 1e-9);
 
   // With no incident a moment ago, there is no cause to charge: a crawl stays productive.
   Ledger alone;

@@ -55,6 +55,12 @@ struct TaskSeconds {
   // pace over all of it, and what falls short is that incident's (reconnecting, a link that
   // flaps faster than a detection).
   double since_rise = 0;
+  // First-hand tasks: its seconds per step in its last ticks of steady training (not held, its
+  // steps rising in this tick and the one before), a ring of the last 16 (`paces_seen` in all).
+  // Their median is its pace until the view has learned its usual one (10 s into training).
+  std::array<double, 16> paces{};
+  int64_t paces_seen = 0;
+  bool trained_last_tick = false;
 };
 
 class Ledger {
@@ -94,6 +100,11 @@ class Ledger {
 
  private:
   void ChargeTask(const TaskView& v, const HeldBy* held, const HeldBy* after, double dt);
+  // After a tick in which a first-hand task was free (productive, not held) and made `risen` new
+  // steps (-1: it was not free): charges the time its steps fell short of their pace since they
+  // last rose to `after`, the incident that let go of it a moment ago, and learns its pace.
+  void FollowPace(TaskSeconds& s, const TaskRef& task, int64_t risen, double usual,
+                  const HeldBy* after, double dt);
   // Counts `seconds` of `task` as lost to the incident `by`.
   void Lose(const TaskRef& task, const HeldBy& by, double seconds);
 
