@@ -430,7 +430,10 @@ std::string IncidentSummary(const pb::Incident& incident, const std::string& cau
                       : c.kind() == "node"
                           ? absl::StrCat("node ", c.node())
                           : absl::StrCat(c.task().empty() ? c.node() : c.task(), " <-> ", c.peer());
-  std::string s = absl::StrCat(cause, " ", incident.kind());
+  // "worker:1 stalled, then dead (...) for 31 s": it was not dead all that time.
+  std::string s = incident.first_kind().empty()
+                      ? absl::StrCat(cause, " ", incident.kind())
+                      : absl::StrCat(cause, " ", incident.first_kind(), ", then ", incident.kind());
   if (!cause_reason.empty()) absl::StrAppend(&s, " (", cause_reason, ")");
   absl::StrAppend(&s, " for ", HumanDuration(std::max(0.0, end - incident.started())));
   std::vector<std::string> held;
@@ -521,6 +524,7 @@ void IncidentBook::Update(Open& o, const std::map<TaskRef, const Holding*>& held
   for (const auto& [t, h] : held) {
     if (t.ShortName() == o.key.a && o.key.kind == "task" && Worse(h->how, in.kind())) {
       AddLine(in, now, absl::StrCat(o.key.a, " is now ", h->how), options_.max_timeline);
+      if (in.first_kind().empty()) in.set_first_kind(in.kind());
       in.set_kind(h->how);
     }
     pb::AffectedTask* a = nullptr;

@@ -283,6 +283,27 @@ TEST(IncidentBook, AWorkerCrawlingJustAfterItsIncidentClosedCostsThatIncident) {
   EXPECT_NEAR(again.List()[0].lost_seconds(), 3.9 + 1.9 + 1.9, 1e-6);
 }
 
+// A deadlocked worker, then killed to undo it: one incident, of the worse kind, whose line says
+// that it was stalled first (it was not dead for all of its 5 s).
+TEST(IncidentBook, ACauseGrownWorseSaysWhatItWasFirst) {
+  IncidentBook book;
+  for (double t = 100; t <= 103; t += 1) {
+    book.Track(View({Task("ps:0", TaskState::kUp), Task("worker:0", TaskState::kStalled, 99)}),
+               nullptr, t);
+  }
+  ASSERT_EQ(book.List().size(), 1u);
+  EXPECT_EQ(book.List()[0].kind(), "stalled");
+  EXPECT_EQ(book.List()[0].first_kind(), "");
+  book.Track(View({Task("ps:0", TaskState::kUp), Task("worker:0", TaskState::kDead, 103.5)}),
+             nullptr, 104);
+  ASSERT_EQ(book.List().size(), 1u);
+  const pb::Incident in = book.List()[0];
+  EXPECT_EQ(in.kind(), "dead");
+  EXPECT_EQ(in.first_kind(), "stalled");
+  EXPECT_EQ(in.summary().rfind("worker:0 stalled, then dead (", 0), 0u) << in.summary();
+  EXPECT_NE(in.summary().find(") for 5.0 s"), std::string::npos) << in.summary();
+}
+
 TEST(IncidentBook, OverlappingFaultsWithDifferentCausesAreSeparate) {
   IncidentBook book;
   for (double t = 100; t <= 103; t += 1) {
