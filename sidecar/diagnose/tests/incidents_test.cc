@@ -217,10 +217,9 @@ TEST(IncidentBook, AWorkerWellAgainHoldsItsIncidentOpenUntilItsStepsMove) {
   EXPECT_NEAR(book.List()[0].lost_seconds(), 4, 1e-6);
 }
 
-// The tick of the first step after a stall: of it, only the new steps at the usual pace were
-// training (the step counters' count); the rest is still the incident's.
-TEST(IncidentBook, TheFirstStepsAfterAnIncidentCountAtTheirPace) {
-  IncidentBook book;
+// worker:0 (0.1 s a step, at step 50) held by a dead ps from 100 to 102: the worker as it comes
+// back, well again and not yet stepping.
+TaskView HeldByADeadPsUntil102(IncidentBook& book) {
   TaskView w = BlockedOn("worker:0", "ps:0");
   w.steps = 50;
   w.usual_step_seconds = 0.1;
@@ -229,6 +228,14 @@ TEST(IncidentBook, TheFirstStepsAfterAnIncidentCountAtTheirPace) {
   }
   TaskView back = Training("worker:0", 50);
   back.usual_step_seconds = 0.1;
+  return back;
+}
+
+// The tick of the first step after a stall: of it, only the new steps at the usual pace were
+// training (the step counters' count); the rest is still the incident's.
+TEST(IncidentBook, TheFirstStepsAfterAnIncidentCountAtTheirPace) {
+  IncidentBook book;
+  TaskView back = HeldByADeadPsUntil102(book);
   book.Track(View({Task("ps:0", TaskState::kUp), back}), nullptr, 103);
   back.steps = 51;  // One step, 0.1 s of training, in a 1 s tick.
   book.Track(View({Task("ps:0", TaskState::kUp), back}), nullptr, 104);
@@ -246,14 +253,7 @@ TEST(IncidentBook, TheFirstStepsAfterAnIncidentCountAtTheirPace) {
 // after a restart of the sidecar; later, with no cause, they are its own.
 TEST(IncidentBook, AWorkerCrawlingJustAfterItsIncidentClosedCostsThatIncident) {
   IncidentBook book;
-  TaskView w = BlockedOn("worker:0", "ps:0");
-  w.steps = 50;
-  w.usual_step_seconds = 0.1;
-  for (double t = 100; t <= 102; t += 1) {
-    book.Track(View({Task("ps:0", TaskState::kDead, 99.5), w}), nullptr, t);
-  }
-  TaskView back = Training("worker:0", 50);
-  back.usual_step_seconds = 0.1;
+  TaskView back = HeldByADeadPsUntil102(book);
   auto at = [&](IncidentBook& b, int64_t steps, double t) {
     back.steps = steps;
     b.Track(View({Task("ps:0", TaskState::kUp), back}), nullptr, t);
