@@ -77,6 +77,7 @@ void Ledger::Charge(const std::vector<TaskView>& views, const std::map<TaskRef, 
   for (const TaskView& v : views) {
     if (Trains(v.task)) ChargeTask(v, find(held, v.task), find(after, v.task), dt);
   }
+  RaiseSinceStart();
 }
 
 void Ledger::Lose(const TaskRef& task, const HeldBy& by, double seconds) {
@@ -228,11 +229,23 @@ void Ledger::Restore(const std::vector<Row>& rows) {
 }
 
 std::map<TaskRef, TaskSeconds> Ledger::SinceStart() const {
-  std::map<TaskRef, TaskSeconds> out = tasks_;
-  for (const auto& [t, s] : restored_) {
-    for (int i = 0; i < kNumOutcomes; ++i) out[t].seconds[i] -= s.seconds[i];
+  std::map<TaskRef, TaskSeconds> out;
+  for (const auto& [t, s] : tasks_) {
+    TaskSeconds& row = out[t];
+    if (auto high = since_start_.find(t); high != since_start_.end()) row.seconds = high->second;
   }
   return out;
+}
+
+void Ledger::RaiseSinceStart() {
+  for (const auto& [t, s] : tasks_) {
+    auto before = restored_.find(t);
+    std::array<double, kNumOutcomes>& high = since_start_[t];
+    for (int i = 0; i < kNumOutcomes; ++i) {
+      const double kept = before == restored_.end() ? 0 : before->second.seconds[i];
+      high[i] = std::max(high[i], s.seconds[i] - kept);
+    }
+  }
 }
 
 std::map<std::string, double> Ledger::LostByKindSinceStart() const {

@@ -577,10 +577,14 @@ TEST(Ledger, StepsThatStoodStillBeforeTheIncidentAreItsAndRisingStepsTrain) {
   EXPECT_DOUBLE_EQ(ledger.LostTo("inc-1"), 1.75);
   EXPECT_DOUBLE_EQ(ledger.Goodput("c").productive_seconds(), 2);
   EXPECT_DOUBLE_EQ(ledger.lost_by_kind().at("dead"), 1.75);
+  // As counters (/metrics): productive stands at its highest until it has caught up.
+  EXPECT_DOUBLE_EQ(ledger.SinceStart().at(w.task).seconds[0], 2.75);
+  EXPECT_DOUBLE_EQ(ledger.SinceStart().at(w.task).seconds[1], 1.75);
   w.steps = 121;  // Training again before its state is called well: productive.
   ledger.Charge({w}, {{w.task, dead_ps}}, {}, 1);
   EXPECT_DOUBLE_EQ(ledger.LostTo("inc-1"), 1.75);
   EXPECT_DOUBLE_EQ(ledger.Goodput("c").productive_seconds(), 3);
+  EXPECT_DOUBLE_EQ(ledger.SinceStart().at(w.task).seconds[0], 3);
 
   // Slowed, first-hand: its new steps at its usual pace were productive, the rest the cause's.
   TaskView slowed = Training("worker:3", 10);

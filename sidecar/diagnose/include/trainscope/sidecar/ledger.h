@@ -90,7 +90,10 @@ class Ledger {
   // Adds rows kept before a restart (unknown tasks and outcomes are skipped). Goodput and Rows
   // count them; SinceStart does not.
   void Restore(const std::vector<Row>& rows);
-  // What was charged since this process started (Prometheus counters start at 0 with it).
+  // What was charged since this process started (Prometheus counters start at 0 with it), as
+  // counters: never lower than before. Seconds first called productive and then taken back (its
+  // steps had stood still) are waiting at once, and productive stands still until it has caught
+  // up; a counter that fell would read as a restart to rate().
   std::map<TaskRef, TaskSeconds> SinceStart() const;
   std::map<std::string, double> LostByKindSinceStart() const;
   // The seconds lost to incident `from` are lost to `to` from now on (renamed to its owner's id).
@@ -107,11 +110,14 @@ class Ledger {
                   const HeldBy* after, double dt);
   // Counts `seconds` of `task` as lost to the incident `by`.
   void Lose(const TaskRef& task, const HeldBy& by, double seconds);
+  // Raises each task's since-start seconds to what it has now, where that is higher.
+  void RaiseSinceStart();
 
   std::map<TaskRef, TaskSeconds> tasks_;
   std::map<std::string, double> lost_by_kind_;
   std::map<std::pair<std::string, TaskRef>, double> lost_by_incident_;
   std::map<TaskRef, TaskSeconds> restored_;
+  std::map<TaskRef, std::array<double, kNumOutcomes>> since_start_;  // See SinceStart.
   std::map<std::string, double> restored_lost_by_kind_;
 };
 
