@@ -163,8 +163,18 @@ def outside(p):
     """A task without trainscope's heartbeat, in a pod: found by the socket it holds in its pod's
     network namespace, and judged from /proc like any."""
     pid = p.pids["chief:0"]
-    s = d.wait("chief:0 up from outside", lambda: p.state("chief:0", "up", "watched from outside")
-               and int(p.task("chief:0").get("pid", 0)) == pid, 20)
+    try:
+        s = d.wait("chief:0 up from outside",
+                   lambda: p.state("chief:0", "up", "watched from outside")
+                   and int(p.task("chief:0").get("pid", 0)) == pid, 20)
+    except AssertionError:
+        # Failed once in a CI run (up, pid 77, in the sidecar's log): say what the API held.
+        try:
+            seen = json.dumps(p.task("chief:0"))[:800]
+        except (OSError, ValueError, KeyError, AssertionError) as e:
+            seen = f"no answer ({e})"
+        log(f"chief:0 (pid {pid} here) as the sidecar's API has it: {seen}")
+        raise
     log(f"ok: chief:0 up from outside after {s:.1f} s as pid {pid}: "
         f"{p.task('chief:0')['reason'][:160]}")
     p.c.signal(pid, signal.SIGSTOP)
