@@ -119,6 +119,19 @@ std::string CauseWords(const pb::IncidentCause& c) {
   return c.kind().empty() ? "?" : c.kind();
 }
 
+// "task worker:0 on node n1: <its reason>", "node n3", "link n1 <-> n2".
+std::string CauseLine(const pb::Incident& in) {
+  const pb::IncidentCause& c = in.cause();
+  const bool node = c.kind() == "node";  // "node n3" says its kind already.
+  std::string out = node ? "" : absl::StrCat(Printable(c.kind(), 20), " ");
+  absl::StrAppend(&out, Printable(CauseWords(c), 200));
+  if (!node && !c.task().empty() && !c.node().empty()) {
+    absl::StrAppend(&out, " on node ", Printable(c.node(), 80));
+  }
+  if (!in.cause_reason().empty()) absl::StrAppend(&out, ": ", Printable(in.cause_reason(), 500));
+  return out;
+}
+
 std::string GoodputLine(const pb::Goodput& g) {
   const double counted = g.elapsed_seconds() - g.idle_seconds();
   if (!(counted > 0)) return "goodput: no worker time counted yet\n";
@@ -207,15 +220,7 @@ std::string IncidentText(const pb::Incident& in, double now_unix) {
   out += "\n";
   if (!in.summary().empty())
     absl::StrAppend(&out, Wrapped(Printable(in.summary(), 1000), 100, "  "));
-  const pb::IncidentCause& c = in.cause();
-  absl::StrAppend(&out, "cause:    ");
-  if (c.kind() != "node")
-    absl::StrAppend(&out, Printable(c.kind(), 20), " ");  // "node n1" says it.
-  absl::StrAppend(&out, Printable(CauseWords(c), 200));
-  if (c.kind() != "node" && !c.task().empty() && !c.node().empty()) {
-    absl::StrAppend(&out, " on node ", Printable(c.node(), 80));
-  }
-  if (!in.cause_reason().empty()) absl::StrAppend(&out, ": ", Printable(in.cause_reason(), 500));
+  absl::StrAppend(&out, "cause:    ", CauseLine(in));
   absl::StrAppend(&out, "\nstarted:  ", LocalTime(in.started()), " (", When(in.started(), now_unix),
                   ")\n");
   if (in.open()) {
