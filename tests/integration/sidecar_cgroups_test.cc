@@ -235,8 +235,10 @@ TEST(SidecarCgroups, WorkerAtTenPercentOfACoreIsTheStraggler) {
           std::chrono::duration_cast<seconds>(std::chrono::steady_clock::now() - start).count()));
   EXPECT_NE(slow->reason.find("the median of the other workers"), std::string::npos)
       << slow->reason;
-  EXPECT_NE(slow->reason.find("held back by its own CPU quota; CPU-throttled "), std::string::npos)
+  // Both, not side by side: on a loaded machine a late heartbeat is said between them.
+  EXPECT_NE(slow->reason.find("held back by its own CPU quota; "), std::string::npos)
       << slow->reason;
+  EXPECT_NE(slow->reason.find("; CPU-throttled "), std::string::npos) << slow->reason;
   EXPECT_NE(slow->reason.find("by its quota (0.1 core)"), std::string::npos) << slow->reason;
   for (const char* t : {"ps:0", "ps:1", "worker:0", "worker:1"}) {
     auto v = sidecar.Task(t);
