@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -472,7 +473,7 @@ class Sidecar::Impl {
     // a remote snapshot seconds, and neither may hold up /metrics, /healthz or the API.
     HttpServerOptions limits;
     limits.handler_threads = 8;
-    limits.slow_paths = {std::string(names::kPathStacks)};
+    limits.slow_paths = {std::string(names::kPathStacks), std::string(names::kPathEvidence)};
     limits.slow_handler_threads = 2;
     limits.slow_queue_limit = 16;
     limits.slow_queue_timeout_ms = 10000;
@@ -563,6 +564,9 @@ class Sidecar::Impl {
       return now ? OwnedIncidents(*now, plan_.self, UnixSeconds())
                  : std::vector<v1::OwnedIncident>{};
     });
+    exchange_->SetEvidenceProvider([this](const std::string& id, double from, double to) {
+      return EvidenceHere(id, from, to);
+    });
     exchange_->SetOnChange([this] {
       if (notifier_) notifier_->Poke();
     });
@@ -619,6 +623,41 @@ class Sidecar::Impl {
     }
     return exchange_->FetchStacks(found->node, task, fresh, fresh ? 15000 : 3000,
                                   options_.snapshot_fetch_max_bytes);
+  }
+
+  // What this node holds of the incident `id`, and the requests its sidecar kept of the window.
+  pb::NodeEvidence EvidenceHere(const std::string& id, double from, double to) const {
+    pb::NodeEvidence e;
+    e.set_node(!plan_.self.empty() ? plan_.self : plan_.hostname);
+    std::shared_ptr<const IncidentsNow> now = incidents_ ? incidents_->Now() : nullptr;
+    if (const pb::Incident* in = now ? FindIncident(now->incidents, id) : nullptr) {
+      e.set_held(true);
+      *e.mutable_incident() = *in;
+    }
+    RequestFilter all;
+    all.limit = 1000;
+    const double mono = MonotonicSeconds();
+    *e.mutable_slow() = RequestsInWindow(
+        ToRequestList(trace_store_.Slow(all, mono), options_.slow_window_s, options_.slow_per_key),
+        from, to);
+    *e.mutable_errors() = RequestsInWindow(ToRequestList(trace_store_.Errors(all, mono)), from, to);
+    return e;
+  }
+
+  // /api/v1/evidence: this node's, or asked of the sidecar of `node`, one of the members.
+  absl::StatusOr<pb::NodeEvidence> EvidenceOf(const std::string& node, const std::string& id,
+                                              double from, double to) const {
+    if (node.empty() || node == plan_.self) return EvidenceHere(id, from, to);
+    std::vector<std::string> members;
+    if (exchange_) {
+      for (const Member& m : exchange_->snapshot()->members) members.push_back(m.id);
+    }
+    if (!absl::c_linear_search(members, node)) {
+      return absl::NotFoundError(
+          absl::StrCat("no node ", CleanText(node, 80), " among this sidecar's members (",
+                       members.empty() ? "it runs alone" : absl::StrJoin(members, ", "), ")"));
+    }
+    return exchange_->FetchEvidence(node, id, from, to, 5000, options_.snapshot_fetch_max_bytes);
   }
 
   // What the diagnosis takes: the observers' values of this moment.
@@ -747,6 +786,9 @@ class Sidecar::Impl {
     api.traces = &trace_store_;
     api.stacks = [this](const std::string& task, bool fresh, std::function<bool()> cancelled) {
       return StacksOf(task, fresh, std::move(cancelled));
+    };
+    api.evidence = [this](const std::string& node, const std::string& id, double from, double to) {
+      return EvidenceOf(node, id, from, to);
     };
     api.auth = auth_.get();
     AddApiRoutes(std::move(api), &routes_);

@@ -16,6 +16,9 @@ the owner's id and start for the same cause.
      n3 taking it once the link is back (its incident closed by then), at least once; an id it
      had before still finds the incident (/api/v1/incidents/<former id>).
   3. ps:0 killed with kill -9: every node names its death by n1's id.
+  4. Its bundle, asked of n1 (`trainscopectl incident ID --bundle`): it holds the snapshots of
+     the blocked workers that n2 and n3 kept as evidence (n1 keeps none: they are not its tasks),
+     and each of their records, gathered through n1's sidecar.
 
 Prints each node's own dating of each fault, and how many took the owner's id after naming it
 otherwise (`former_ids`). Usage: incident_owner_test.py --bin
@@ -23,7 +26,11 @@ build/bin [--keep_logs]. Exit 0 passed, 1 failed, 77 skipped (no root or no netw
 """
 
 import argparse
+import os
+import shutil
 import sys
+import tarfile
+import tempfile
 import time
 
 sys.dont_write_bytecode = True
@@ -209,11 +216,48 @@ def dead_ps(c, t):
         + (f"; n{','.join(map(str, renamed(seen)))} took it from n1" if renamed(seen) else ""))
 
 
+def bundle_from_owner(c, t):
+    """The dead ps's bundle, asked of n1, holds what n2 and n3 kept of it."""
+    seen = wait_agreed(c, t, "dead", "ps:0's death still open on every node", 15,
+                       cause_task="ps:0")
+    inc_id = next(iter(seen.values()))[1]["id"]
+    nodes = {n: seen[n][0] for n in NODES}
+
+    def kept(n, task):
+        got = c.http_json(n, t.sidecar_url(n, f"/api/v1/incidents/{inc_id}"), 3.0, t.ssl_context)
+        return [e for e in got.get("evidence", []) if e.get("task") == task and e.get("snapshot")]
+    d.wait("n2 and n3 keep their blocked worker's snapshot as evidence",
+           lambda: kept(2, "worker:0") and kept(3, "worker:1"), 20)
+    assert not kept(1, "worker:0") and not kept(1, "worker:1"), \
+        "n1 keeps a worker's snapshot itself: the bundle would not show gathering"
+    out = tempfile.mkdtemp(prefix="multinode-bundle-")
+    try:
+        path = os.path.join(out, "b.tar.gz")
+        ctl = t.c.run(1, [os.path.join(t.bin, "trainscopectl"), "incident", inc_id, "--sidecar",
+                          t.sidecar_url(1, "").split("://")[1], "--bundle", path], timeout=60)
+        assert ctl.returncode == 0, f"trainscopectl incident: {ctl.stdout}{ctl.stderr}"
+        with tarfile.open(path) as tar:
+            files = {m.name: tar.extractfile(m).read().decode() for m in tar if m.isfile()}
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    names = sorted(files)
+    for n in (2, 3):
+        name = "nodes/" + nodes[n].replace(":", "_") + ".json"
+        assert name in files, f"no {name} in the bundle: {names}"
+    for task in ("worker:0", "worker:1"):
+        stacks = files.get("stacks/" + task.replace(":", "_") + ".txt", "")
+        assert f"=== {task} pid" in stacks, f"no snapshot of {task} in the bundle:\n{stacks}"
+    readme = " ".join(files["README.txt"].split())
+    assert "by the sidecar of " + nodes[2] in readme, readme
+    log(f"ok: {inc_id}'s bundle from n1 holds n2's and n3's records and snapshots ({len(files)} "
+        "files: " + ", ".join(names) + ")")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", required=True)
     ap.add_argument("--keep_logs", action="store_true")
-    ap.add_argument("--scenarios", default="partitions,isolations,dead_ps")
+    ap.add_argument("--scenarios", default="partitions,isolations,dead_ps,bundle_from_owner")
     args = ap.parse_args()
     scenarios = [globals()[name] for name in args.scenarios.split(",")]
 

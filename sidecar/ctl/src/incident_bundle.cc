@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "trainscope/common/clock.h"
 #include "trainscope/sidecar/incident_text.h"
 #include "trainscope/sidecar/names.h"
@@ -41,19 +42,6 @@ absl::StatusOr<std::string> Body(const SidecarGet& get, const std::string& path,
         absl::StrCat("HTTP ", resp->status, words.empty() ? "" : ": ", words));
   }
   return std::move(resp->body);
-}
-
-// The requests of `list` that overlap [from, to].
-pb::RequestList InWindow(const pb::RequestList& list, double from, double to) {
-  pb::RequestList out = list;
-  auto* requests = out.mutable_requests();
-  requests->erase(std::remove_if(requests->begin(), requests->end(),
-                                 [&](const pb::RequestSummary& r) {
-                                   const double end = r.start_unix() + r.duration_ms() / 1000;
-                                   return r.start_unix() > to || end < from;
-                                 }),
-                  requests->end());
-  return out;
 }
 
 // `text` in lines of at most 100 bytes, broken at spaces, every line but the first after
@@ -138,26 +126,44 @@ std::vector<std::string> TasksOf(const pb::Incident& in) {
   return tasks;
 }
 
-void AddTraces(const SidecarGet& get, const pb::Incident& in, double now, Bundle& bundle) {
-  const double from = in.started() - kLeadSeconds;
-  const double to = in.open() || in.ended() <= 0 ? now : in.ended();
+// The window of the requests wanted: from a minute before the incident to its end (now, open).
+std::pair<double, double> WindowOf(const pb::Incident& in, double now) {
+  return {in.started() - kLeadSeconds, in.open() || in.ended() <= 0 ? now : in.ended()};
+}
+
+// The slow and failed requests every node's sidecar kept of the window, each once.
+void AddTraces(const pb::Incident& in, const std::vector<pb::NodeEvidence>& nodes, double now,
+               Bundle& bundle) {
+  const auto [from, to] = WindowOf(in, now);
   const std::string window =
       absl::StrCat("from ", LocalTime(from), " (a minute before it started) to ", LocalTime(to));
-  for (const auto& [path, file, words] :
-       {std::tuple{std::string(names::kPathTracesSlow), "traces/slow.json", "slow"},
-        std::tuple{std::string(names::kPathTracesErrors), "traces/errors.json", "failed"}}) {
-    auto body = Body(get, absl::StrCat(path, "?limit=1000"), 5000);
-    absl::StatusOr<pb::RequestList> list =
-        body.ok() ? ParseRequestListJson(*body) : absl::StatusOr<pb::RequestList>(body.status());
-    if (!list.ok()) {
-      bundle.Missing(file, absl::StrCat(path, ": ", list.status().message()));
+  for (const bool slow : {true, false}) {
+    const char* file = slow ? "traces/slow.json" : "traces/errors.json";
+    if (nodes.empty()) {
+      bundle.Missing(file, "no sidecar answered /api/v1/evidence (see nodes/ above)");
       continue;
     }
-    pb::RequestList kept = InWindow(*list, from, to);
-    bundle.Add(file, ApiJson(kept) + "\n",
-               absl::StrFormat("the %s ps requests the sidecar kept (%s, RequestList in "
-                               "api.proto) that overlap the incident's window, %s: %d of %d",
-                               words, path, window, kept.requests_size(), list->requests_size()));
+    pb::RequestList all;
+    std::set<std::string> seen;
+    for (const pb::NodeEvidence& e : nodes) {
+      for (const pb::RequestSummary& r : (slow ? e.slow() : e.errors()).requests()) {
+        if (r.trace_id().empty() || seen.insert(r.trace_id()).second) *all.add_requests() = r;
+      }
+    }
+    all = RequestsInWindow(std::move(all), from, to);
+    auto* requests = all.mutable_requests();
+    std::stable_sort(requests->begin(), requests->end(), [slow](const auto& a, const auto& b) {
+      return slow ? a.duration_ms() > b.duration_ms() : a.start_unix() > b.start_unix();
+    });
+    bundle.Add(file, ApiJson(all) + "\n",
+               absl::StrFormat(
+                   "the %s ps requests that %s kept (as %s lists them, RequestList in "
+                   "api.proto) that overlap the incident's window, %s: %d",
+                   slow ? "slow" : "failed",
+                   nodes.size() == 1 ? std::string("the sidecar")
+                                     : absl::StrCat("the sidecars of ", nodes.size(), " nodes"),
+                   std::string(slow ? names::kPathTracesSlow : names::kPathTracesErrors), window,
+                   all.requests_size()));
   }
 }
 
@@ -199,24 +205,50 @@ absl::StatusOr<pb::Incident> FetchIncident(const SidecarGet& get, const std::str
 
 namespace {
 
+// The snapshots of `task` kept as evidence of the incident, by the asked sidecar (`in`) or by any
+// other node's (each once), newest first; and the nodes that kept them, in words.
+std::pair<pb::StackList, std::string> EvidenceOf(const std::string& task, const pb::Incident& in,
+                                                 const std::vector<pb::NodeEvidence>& nodes) {
+  pb::StackList kept;
+  kept.set_task(task);
+  std::set<std::pair<int64_t, double>> seen;
+  std::vector<std::string> keepers;
+  auto take = [&](const pb::Incident& record, const std::string& node) {
+    bool took = false;
+    for (const pb::IncidentEvidence& e : record.evidence()) {
+      if (e.task() != task || !e.has_snapshot()) continue;
+      if (!seen.insert({e.snapshot().pid(), e.snapshot().taken_unix()}).second) continue;
+      *kept.add_snapshots() = e.snapshot();
+      took = true;
+    }
+    if (took && !node.empty()) keepers.push_back(node);
+  };
+  take(in, nodes.empty() ? "" : nodes.front().node());
+  for (size_t i = 1; i < nodes.size(); ++i) {
+    if (nodes[i].held()) take(nodes[i].incident(), nodes[i].node());
+  }
+  auto* snaps = kept.mutable_snapshots();
+  std::stable_sort(snaps->begin(), snaps->end(),
+                   [](const auto& a, const auto& b) { return a.taken_unix() > b.taken_unix(); });
+  return {std::move(kept), absl::StrJoin(keepers, ", ")};
+}
+
 // Each affected task's stacks: the snapshots kept as evidence, and (for the first few) what the
 // sidecar has now.
-void AddStacks(const SidecarGet& get, const pb::Incident& in, const BundleOptions& options,
+void AddStacks(const SidecarGet& get, const pb::Incident& in,
+               const std::vector<pb::NodeEvidence>& nodes, const BundleOptions& options,
                Bundle& bundle) {
   const double now = options.now_unix;
   const std::vector<std::string> tasks = TasksOf(in);
   int asked = 0;
   for (const std::string& task : tasks) {
     const std::string base = "stacks/" + SafeFileName(task);
-    pb::StackList kept;
-    kept.set_task(task);
-    for (const pb::IncidentEvidence& e : in.evidence()) {
-      if (e.task() == task && e.has_snapshot()) *kept.add_snapshots() = e.snapshot();
-    }
+    const auto [kept, keepers] = EvidenceOf(task, in, nodes);
     bundle.Add(base + ".txt", StacksToText(kept, now),
                absl::StrCat(task, "'s threads in the ", kept.snapshots_size(),
-                            " snapshot(s) kept as the incident's evidence (as "
-                            "/api/v1/stacks?format=text renders them)"));
+                            " snapshot(s) kept as the incident's evidence",
+                            keepers.empty() ? "" : " by the sidecar of ", keepers,
+                            " (as /api/v1/stacks?format=text renders them)"));
     const std::string now_name = base + ".now.txt";
     if (asked >= options.max_live_stacks) {
       bundle.Missing(now_name, absl::StrCat("not asked: only the first ", options.max_live_stacks,
@@ -241,20 +273,77 @@ void AddStacks(const SidecarGet& get, const pb::Incident& in, const BundleOption
   }
 }
 
-// Every task's state at gathering time.
-void AddTasks(const SidecarGet& get, Bundle& bundle) {
+// Every task's state at gathering time, and the nodes of the cluster (in tasks.json).
+absl::StatusOr<pb::TaskList> AddTasks(const SidecarGet& get, Bundle& bundle) {
   auto tasks_body = Body(get, std::string(names::kPathTasks), 5000);
   absl::StatusOr<pb::TaskList> task_list = tasks_body.ok()
                                                ? ParseTaskListJson(*tasks_body)
                                                : absl::StatusOr<pb::TaskList>(tasks_body.status());
   if (task_list.ok()) {
     bundle.Add("tasks.json", ToJson(*task_list) + "\n",
-               absl::StrCat("every task's state when the bundle was gathered (",
+               absl::StrCat("every task's state when the bundle was gathered, and every node's (",
                             std::string(names::kPathTasks), "; TaskList in sidecar.proto)"));
   } else {
     bundle.Missing("tasks.json", absl::StrCat(std::string(names::kPathTasks), ": ",
                                               task_list.status().message()));
   }
+  return task_list;
+}
+
+// What the asked sidecar (first; without a node) and then every other node's (relayed by it
+// through the exchange) hold of the incident; each other node's record is a file of its own.
+std::vector<pb::NodeEvidence> GatherEvidence(const SidecarGet& get, const pb::Incident& in,
+                                             const absl::StatusOr<pb::TaskList>& tasks,
+                                             const BundleOptions& options, Bundle& bundle) {
+  const auto [from, to] = WindowOf(in, options.now_unix);
+  const std::string query =
+      absl::StrFormat("%s?incident=%s&from=%.3f&to=%.3f", std::string(names::kPathEvidence),
+                      PercentEncoded(in.id()), from, to);
+  std::vector<pb::NodeEvidence> out;
+  auto ask = [&](const std::string& node) -> absl::StatusOr<pb::NodeEvidence> {
+    auto body = Body(
+        get, node.empty() ? query : absl::StrCat(query, "&node=", PercentEncoded(node)), 10000);
+    return body.ok() ? ParseNodeEvidenceJson(*body)
+                     : absl::StatusOr<pb::NodeEvidence>(body.status());
+  };
+  auto self = ask("");
+  if (!self.ok()) {
+    bundle.Missing("nodes/",
+                   absl::StrCat(std::string(names::kPathEvidence), ": ", self.status().message()));
+    return out;
+  }
+  out.push_back(*std::move(self));
+  if (!tasks.ok()) return out;
+  int asked = 0;
+  for (const pb::NodeView& n : tasks->nodes()) {
+    if (n.node().empty() || n.node() == out.front().node() || n.node() == tasks->node()) continue;
+    const std::string file = absl::StrCat("nodes/", SafeFileName(n.node()), ".json");
+    if (asked++ >= options.max_nodes) {
+      bundle.Missing(file, absl::StrCat("not asked: only the first ", options.max_nodes,
+                                        " other nodes are asked"));
+      continue;
+    }
+    auto e = ask(n.node());
+    if (!e.ok()) {
+      bundle.Missing(file, std::string(e.status().message()));
+      continue;
+    }
+    const pb::Incident& record = e->incident();
+    bundle.Add(
+        file, ApiJson(*e) + "\n",
+        absl::StrCat(
+            "what the sidecar of node ", n.node(), " holds of the incident (",
+            std::string(names::kPathEvidence), "; NodeEvidence in sidecar.proto): ",
+            e->held() ? absl::StrCat("its record of it, with its timeline, the ",
+                                     HumanDuration(record.lost_seconds()), " lost it counted and ",
+                                     record.evidence_size(), " piece(s) of evidence")
+                      : "no record of it",
+            "; and the ", e->slow().requests_size(), " slow and ", e->errors().requests_size(),
+            " failed requests it kept of the window",
+            e->dropped().empty() ? "" : absl::StrCat(" (", e->dropped(), ")")));
+    out.push_back(*std::move(e));
+  }
+  return out;
 }
 
 // The README's head: what the bundle is, of which incident, from where, when.
@@ -274,11 +363,13 @@ std::string ReadmeHead(const pb::Incident& in, const BundleOptions& options) {
                   "sidecar:   ", options.sidecar, "\n", "gathered:  ", LocalTime(now), "\n",
                   "lost:      ", HumanDuration(in.lost_seconds()), " of training, over ",
                   in.affected_size(), " affected task(s)\n\n",
-                  Wrap("The incident and its stacks are as that sidecar held them; tasks.json, "
-                       "the *.now.txt stacks and the traces are what it answered when the "
-                       "bundle was gathered. The JSON files are protobuf's JSON mapping of "
-                       "proto/trainscope/sidecar/v1/*.proto; docs/sidecar.md describes every "
-                       "route.",
+                  Wrap("incident.json is the incident as that sidecar held it; nodes/ holds "
+                       "what every other node's sidecar held of it, relayed by that sidecar. "
+                       "The stacks/*.txt are the snapshots any of them kept as evidence; the "
+                       "traces gather every node's. tasks.json and the *.now.txt stacks are "
+                       "what was answered when the bundle was gathered. The JSON files are "
+                       "protobuf's JSON mapping of proto/trainscope/sidecar/v1/*.proto; "
+                       "docs/sidecar.md describes every route.",
                        0),
                   "\n");
   return head;
@@ -296,9 +387,10 @@ std::vector<TarFile> GatherBundle(const SidecarGet& get, const pb::Incident& in,
                    "snapshots kept as evidence"));
   bundle.Add("timeline.txt", TimelineText(in),
              "its timeline, one event a line (times in the gathering machine's zone)");
-  AddStacks(get, in, options, bundle);
-  AddTraces(get, in, options.now_unix, bundle);
-  AddTasks(get, bundle);
+  const absl::StatusOr<pb::TaskList> tasks = AddTasks(get, bundle);
+  const std::vector<pb::NodeEvidence> nodes = GatherEvidence(get, in, tasks, options, bundle);
+  AddStacks(get, in, nodes, options, bundle);
+  AddTraces(in, nodes, options.now_unix, bundle);
   return bundle.Finish(ReadmeHead(in, options));
 }
 

@@ -61,12 +61,22 @@ struct FakeSidecar {
   }
 };
 
-pb::RequestSummary Request(double start, double ms) {
+pb::RequestSummary Request(double start, double ms, char id = '1') {
   pb::RequestSummary r;
-  r.set_trace_id("4bf92f3577b34da6a3ce929d0e0e4736");
+  r.set_trace_id(std::string(32, id));
   r.set_start_unix(start);
   r.set_duration_ms(ms);
   return r;
+}
+
+// `text` with each run of spaces and line breaks made one space: the README wraps its lines.
+std::string Flat(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const bool space = c == ' ' || c == '\n';
+    if (!space || out.empty() || out.back() != ' ') out.push_back(space ? ' ' : c);
+  }
+  return out;
 }
 
 const TarFile* Find(const std::vector<TarFile>& files, const std::string& name) {
@@ -105,48 +115,94 @@ TEST(IncidentBundle, FetchIncidentSaysWhyItHasNone) {
   EXPECT_EQ(sidecar.asked.size(), asked);  // Refused before asking.
 }
 
-TEST(IncidentBundle, HoldsTheIncidentItsStacksTracesOfItsWindowAndSaysWhatIsMissing) {
+// What node `node` holds of Stalled(): its record (with a snapshot of pid `pid`, none when 0).
+pb::NodeEvidence Held(const std::string& node, int64_t pid) {
+  pb::NodeEvidence e;
+  e.set_node(node);
+  e.set_held(true);
+  *e.mutable_incident() = Stalled();
+  e.mutable_incident()->clear_evidence();
+  if (pid != 0) {
+    pb::IncidentEvidence* ev = e.mutable_incident()->add_evidence();
+    *ev = Stalled().evidence(0);
+    ev->mutable_snapshot()->set_pid(pid);
+    ev->mutable_snapshot()->set_taken_unix(kNow - 20);
+  }
+  return e;
+}
+
+TEST(IncidentBundle, GathersEveryNodesRecordStacksAndTracesAndSaysWhatIsMissing) {
   FakeSidecar sidecar;
-  pb::RequestList slow;
-  *slow.add_requests() = Request(kNow - 30, 500);    // in
-  *slow.add_requests() = Request(kNow - 103, 2000);  // ends before the window (100 s ago)
-  *slow.add_requests() = Request(kNow - 99, 1000);   // within the minute before: in
-  sidecar.answers["/api/v1/traces/slow?limit=1000"] = {200, ApiJson(slow)};
-  sidecar.answers["/api/v1/traces/errors?limit=1000"] = {503, "busy\n"};
   pb::TaskList tasks;
   tasks.set_cluster("default");
+  tasks.set_node("n1");
+  for (const char* n : {"n1", "n2", "n3"}) tasks.add_nodes()->set_node(n);
   sidecar.answers["/api/v1/tasks"] = {200, ToJson(tasks)};
+  // The window: from a minute before the incident (100 s ago) to now, as it is open.
+  const std::string ask =
+      "/api/v1/evidence?incident=inc-0123456789ab&from=1700000000.000&to=1700000100.000";
+  pb::NodeEvidence here = Held("n1", 0);
+  *here.mutable_slow()->add_requests() = Request(kNow - 30, 500, 'a');    // in
+  *here.mutable_slow()->add_requests() = Request(kNow - 103, 2000, 'b');  // ends before it
+  *here.mutable_slow()->add_requests() = Request(kNow - 99, 1000, 'c');   // in
+  sidecar.answers[ask] = {200, ApiJson(here)};
+  pb::NodeEvidence owner = Held("n2", 4343);  // The owner kept the snapshot; n1 did not.
+  *owner.mutable_slow()->add_requests() = Request(kNow - 30, 500, 'a');  // The same request.
+  *owner.mutable_errors()->add_requests() = Request(kNow - 10, 30000, 'd');
+  sidecar.answers[ask + "&node=n2"] = {200, ApiJson(owner)};
+  sidecar.answers[ask + "&node=n3"] = {
+      503, "the sidecar of node n3 (asked for inc-0123456789ab) answered: connection refused\n"};
   // /api/v1/stacks?task=worker%3A0 is not answered: 404.
 
+  pb::Incident in = Stalled();
+  in.clear_evidence();
   BundleOptions options{"127.0.0.1:9400", "trainscopectl test", kNow};
-  std::vector<TarFile> files = GatherBundle(sidecar.Get(), Stalled(), options);
+  std::vector<TarFile> files = GatherBundle(sidecar.Get(), in, options);
   std::vector<std::string> names;
   for (const TarFile& f : files) names.push_back(f.name);
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"README.txt", "incident.json", "timeline.txt",
-                                      "stacks/worker_0.txt", "traces/slow.json", "tasks.json"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"README.txt", "incident.json", "timeline.txt",
+                                             "tasks.json", "nodes/n2.json", "stacks/worker_0.txt",
+                                             "traces/slow.json", "traces/errors.json"}));
   auto again = ParseIncidentJson(Find(files, "incident.json")->data);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->id(), "inc-0123456789ab");
-  EXPECT_NE(Find(files, "stacks/worker_0.txt")->data.find("=== worker:0 pid 4242"),
-            std::string::npos)
-      << Find(files, "stacks/worker_0.txt")->data;
-  auto kept = ParseRequestListJson(Find(files, "traces/slow.json")->data);
-  ASSERT_TRUE(kept.ok());
-  EXPECT_EQ(kept->requests_size(), 2);
+  auto theirs = ParseNodeEvidenceJson(Find(files, "nodes/n2.json")->data);
+  ASSERT_TRUE(theirs.ok()) << theirs.status();
+  EXPECT_EQ(theirs->incident().evidence(0).snapshot().pid(), 4343);
+  // The owner's snapshot, though the sidecar asked kept none.
+  const std::string& stacks = Find(files, "stacks/worker_0.txt")->data;
+  EXPECT_NE(stacks.find("=== worker:0 pid 4343"), std::string::npos) << stacks;
+  auto slow = ParseRequestListJson(Find(files, "traces/slow.json")->data);
+  ASSERT_TRUE(slow.ok());
+  ASSERT_EQ(slow->requests_size(), 2);  // Each once, in the window, slowest first.
+  EXPECT_EQ(slow->requests(0).trace_id(), std::string(32, 'c'));
+  auto errors = ParseRequestListJson(Find(files, "traces/errors.json")->data);
+  ASSERT_TRUE(errors.ok());
+  EXPECT_EQ(errors->requests_size(), 1);  // n2's.
   EXPECT_NE(std::find(sidecar.asked.begin(), sidecar.asked.end(), "/api/v1/stacks?task=worker%3A0"),
             sidecar.asked.end());
 
-  const std::string& readme = Find(files, "README.txt")->data;
-  EXPECT_NE(readme.find("sidecar:   127.0.0.1:9400"), std::string::npos) << readme;
-  EXPECT_NE(readme.find("stacks/worker_0.now.txt: /api/v1/stacks?task=worker%3A0: HTTP 404"),
-            std::string::npos)
+  const std::string readme = Flat(Find(files, "README.txt")->data);
+  EXPECT_NE(readme.find("sidecar: 127.0.0.1:9400"), std::string::npos) << readme;
+  EXPECT_NE(readme.find("kept as the incident's evidence by the sidecar of n2"), std::string::npos)
       << readme;
-  EXPECT_NE(readme.find("traces/errors.json: /api/v1/traces/errors: HTTP 503: busy"),
+  EXPECT_NE(readme.find("nodes/n3.json: HTTP 503: the sidecar of node n3"), std::string::npos)
+      << readme;
+  EXPECT_NE(readme.find("stacks/worker_0.now.txt: /api/v1/stacks?task=worker%3A0: HTTP 404"),
             std::string::npos)
       << readme;
   EXPECT_EQ(readme.find('\x1b'), std::string::npos);  // The summary's escape is not passed on.
   EXPECT_TRUE(TarGz(files, static_cast<int64_t>(kNow)).ok());
+}
+
+TEST(IncidentBundle, FromASidecarWithoutEvidenceItSaysSo) {
+  FakeSidecar sidecar;  // Answers nothing: every route 404.
+  std::vector<TarFile> files = GatherBundle(sidecar.Get(), Stalled(), {"s", "t", kNow});
+  const std::string readme = Flat(Find(files, "README.txt")->data);
+  EXPECT_NE(readme.find("nodes/: /api/v1/evidence: HTTP 404"), std::string::npos) << readme;
+  EXPECT_NE(readme.find("traces/slow.json: no sidecar answered"), std::string::npos) << readme;
+  // The asked sidecar's own record still gives its snapshot.
+  EXPECT_NE(Find(files, "stacks/worker_0.txt")->data.find("pid 4242"), std::string::npos);
 }
 
 TEST(IncidentBundle, FileNamesAreSafeAndUnique) {

@@ -559,6 +559,7 @@ class PeerExchange::Impl {
 
  public:
   void SetStacksProvider(StacksProvider provider) { stacks_ = std::move(provider); }
+  void SetEvidenceProvider(EvidenceProvider provider) { evidence_ = std::move(provider); }
   void SetLoadProvider(std::function<NodeLoad()> load) { load_ = std::move(load); }
   void SetIncidentsProvider(std::function<std::vector<v1::OwnedIncident>()> incidents) {
     incidents_ = std::move(incidents);
@@ -569,34 +570,24 @@ class PeerExchange::Impl {
   grpc::Status ServeStacks(const v1::StacksRequest& req, v1::StackList* resp,
                            const grpc::ServerContextBase& ctx) {
     if (!stacks_) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no snapshots here");
-    if (stacks_serving_.fetch_add(1) >= kMaxConcurrentStacks) {
-      stacks_serving_.fetch_sub(1);
-      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          "too many snapshot requests at once; ask again");
-    }
-    grpc::Status status = AnswerStacks(req, resp, ctx);
-    stacks_serving_.fetch_sub(1);
-    return status;
+    return Limited([&] { return AnswerStacks(req, resp, ctx); });
+  }
+
+  grpc::Status ServeEvidence(const v1::EvidenceRequest& req, v1::NodeEvidence* resp,
+                             const grpc::ServerContextBase& ctx) {
+    if (!evidence_) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no incidents here");
+    return Limited([&] {
+      if (grpc::Status refused = CheckAsker(req, req.header(), ctx); !refused.ok()) return refused;
+      v1::NodeEvidence answer = evidence_(req.incident(), req.from_unix(), req.to_unix());
+      FitEvidence(req.max_bytes() > 0 ? req.max_bytes() : (4 << 20), &answer);
+      *resp = std::move(answer);
+      return grpc::Status::OK;
+    });
   }
 
   grpc::Status AnswerStacks(const v1::StacksRequest& req, v1::StackList* resp,
                             const grpc::ServerContextBase& ctx) {
-    const std::string address = ctx.peer();
-    const Verdict verdict = Authenticate(req, Clock());
-    {
-      std::lock_guard lock(mu_);
-      const Now now = Clock();
-      std::string why = Admit(verdict, req.header(), address, now, &ctx);
-      if (why.empty()) {
-        why = core_.CheckHeader(req.header(), now.unix);
-        if (!why.empty()) core_.NoteRefusal(Refusal::kHeader, address, why, now);
-      }
-      Log();
-      if (!why.empty()) {
-        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                            absl::StrCat("sidecar ", core_.options().self, " refuses: it ", why));
-      }
-    }
+    if (grpc::Status refused = CheckAsker(req, req.header(), ctx); !refused.ok()) return refused;
     auto list = stacks_(req.task(), req.fresh());
     if (!list.ok()) {
       return grpc::Status(static_cast<grpc::StatusCode>(list.status().code()),
@@ -622,10 +613,92 @@ class PeerExchange::Impl {
     req.set_task(task);
     req.set_fresh(fresh);
     req.set_max_bytes(max_bytes);
+    v1::StackList resp;
+    return Ask(node, &req, &resp, &v1::Snapshots::Stub::Stacks, deadline_ms, max_bytes,
+               absl::StrCat("which watches ", task), absl::StrCat("the snapshot of ", task));
+  }
+
+  absl::StatusOr<v1::NodeEvidence> FetchEvidence(const std::string& node,
+                                                 const std::string& incident, double from_unix,
+                                                 double to_unix, int deadline_ms,
+                                                 int64_t max_bytes) {
+    v1::EvidenceRequest req;
+    req.set_incident(incident);
+    req.set_from_unix(from_unix);
+    req.set_to_unix(to_unix);
+    req.set_max_bytes(max_bytes);
+    v1::NodeEvidence resp;
+    return Ask(node, &req, &resp, &v1::Snapshots::Stub::Evidence, deadline_ms, max_bytes,
+               absl::StrCat("asked for ", incident), absl::StrCat("its evidence of ", incident));
+  }
+
+ private:
+  // Runs `answer` unless kMaxConcurrentStacks Snapshots requests are being answered already.
+  template <typename Answer>
+  grpc::Status Limited(Answer answer) {
+    if (stacks_serving_.fetch_add(1) >= kMaxConcurrentStacks) {
+      stacks_serving_.fetch_sub(1);
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "too many snapshot requests at once; ask again");
+    }
+    grpc::Status status = answer();
+    stacks_serving_.fetch_sub(1);
+    return status;
+  }
+
+  // OK when a Snapshots request comes from a member; else the status that refuses it, saying why.
+  grpc::Status CheckAsker(const google::protobuf::Message& req, const v1::Header& header,
+                          const grpc::ServerContextBase& ctx) {
+    const std::string address = ctx.peer();
+    const Verdict verdict = Authenticate(req, Clock());
+    std::lock_guard lock(mu_);
+    const Now now = Clock();
+    std::string why = Admit(verdict, header, address, now, &ctx);
+    if (why.empty()) {
+      why = core_.CheckHeader(header, now.unix);
+      if (!why.empty()) core_.NoteRefusal(Refusal::kHeader, address, why, now);
+    }
+    Log();
+    if (why.empty()) return grpc::Status::OK;
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("sidecar ", core_.options().self, " refuses: it ", why));
+  }
+
+  // The requests, then the snapshots, of `e` dropped (the last first) until it fits `bound`.
+  static void FitEvidence(int64_t bound, v1::NodeEvidence* e) {
+    if (static_cast<int64_t>(e->ByteSizeLong()) <= bound) return;
+    int requests = 0;
+    int snapshots = 0;
+    // Room is left for the words that say what was left out.
+    auto over = [&] { return static_cast<int64_t>(e->ByteSizeLong()) + 128 > bound; };
+    for (auto* list :
+         {e->mutable_errors()->mutable_requests(), e->mutable_slow()->mutable_requests()}) {
+      for (; over() && !list->empty(); ++requests) list->RemoveLast();
+    }
+    auto* evidence = e->mutable_incident()->mutable_evidence();
+    for (int i = evidence->size() - 1; i >= 0 && over(); --i) {
+      if ((*evidence)[i].has_snapshot()) {
+        (*evidence)[i].clear_snapshot();
+        ++snapshots;
+      }
+    }
+    if (requests + snapshots > 0) {
+      e->set_dropped(absl::StrCat(requests, " request(s) and ", snapshots,
+                                  " snapshot(s) left out, over the asker's limit of ", bound,
+                                  " bytes"));
+    }
+  }
+
+  // Calls `method` of the Snapshots service of `node` with `req` signed; errors in words that
+  // name the node (`about`: "which watches worker:0") and, for an answer too large, `what`.
+  template <typename Request, typename Response, typename Method>
+  absl::StatusOr<Response> Ask(const std::string& node, Request* req, Response* resp, Method method,
+                               int deadline_ms, int64_t max_bytes, const std::string& about,
+                               const std::string& what) {
     v1::Snapshots::Stub* stub = nullptr;
     {
       std::lock_guard lock(mu_);
-      core_.FillHeader(req.mutable_header());
+      core_.FillHeader(req->mutable_header());
       auto& slot = snapshot_stubs_[node];
       if (slot == nullptr) {
         ChannelOptions channel;
@@ -635,25 +708,24 @@ class PeerExchange::Impl {
       }
       stub = slot.get();
     }
-    Sign(&req, Clock());
+    Sign(req, Clock());
     grpc::ClientContext ctx;
     ctx.set_deadline(After(deadline_ms));
-    v1::StackList resp;
-    grpc::Status s = stub->Stacks(&ctx, req, &resp);
+    grpc::Status s = (stub->*method)(&ctx, *req, resp);
     if (!s.ok()) {
       const bool theirs = s.error_code() == grpc::StatusCode::NOT_FOUND ||
                           s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
                           s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
       const std::string why = theirs ? s.error_message() : Words(s, deadline_ms);
-      return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                          absl::StrCat("the sidecar of node ", node, " (which watches ", task,
-                                       ") answered: ", why));
+      return absl::Status(
+          static_cast<absl::StatusCode>(s.error_code()),
+          absl::StrCat("the sidecar of node ", node, " (", about, ") answered: ", why));
     }
-    if (static_cast<int64_t>(resp.ByteSizeLong()) > max_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat("the snapshot of ", task, " from node ",
-                                                       node, " is over ", max_bytes, " bytes"));
+    if (static_cast<int64_t>(resp->ByteSizeLong()) > max_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(what, " from node ", node, " is over ", max_bytes, " bytes"));
     }
-    return resp;
+    return std::move(*resp);
   }
 
  private:
@@ -741,11 +813,16 @@ class PeerExchange::Impl {
                         v1::StackList* resp) override {
       return impl_->ServeStacks(*req, resp, *ctx);
     }
+    grpc::Status Evidence(grpc::ServerContext* ctx, const v1::EvidenceRequest* req,
+                          v1::NodeEvidence* resp) override {
+      return impl_->ServeEvidence(*req, resp, *ctx);
+    }
 
    private:
     Impl* impl_;
   };
   StacksProvider stacks_;                                      // Set before Start.
+  EvidenceProvider evidence_;                                  // Set before Start.
   std::function<NodeLoad()> load_;                             // Set before Start.
   std::function<std::vector<v1::OwnedIncident>()> incidents_;  // Set before Start.
   std::function<void()> on_change_;                            // Set before Start.
@@ -782,6 +859,15 @@ void PeerExchange::SetLoadProvider(std::function<NodeLoad()> load) {
 }
 void PeerExchange::SetIncidentsProvider(std::function<std::vector<v1::OwnedIncident>()> incidents) {
   impl_->SetIncidentsProvider(std::move(incidents));
+}
+void PeerExchange::SetEvidenceProvider(EvidenceProvider provider) {
+  impl_->SetEvidenceProvider(std::move(provider));
+}
+absl::StatusOr<pb::NodeEvidence> PeerExchange::FetchEvidence(const std::string& node,
+                                                             const std::string& incident,
+                                                             double from_unix, double to_unix,
+                                                             int deadline_ms, int64_t max_bytes) {
+  return impl_->FetchEvidence(node, incident, from_unix, to_unix, deadline_ms, max_bytes);
 }
 absl::StatusOr<pb::StackList> PeerExchange::FetchStacks(const std::string& node,
                                                         const std::string& task, bool fresh,

@@ -52,6 +52,23 @@ class Node {
       list.add_snapshots()->set_trigger(fresh ? "demand" : "hung");
       return absl::StatusOr<pb::StackList>(list);
     });
+    // It holds inc-1, with a snapshot of worker:0 and 20 slow requests of its window.
+    exchange_->SetEvidenceProvider([self](const std::string& id, double from, double to) {
+      pb::NodeEvidence e;
+      e.set_node(self);
+      if (id != "inc-1") return e;
+      e.set_held(true);
+      e.mutable_incident()->set_id(id);
+      pb::IncidentEvidence* kept = e.mutable_incident()->add_evidence();
+      kept->set_task("worker:0");
+      kept->mutable_snapshot()->set_summary(std::string(300, 's'));
+      for (int i = 0; i < 20; ++i) {
+        pb::RequestSummary* r = e.mutable_slow()->add_requests();
+        r->set_trace_id(std::string(32, 'a'));
+        r->set_start_unix(from + (to - from) * i / 20);
+      }
+      return e;
+    });
     server_ = builder.BuildAndStart();
     exchange_->Start();
   }
@@ -200,6 +217,39 @@ TEST(PeerExchange, FetchesAnotherNodesSnapshotsAndSaysWhyNot) {
   auto gone = a.exchange().FetchStacks(ids[1], "worker:0", false, 1000, 1 << 20);
   ASSERT_FALSE(gone.ok());
   EXPECT_NE(std::string(gone.status().message()).find(ids[1]), std::string::npos) << gone.status();
+}
+
+TEST(PeerExchange, FetchesAnotherNodesEvidenceOnlyForTheClusterAndWithinTheBound) {
+  const std::vector<std::string> ids = Ids(3);
+  Node a(ids[0], Others(ids, ids[0]), kKeyA);
+  Node b(ids[1], Others(ids, ids[1]), kKeyA);
+  Node stranger(ids[2], Others(ids, ids[2]), kKeyB);
+  auto held = a.exchange().FetchEvidence(ids[1], "inc-1", 100, 200, 3000, 1 << 20);
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(held->node(), ids[1]);
+  EXPECT_TRUE(held->held());
+  EXPECT_EQ(held->incident().evidence(0).snapshot().summary().size(), 300u);
+  EXPECT_EQ(held->slow().requests_size(), 20);
+  EXPECT_EQ(held->dropped(), "");
+  auto none = a.exchange().FetchEvidence(ids[1], "inc-2", 100, 200, 3000, 1 << 20);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->held());
+
+  // Cut to the bound: the requests first, the snapshot last, saying so.
+  auto cut = a.exchange().FetchEvidence(ids[1], "inc-1", 100, 200, 3000, 600);
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  EXPECT_LT(cut->slow().requests_size(), 20);
+  EXPECT_TRUE(cut->incident().evidence(0).has_snapshot());
+  EXPECT_NE(cut->dropped().find("request(s) and 0 snapshot(s) left out"), std::string::npos)
+      << cut->dropped();
+  EXPECT_LE(cut->ByteSizeLong(), 600u);
+
+  // Another cluster's node learns nothing.
+  auto refused = stranger.exchange().FetchEvidence(ids[1], "inc-1", 100, 200, 3000, 1 << 20);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_NE(std::string(refused.status().message()).find("refuses"), std::string::npos)
+      << refused.status();
 }
 
 }  // namespace

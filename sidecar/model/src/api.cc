@@ -7,6 +7,7 @@
 #include <iterator>
 #include <optional>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "google/protobuf/util/json_util.h"
@@ -428,6 +429,34 @@ absl::StatusOr<pb::RequestList> ParseRequestListJson(std::string_view body) {
   pb::RequestList list;
   if (absl::Status st = FromJsonString(body, "a list of requests", &list); !st.ok()) return st;
   return list;
+}
+
+absl::StatusOr<pb::NodeEvidence> ParseNodeEvidenceJson(std::string_view body) {
+  pb::NodeEvidence evidence;
+  if (absl::Status st = FromJsonString(body, "a node's evidence", &evidence); !st.ok()) return st;
+  if (evidence.node().empty()) return absl::InvalidArgumentError("not evidence: it names no node");
+  return evidence;
+}
+
+pb::RequestList RequestsInWindow(pb::RequestList list, double from_unix, double to_unix) {
+  auto* requests = list.mutable_requests();
+  requests->erase(std::remove_if(requests->begin(), requests->end(),
+                                 [&](const pb::RequestSummary& r) {
+                                   const double end = r.start_unix() + r.duration_ms() / 1000;
+                                   return r.start_unix() > to_unix || end < from_unix;
+                                 }),
+                  requests->end());
+  return list;
+}
+
+const pb::Incident* FindIncident(const std::vector<pb::Incident>& incidents, std::string_view id) {
+  for (const pb::Incident& in : incidents) {
+    if (in.id() == id) return &in;
+  }
+  for (const pb::Incident& in : incidents) {
+    if (absl::c_linear_search(in.former_ids(), id)) return &in;
+  }
+  return nullptr;
 }
 
 std::string ToJson(const pb::StackList& list) {

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <memory>
 
-#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -137,16 +136,34 @@ HttpServer::Response ServeIncidents(const ApiSources& s, const HttpServer::Reque
 HttpServer::Response ServeIncident(const ApiSources& s, const HttpServer::Request& r) {
   const std::string id = r.path.substr(names::kPathIncidentsPrefix.size());
   if (auto now = s.incidents ? s.incidents() : nullptr) {
-    for (const pb::Incident& in : now->incidents) {
-      if (in.id() == id) return Json(ApiJson(in));
-    }
-    for (const pb::Incident& in : now->incidents) {
-      if (absl::c_linear_search(in.former_ids(), id)) return Json(ApiJson(in));
-    }
+    if (const pb::Incident* in = FindIncident(now->incidents, id)) return Json(ApiJson(*in));
   }
   return HttpServer::Response{404, "text/plain; charset=utf-8",
                               absl::StrCat("no incident ", CleanText(id, 64),
                                            " here (GET /api/v1/incidents lists those kept)\n")};
+}
+
+// /api/v1/evidence?incident=ID&node=NODE&from=UNIX&to=UNIX: what the sidecar of NODE (this
+// one without node) holds of an incident, and the requests it kept of the window (to: now).
+HttpServer::Response ServeEvidence(const ApiSources& s, const HttpServer::Request& r) {
+  const std::string id = QueryParam(r.query, "incident");
+  double from = 0;
+  double to = UnixSeconds();
+  const std::string from_text = QueryParam(r.query, "from");
+  const std::string to_text = QueryParam(r.query, "to");
+  if (id.empty() || id.size() > 64 || (!from_text.empty() && !absl::SimpleAtod(from_text, &from)) ||
+      (!to_text.empty() && !absl::SimpleAtod(to_text, &to)) || !s.evidence) {
+    return HttpServer::Response{
+        400, "text/plain; charset=utf-8",
+        "name an incident: /api/v1/evidence?incident=inc-3f2a9c0d1e4b (&node=HOST:PORT: another "
+        "node's sidecar; &from=, &to=: the window of the requests wanted, unix seconds)\n"};
+  }
+  auto evidence = s.evidence(QueryParam(r.query, "node"), id, from, to);
+  if (!evidence.ok()) {
+    return HttpServer::Response{HttpStatusOf(evidence.status()), "text/plain; charset=utf-8",
+                                absl::StrCat(evidence.status().message(), "\n")};
+  }
+  return Json(ApiJson(*evidence));
 }
 
 }  // namespace
@@ -177,6 +194,8 @@ void AddApiRoutes(ApiSources sources, HttpRoutes* routes) {
                 [s](const HttpServer::Request& r) { return ServeIncidents(*s, r, s->node); });
   routes->Prefix(std::string(names::kPathIncidentsPrefix),
                  [s](const HttpServer::Request& r) { return ServeIncident(*s, r); });
+  routes->Exact(std::string(names::kPathEvidence),
+                [s](const HttpServer::Request& r) { return ServeEvidence(*s, r); });
   routes->Exact(std::string(names::kPathHealthz), [](const HttpServer::Request&) {
     return HttpServer::Response{200, "text/plain; charset=utf-8", "ok\n"};
   });

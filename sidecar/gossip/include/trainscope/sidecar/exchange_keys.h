@@ -1,9 +1,10 @@
 #pragma once
 // The cluster key of the exchange between sidecars: every exchange message (Ping, PingReq,
-// Sync and their answers, Snapshots.Stacks) carries an HMAC-SHA256 of itself under the key,
-// with the key's id and the time it was sent, in its Header. A message that does not verify is
-// refused before anything in it is read, so a process without the key can neither page people
-// (a forged SILENT), change a view (a forged record) nor learn the cluster's name.
+// Sync and their answers, the requests of Snapshots.Stacks and Snapshots.Evidence) carries an
+// HMAC-SHA256 of itself under the key, with the key's id and the time it was sent, in its
+// Header. A message that does not verify is refused before anything in it is read, so a process
+// without the key can neither page people (a forged SILENT), change a view (a forged record)
+// nor learn the cluster's name.
 //
 // Keys come from files (--exchange_key_file, repeatable: the same files on every node). The
 // first key signs; every key verifies, so that a key is rotated without a flag day: add the

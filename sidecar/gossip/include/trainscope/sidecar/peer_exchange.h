@@ -64,6 +64,12 @@ class PeerExchange {
   using StacksProvider =
       std::function<absl::StatusOr<pb::StackList>(const std::string& task, bool fresh)>;
   void SetStacksProvider(StacksProvider provider);
+  // What Snapshots.Evidence answers: what this node holds of the incident `id` (held false when
+  // none), with the slow and failed requests its sidecar kept that overlap [from, to]. Set
+  // before Start; without it, Evidence answers UNIMPLEMENTED.
+  using EvidenceProvider =
+      std::function<pb::NodeEvidence(const std::string& id, double from_unix, double to_unix)>;
+  void SetEvidenceProvider(EvidenceProvider provider);
   // This node's load, read on the exchange's thread with the views and carried in its record.
   // Set before Start; without it the record carries none.
   void SetLoadProvider(std::function<NodeLoad()> load);
@@ -76,6 +82,12 @@ class PeerExchange {
   // node. Blocks the caller.
   absl::StatusOr<pb::StackList> FetchStacks(const std::string& node, const std::string& task,
                                             bool fresh, int deadline_ms, int64_t max_bytes);
+
+  // Asks the sidecar of `node` what it holds of the incident `id` (EvidenceProvider), as
+  // FetchStacks asks; an answer is cut to `max_bytes` by the node (NodeEvidence.dropped).
+  absl::StatusOr<pb::NodeEvidence> FetchEvidence(const std::string& node, const std::string& id,
+                                                 double from_unix, double to_unix, int deadline_ms,
+                                                 int64_t max_bytes);
 
   class Impl;
 

@@ -65,6 +65,14 @@ absl::StatusOr<pb::IncidentList> ParseIncidentListJson(std::string_view body);
 absl::StatusOr<pb::Incident> ParseIncidentJson(std::string_view body);
 // Parses /api/v1/traces/slow and /api/v1/traces/errors; InvalidArgument naming what is wrong.
 absl::StatusOr<pb::RequestList> ParseRequestListJson(std::string_view body);
+// Parses /api/v1/evidence; InvalidArgument naming what is wrong.
+absl::StatusOr<pb::NodeEvidence> ParseNodeEvidenceJson(std::string_view body);
+
+// The requests of `list` that overlap [from_unix, to_unix], in their order.
+pb::RequestList RequestsInWindow(pb::RequestList list, double from_unix, double to_unix);
+// The incident of `incidents` whose id is `id`, else one that had `id` before it took its
+// owner's (an alert posted before still links to it); null: none.
+const pb::Incident* FindIncident(const std::vector<pb::Incident>& incidents, std::string_view id);
 
 // JSON of /api/v1/stacks (never fails).
 std::string ToJson(const pb::StackList& list);

@@ -40,5 +40,7 @@ inline constexpr std::string_view kPathTracesPrefix = "/api/v1/traces/";
 // goodput; one incident in full at /api/v1/incidents/<id>.
 inline constexpr std::string_view kPathIncidents = "/api/v1/incidents";
 inline constexpr std::string_view kPathIncidentsPrefix = "/api/v1/incidents/";
+// What one node's sidecar holds of an incident: ?incident=ID[&node=HOST:PORT][&from=&to=].
+inline constexpr std::string_view kPathEvidence = "/api/v1/evidence";
 
 }  // namespace trainscope::sidecar::names

@@ -36,12 +36,19 @@ struct ApiSources {
   std::function<std::shared_ptr<const IncidentsNow>()> incidents;
   // Why the state store (--state_dir) takes no writes now ("" while it does); null without one.
   std::function<std::string()> store_error;
+  // What the sidecar of `node` ("": this one) holds of the incident `id`, with the requests it
+  // kept that overlap [from, to] (asked of another node through the exchange); a status whose
+  // code says what went wrong, as `stacks`.
+  std::function<absl::StatusOr<pb::NodeEvidence>(const std::string& node, const std::string& id,
+                                                 double from_unix, double to_unix)>
+      evidence;
   // Who may ask for a fresh capture (fresh=1): reads need nothing. Must outlive the routes.
   ApiAuth* auth = nullptr;
 };
 
-// Adds every route to `routes`. /api/v1/stacks is slow (a capture, or a fetch from another
-// node): the server should run it on a pool of its own (HttpServerOptions::slow_paths).
+// Adds every route to `routes`. /api/v1/stacks and /api/v1/evidence are slow (a capture, or a fetch
+// from another node): the server should run it on a pool of its own
+// (HttpServerOptions::slow_paths).
 void AddApiRoutes(ApiSources sources, HttpRoutes* routes);
 
 }  // namespace trainscope::sidecar
