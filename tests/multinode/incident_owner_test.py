@@ -27,6 +27,7 @@ build/bin [--keep_logs]. Exit 0 passed, 1 failed, 77 skipped (no root or no netw
 
 import argparse
 import os
+import re
 import shutil
 import sys
 import tarfile
@@ -248,7 +249,7 @@ def bundle_from_owner(c, t):
         stacks = files.get("stacks/" + task.replace(":", "_") + ".txt", "")
         assert f"=== {task} pid" in stacks, f"no snapshot of {task} in the bundle:\n{stacks}"
     readme = " ".join(files["README.txt"].split())
-    assert "by the sidecar of " + nodes[2] in readme, readme
+    assert re.search(r"by the sidecar of (\S+ \()?" + re.escape(nodes[2]), readme), readme
     log(f"ok: {inc_id}'s bundle from n1 holds n2's and n3's records and snapshots ({len(files)} "
         "files: " + ", ".join(names) + ")")
 

@@ -2,6 +2,7 @@
 #include "trainscope/sidecar/incident_bundle.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -205,10 +206,28 @@ absl::StatusOr<pb::Incident> FetchIncident(const SidecarGet& get, const std::str
 
 namespace {
 
+// Each node's id in words, by its host name: "n2 (10.0.0.2:4317)".
+using NodeNames = std::map<std::string, std::string>;
+NodeNames NamesOf(const absl::StatusOr<pb::TaskList>& tasks) {
+  NodeNames names;
+  if (!tasks.ok()) return names;
+  for (const pb::NodeView& n : tasks->nodes()) {
+    if (!n.hostname().empty() && n.hostname() != n.node()) {
+      names[n.node()] = absl::StrCat(Printable(n.hostname(), 64), " (", n.node(), ")");
+    }
+  }
+  return names;
+}
+std::string NameOf(const NodeNames& names, const std::string& node) {
+  auto it = names.find(node);
+  return it == names.end() ? node : it->second;
+}
+
 // The snapshots of `task` kept as evidence of the incident, by the asked sidecar (`in`) or by any
 // other node's (each once), newest first; and the nodes that kept them, in words.
 std::pair<pb::StackList, std::string> EvidenceOf(const std::string& task, const pb::Incident& in,
-                                                 const std::vector<pb::NodeEvidence>& nodes) {
+                                                 const std::vector<pb::NodeEvidence>& nodes,
+                                                 const NodeNames& names) {
   pb::StackList kept;
   kept.set_task(task);
   std::set<std::pair<int64_t, double>> seen;
@@ -221,7 +240,7 @@ std::pair<pb::StackList, std::string> EvidenceOf(const std::string& task, const 
       *kept.add_snapshots() = e.snapshot();
       took = true;
     }
-    if (took && !node.empty()) keepers.push_back(node);
+    if (took && !node.empty()) keepers.push_back(NameOf(names, node));
   };
   take(in, nodes.empty() ? "" : nodes.front().node());
   for (size_t i = 1; i < nodes.size(); ++i) {
@@ -236,14 +255,14 @@ std::pair<pb::StackList, std::string> EvidenceOf(const std::string& task, const 
 // Each affected task's stacks: the snapshots kept as evidence, and (for the first few) what the
 // sidecar has now.
 void AddStacks(const SidecarGet& get, const pb::Incident& in,
-               const std::vector<pb::NodeEvidence>& nodes, const BundleOptions& options,
-               Bundle& bundle) {
+               const std::vector<pb::NodeEvidence>& nodes, const NodeNames& names,
+               const BundleOptions& options, Bundle& bundle) {
   const double now = options.now_unix;
   const std::vector<std::string> tasks = TasksOf(in);
   int asked = 0;
   for (const std::string& task : tasks) {
     const std::string base = "stacks/" + SafeFileName(task);
-    const auto [kept, keepers] = EvidenceOf(task, in, nodes);
+    const auto [kept, keepers] = EvidenceOf(task, in, nodes, names);
     bundle.Add(base + ".txt", StacksToText(kept, now),
                absl::StrCat(task, "'s threads in the ", kept.snapshots_size(),
                             " snapshot(s) kept as the incident's evidence",
@@ -332,8 +351,9 @@ std::vector<pb::NodeEvidence> GatherEvidence(const SidecarGet& get, const pb::In
     bundle.Add(
         file, ApiJson(*e) + "\n",
         absl::StrCat(
-            "what the sidecar of node ", n.node(), " holds of the incident (",
-            std::string(names::kPathEvidence), "; NodeEvidence in sidecar.proto): ",
+            "what the sidecar of node ", NameOf(NamesOf(tasks), n.node()),
+            " holds of the incident (", std::string(names::kPathEvidence),
+            "; NodeEvidence in sidecar.proto): ",
             e->held() ? absl::StrCat("its record of it, with its timeline, the ",
                                      HumanDuration(record.lost_seconds()), " lost it counted and ",
                                      record.evidence_size(), " piece(s) of evidence")
@@ -389,7 +409,7 @@ std::vector<TarFile> GatherBundle(const SidecarGet& get, const pb::Incident& in,
              "its timeline, one event a line (times in the gathering machine's zone)");
   const absl::StatusOr<pb::TaskList> tasks = AddTasks(get, bundle);
   const std::vector<pb::NodeEvidence> nodes = GatherEvidence(get, in, tasks, options, bundle);
-  AddStacks(get, in, nodes, options, bundle);
+  AddStacks(get, in, nodes, NamesOf(tasks), options, bundle);
   AddTraces(in, nodes, options.now_unix, bundle);
   return bundle.Finish(ReadmeHead(in, options));
 }

@@ -137,6 +137,7 @@ TEST(IncidentBundle, GathersEveryNodesRecordStacksAndTracesAndSaysWhatIsMissing)
   tasks.set_cluster("default");
   tasks.set_node("n1");
   for (const char* n : {"n1", "n2", "n3"}) tasks.add_nodes()->set_node(n);
+  tasks.mutable_nodes(1)->set_hostname("host2");
   sidecar.answers["/api/v1/tasks"] = {200, ToJson(tasks)};
   // The window: from a minute before the incident (100 s ago) to now, as it is open.
   const std::string ask =
@@ -184,7 +185,8 @@ TEST(IncidentBundle, GathersEveryNodesRecordStacksAndTracesAndSaysWhatIsMissing)
 
   const std::string readme = Flat(Find(files, "README.txt")->data);
   EXPECT_NE(readme.find("sidecar: 127.0.0.1:9400"), std::string::npos) << readme;
-  EXPECT_NE(readme.find("kept as the incident's evidence by the sidecar of n2"), std::string::npos)
+  EXPECT_NE(readme.find("kept as the incident's evidence by the sidecar of host2 (n2)"),
+            std::string::npos)
       << readme;
   EXPECT_NE(readme.find("nodes/n3.json: HTTP 503: the sidecar of node n3"), std::string::npos)
       << readme;

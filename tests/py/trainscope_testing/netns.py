@@ -212,20 +212,45 @@ def _registry_path(prefix):
     return os.path.join(REGISTRY, prefix + ".json")
 
 
-def _owner_gone(prefix, pid):
-    """True when the run `prefix` (made by pid) has no live maker."""
+def _pid_namespace(pid="self"):
+    """The PID namespace of pid ("pid:[4026531836]"), or None when it cannot be read."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def _in_root_pid_namespace():
+    """Whether this process sees every process of the machine: it is in the kernel's first PID
+    namespace, whose number is fixed (PROC_PID_INIT_INO). (NSpid cannot tell: under
+    `unshare -pf --mount-proc` it shows one pid, the new /proc's.)"""
+    return _pid_namespace() in (None, f"pid:[{0xEFFFFFFC}]")
+
+
+def _owner_gone(prefix, pid, own_prefix=None):
+    """True when the run `prefix` (made by pid) has no live maker. A run made in another PID
+    namespace (a test run under `unshare -pf`, or a cluster.py cluster seen from such a test) is
+    judged by whether a process of that namespace is left, where this process sees them all; a
+    process in a PID namespace of its own sees none of them, and clears only the run whose name
+    it takes (`own_prefix`: an earlier test's, as pid 1 too)."""
     try:
         with open(_registry_path(prefix)) as f:
             entry = json.load(f)
         owner, started = int(entry.get("owner_pid", pid)), entry.get("owner_start")
+        pidns = entry.get("owner_pidns")
     except (OSError, ValueError):
-        owner, started = pid, None
+        owner, started, pidns = pid, None, None
+    if pidns is not None and pidns != _pid_namespace():
+        if not _in_root_pid_namespace():
+            return prefix == own_prefix
+        return not any(_pid_namespace(p) == pidns for p in os.listdir("/proc") if p.isdigit())
     now = _proc_start_time(owner)
     return now is None or (started is not None and now != started)
 
 
-def cleanup_stale(log=print):
-    """Removes the namespaces (and the processes in them) of earlier runs whose maker is gone.
+def cleanup_stale(log=print, own_prefix=None):
+    """Removes the namespaces (and the processes in them) of earlier runs whose maker is gone
+    (`own_prefix`: the name of the run about to be made; see _owner_gone).
 
     Only names of this harness's form (`ts<pid>-sw`, `-n<k>`, `-probe`) are considered; a run whose
     maker lives (another test running in parallel, a cluster.py cluster) is never touched.
@@ -233,7 +258,7 @@ def cleanup_stale(log=print):
     stale = {}
     for ns in list_namespaces():
         m = NAME_RE.match(ns)
-        if m and _owner_gone(f"ts{m.group(1)}", int(m.group(1))):
+        if m and _owner_gone(f"ts{m.group(1)}", int(m.group(1)), own_prefix):
             stale.setdefault(f"ts{m.group(1)}", []).append(ns)
     removed = []
     for prefix, names in sorted(stale.items()):
@@ -367,7 +392,7 @@ class Cluster(nodes.Nodes):
     def _create(self):
         if os.geteuid() != 0:
             raise HarnessError(f"cannot make network namespaces: not root (uid {os.geteuid()})")
-        cleanup_stale(self.log)
+        cleanup_stale(self.log, self.prefix)
         self._register()
         self._add_ns(self.switch_ns)
         self._ip(self.switch_ns, "link", "add", BRIDGE, "type", "bridge")
@@ -393,7 +418,8 @@ class Cluster(nodes.Nodes):
     def _register(self):
         os.makedirs(REGISTRY, exist_ok=True)
         entry = {"prefix": self.prefix, "owner_pid": os.getpid(),
-                 "owner_start": _proc_start_time(os.getpid()), "namespaces": self.namespaces,
+                 "owner_start": _proc_start_time(os.getpid()),
+                 "owner_pidns": _pid_namespace(), "namespaces": self.namespaces,
                  "created": time.time(), "cmdline": " ".join(sys.argv)}
         tmp = _registry_path(self.prefix) + ".tmp"
         with open(tmp, "w") as f:
