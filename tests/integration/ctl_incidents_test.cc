@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "sidecar_harness.h"
+#include "trainscope/common/http_client.h"
 #include "trainscope/sidecar/api.h"
 
 namespace trainscope::testing {
@@ -99,6 +100,23 @@ TEST(CtlIncidents, TheTableAndTheBundleOfADeadlockedWorkersIncident) {
        {"\ncause:    task worker:0", "\naffected tasks (", "\ntimeline:\n", "\nevidence ("}) {
     EXPECT_NE(text.find(part), std::string::npos) << part << " in\n" << text;
   }
+
+  // /api/v1/evidence: this sidecar's record of it; a node that is not a member, or no incident
+  // named, is refused, saying why.
+  auto here = sidecar::ParseNodeEvidenceJson(sidecar.Get("/api/v1/evidence?incident=" + id));
+  ASSERT_TRUE(here.ok()) << here.status();
+  EXPECT_TRUE(here->held());
+  EXPECT_EQ(here->incident().id(), id);
+  auto stranger = trainscope::HttpGet(
+      sidecar.http(), "/api/v1/evidence?incident=" + id + "&node=10.0.0.9%3A4317", 2000);
+  ASSERT_TRUE(stranger.ok()) << stranger.status();
+  EXPECT_EQ(stranger->status, 404) << stranger->body;
+  EXPECT_NE(stranger->body.find("no node 10.0.0.9:4317 among this sidecar's members"),
+            std::string::npos)
+      << stranger->body;
+  auto unnamed = trainscope::HttpGet(sidecar.http(), "/api/v1/evidence?from=x", 2000);
+  ASSERT_TRUE(unnamed.ok()) << unnamed.status();
+  EXPECT_EQ(unnamed->status, 400) << unnamed->body;
 
   // The bundle.
   char dir_template[] = "/tmp/ctl-incidents.XXXXXX";
