@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <algorithm>
 #include <set>
 #include <string>
 #include <thread>
@@ -73,7 +74,21 @@ TEST(SidecarIncidents, APsKilledFor6sIsOneIncidentHoldingBothWorkersWithItsCost)
         << sidecar.Describe();
   }
   ASSERT_TRUE(w0->WaitForOutput("checkpoint of step", seconds(20))) << w0->Output();
-  EXPECT_EQ(Incidents(sidecar).size(), 0u) << sidecar.Get("/api/v1/incidents");
+  // Nothing is dead yet. (A loaded machine, a sanitizer's, may delay a heartbeat at the start:
+  // a short slow incident that costs no training. It is not the one this test is about.)
+  std::set<std::string> before;
+  for (const auto& in : Incidents(sidecar)) {
+    EXPECT_NE(in["kind"], "dead") << in.dump(1);
+    before.insert(in["id"].get<std::string>());
+  }
+  // The incidents opened since the fault.
+  auto since_fault = [&] {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& in : Incidents(sidecar)) {
+      if (!before.contains(in["id"].get<std::string>())) out.push_back(in);
+    }
+    return out;
+  };
 
   ps1->Signal(SIGKILL);
   ps1->Wait(seconds(10));
@@ -91,7 +106,7 @@ TEST(SidecarIncidents, APsKilledFor6sIsOneIncidentHoldingBothWorkersWithItsCost)
   nlohmann::json list;
   const auto until = std::chrono::steady_clock::now() + seconds(10);
   do {
-    list = Incidents(sidecar);
+    list = since_fault();
     if (list.size() == 1 && !list[0].value("open", true)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   } while (std::chrono::steady_clock::now() < until);
@@ -149,8 +164,9 @@ TEST(SidecarIncidents, APsKilledFor6sIsOneIncidentHoldingBothWorkersWithItsCost)
   Sidecar again(cluster, {"--state_dir", state_dir});
   const nlohmann::json kept = KeptIncidents(again);
   ASSERT_GE(kept.size(), 1u) << again.Get("/api/v1/incidents");
-  EXPECT_EQ(kept[kept.size() - 1]["id"], id) << kept.dump(1);
-  EXPECT_EQ(kept[kept.size() - 1]["lost_seconds"], in["lost_seconds"]) << kept.dump(1);
+  auto it = std::find_if(kept.begin(), kept.end(), [&](const auto& k) { return k["id"] == id; });
+  ASSERT_NE(it, kept.end()) << kept.dump(1);
+  EXPECT_EQ((*it)["lost_seconds"], in["lost_seconds"]) << kept.dump(1);
   auto after = nlohmann::json::parse(again.Get("/api/v1/incidents"), nullptr, false);
   EXPECT_GE(after["goodput"]["lost_by_kind"]["dead"].get<double>(),
             body["goodput"]["lost_by_kind"]["dead"].get<double>() - 1.5)
