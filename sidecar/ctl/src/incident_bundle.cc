@@ -313,7 +313,8 @@ absl::StatusOr<pb::TaskList> AddTasks(const SidecarGet& get, Bundle& bundle) {
 // through the exchange) hold of the incident; each other node's record is a file of its own.
 std::vector<pb::NodeEvidence> GatherEvidence(const SidecarGet& get, const pb::Incident& in,
                                              const absl::StatusOr<pb::TaskList>& tasks,
-                                             const BundleOptions& options, Bundle& bundle) {
+                                             const NodeNames& names, const BundleOptions& options,
+                                             Bundle& bundle) {
   const auto [from, to] = WindowOf(in, options.now_unix);
   const std::string query =
       absl::StrFormat("%s?incident=%s&from=%.3f&to=%.3f", std::string(names::kPathEvidence),
@@ -351,9 +352,8 @@ std::vector<pb::NodeEvidence> GatherEvidence(const SidecarGet& get, const pb::In
     bundle.Add(
         file, ApiJson(*e) + "\n",
         absl::StrCat(
-            "what the sidecar of node ", NameOf(NamesOf(tasks), n.node()),
-            " holds of the incident (", std::string(names::kPathEvidence),
-            "; NodeEvidence in sidecar.proto): ",
+            "what the sidecar of node ", NameOf(names, n.node()), " holds of the incident (",
+            std::string(names::kPathEvidence), "; NodeEvidence in sidecar.proto): ",
             e->held() ? absl::StrCat("its record of it, with its timeline, the ",
                                      HumanDuration(record.lost_seconds()), " lost it counted and ",
                                      record.evidence_size(), " piece(s) of evidence")
@@ -408,8 +408,10 @@ std::vector<TarFile> GatherBundle(const SidecarGet& get, const pb::Incident& in,
   bundle.Add("timeline.txt", TimelineText(in),
              "its timeline, one event a line (times in the gathering machine's zone)");
   const absl::StatusOr<pb::TaskList> tasks = AddTasks(get, bundle);
-  const std::vector<pb::NodeEvidence> nodes = GatherEvidence(get, in, tasks, options, bundle);
-  AddStacks(get, in, nodes, NamesOf(tasks), options, bundle);
+  const NodeNames names = NamesOf(tasks);
+  const std::vector<pb::NodeEvidence> nodes =
+      GatherEvidence(get, in, tasks, names, options, bundle);
+  AddStacks(get, in, nodes, names, options, bundle);
   AddTraces(in, nodes, options.now_unix, bundle);
   return bundle.Finish(ReadmeHead(in, options));
 }
