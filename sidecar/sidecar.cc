@@ -20,6 +20,7 @@
 #include "spdlog/spdlog.h"
 #include "trainscope/common/clock.h"
 #include "trainscope/common/cluster_spec.h"
+#include "trainscope/common/tf_config_env.h"
 #include "trainscope/common/grpc_channel.h"
 #include "trainscope/common/grpc_tls.h"
 #include "trainscope/common/http_server.h"
@@ -49,16 +50,15 @@ namespace trainscope::sidecar {
 namespace {
 
 // What the capture helper checks a local task's process against: its pid and start time, and
-// the socket it listens on (the spec's host, the port it says it listens on), as the poller
+// the socket it listens on (the spec's host and port, never one the task names), as the poller
 // verified it (poller.cc, IdentityCache).
 CaptureTarget CaptureTargetOf(const TaskView& v) {
   CaptureTarget t;
   t.pid = v.pid;
   t.start_ticks = v.pid_start_ticks;
   auto spec = ParseHostPort(v.address);
-  auto listen = ParseHostPort(v.listen_address);
   t.host = spec.ok() ? spec->host : "";
-  t.port = listen.ok() ? listen->port : spec.ok() ? spec->port : 0;
+  t.port = spec.ok() ? spec->port : 0;
   return t;
 }
 
@@ -222,9 +222,16 @@ absl::Status PlanSpec(const SidecarOptions& o, Plan& plan) {
   } else if (!o.tf_config.empty()) {
     text = o.tf_config;
     plan.spec_origin = "TF_CONFIG";
+  } else if (auto found = FindTfConfigInProcesses(); found.ok()) {
+    // A TFJob pod: the operator set TF_CONFIG in the tensorflow container only.
+    text = std::move(found->text);
+    plan.spec_origin = absl::StrCat("TF_CONFIG of pid ", found->pid, " (", found->command, ")");
   } else {
-    return absl::InvalidArgumentError(
-        "no cluster spec: set TF_CONFIG or pass --cluster_spec FILE (TF_CONFIG JSON)");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no cluster spec: set TF_CONFIG or pass --cluster_spec FILE (TF_CONFIG JSON), or run "
+        "beside the job's processes in one process namespace (a TFJob pod with "
+        "shareProcessNamespace: true); ",
+        found.status().message()));
   }
   auto config = ParseTfConfig(text, /*require_task=*/false);
   if (!config.ok()) {
@@ -364,6 +371,9 @@ class Sidecar::Impl {
 
   absl::Status Build() {
     if (absl::Status s = SetUpTls(); !s.ok()) return s;
+    auto auth = ApiAuth::Create({options_.api_token_file});
+    if (!auth.ok()) return auth.status();
+    auth_ = std::move(*auth);
     BuildWatcher();
     if (plan_.exchange) {
       if (absl::Status s = MakeExchange(); !s.ok()) return s;
@@ -376,9 +386,6 @@ class Sidecar::Impl {
       forwarder_ = std::move(*f);
     }
     trace_receiver_ = std::make_unique<TraceReceiver>(&trace_store_, forwarder_.get());
-    auto auth = ApiAuth::Create({options_.api_token_file});
-    if (!auth.ok()) return auth.status();
-    auth_ = std::move(*auth);
     BuildKeeper();
     if (absl::Status s = BuildIncidents(); !s.ok()) return s;
     AddRoutes();
@@ -557,6 +564,7 @@ class Sidecar::Impl {
     // This node's tasks as the exchange sends them: a stuck one's reason says where it waits.
     exchange_ = std::make_unique<PeerExchange>(
         std::move(x), [this] { return ExplainedLocal(ViewInputs()); }, channel_credentials_);
+    exchange_->SetOperatorCredential(auth_.get());
     exchange_->SetLoadProvider([this] { return node_load_.Get(MonotonicSeconds()); });
     // The incidents this node owns go out in its record; the others take their ids.
     exchange_->SetIncidentsProvider([this] {

@@ -194,7 +194,7 @@ int Stacks(const std::string& task, std::string sidecar, bool fresh, bool json,
   std::string path = std::string(ts::names::kPathStacks) + "?task=" + task;
   if (fresh) path += "&fresh=1";
   std::vector<std::string> headers;
-  if (fresh && !AuthorizationHeader(token_file, &headers)) return 2;
+  if (!AuthorizationHeader(token_file, &headers)) return 2;
   auto resp = trainscope::HttpGet(sidecar, path, fresh ? 20000 : 5000, 16 << 20, use, headers);
   if (!resp.ok()) {
     std::cerr << "trainscopectl: cannot ask the sidecar at " << sidecar << ": "

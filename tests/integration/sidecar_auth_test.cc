@@ -13,9 +13,13 @@
 #include <sstream>
 #include <thread>
 
+#include "grpcpp/grpcpp.h"
 #include "sidecar_harness.h"
 #include "skip.h"
 #include "trainscope/common/http_client.h"
+#include "trainscope/sidecar/operator_proof.h"
+#include "trainscope/sidecar/v1/sidecar.grpc.pb.h"
+#include "wait.h"
 
 namespace trainscope::testing {
 namespace {
@@ -203,6 +207,123 @@ TEST(SidecarAuth, WithTheTokenEveryoneIsAnsweredAndCapturesAreAtMostOneASecond) 
               {{"TRAINSCOPE_API_TOKEN_FILE", token.path()}});
   EXPECT_EQ(ctl.Wait(seconds(30)).value_or(-1), 0) << ctl.Output();
   EXPECT_NE(ctl.Output().find("=== ps:0 pid"), std::string::npos) << ctl.Output();
+}
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// A Snapshots.Stacks request for a fresh capture of `task`, sent straight to a sidecar's gRPC
+// port as a process of the node would, speaking as node `as` of cluster "default" (the name
+// /api/v1/tasks shows to anyone), with `proof` when given.
+grpc::Status AskFresh(const std::string& to, const std::string& as, const std::string& task,
+                      const sidecar::pb::OperatorProof* proof = nullptr) {
+  namespace v1 = sidecar::v1;
+  v1::StacksRequest req;
+  req.mutable_header()->set_protocol_version(1);
+  req.mutable_header()->set_cluster("default");
+  req.mutable_header()->set_node(as);
+  req.mutable_header()->set_generation(static_cast<uint64_t>(UnixNow() * 1e9));
+  req.set_task(task);
+  req.set_fresh(true);
+  if (proof != nullptr) *req.mutable_operator_proof() = *proof;
+  auto stub = v1::Snapshots::NewStub(grpc::CreateChannel(to, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + seconds(20));
+  v1::StackList resp;
+  return stub->Stacks(&ctx, req, &resp);
+}
+
+// Two sidecars on loopback with the package's defaults (no cluster key, no token), ps:0 on A and
+// worker:0 on B, and a process of the node that asks A's gRPC port for fresh captures of ps:0
+// as if it were B: each is refused and counted, and ps:0 is never paused.
+struct TwoNodes {
+  explicit TwoNodes(std::vector<std::string> flags = {})
+      : cluster{{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}},
+        a("127.0.0.1:" + std::to_string(FreePort())),
+        b("127.0.0.1:" + std::to_string(FreePort())) {
+    ps = StartFakeTask(cluster["ps"][0], "ps", 0, {"--phase", "serving"});
+    worker = StartFakeTask(cluster["worker"][0], "worker", 0, {"--phase", "training"});
+    auto port = [](const std::string& id) { return id.substr(id.rfind(':') + 1); };
+    std::vector<std::string> fa = {"--grpc_port", port(a), "--local_tasks", "ps:0",
+                                   "--peer_sidecars", b};
+    std::vector<std::string> fb = {"--grpc_port", port(b), "--local_tasks", "worker:0",
+                                   "--peer_sidecars", a};
+    fa.insert(fa.end(), flags.begin(), flags.end());
+    fb.insert(fb.end(), flags.begin(), flags.end());
+    sa = std::make_unique<Sidecar>(cluster, fa);
+    sb = std::make_unique<Sidecar>(cluster, fb);
+  }
+  Cluster cluster;
+  std::string a, b;
+  std::unique_ptr<Process> ps, worker;
+  std::unique_ptr<Sidecar> sa, sb;
+};
+
+TEST(SidecarAuth, FreshCapturesOverTheExchangeWithoutACredentialAreRefusedAndPauseNothing) {
+  TwoNodes nodes;
+  ASSERT_TRUE(nodes.sa->WaitForState("ps:0", TaskState::kUp, seconds(20))) << nodes.sa->Describe();
+  ASSERT_TRUE(nodes.sb->WaitForState("ps:0", TaskState::kUp, seconds(20))) << nodes.sb->Describe();
+  PauseWatch watch(nodes.ps->pid());
+  for (int i = 0; i < 3; ++i) {
+    grpc::Status s = AskFresh(nodes.a, nodes.b, "ps:0");
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+    EXPECT_NE(s.error_message().find("it has no --api_token_file"), std::string::npos)
+        << s.error_message();
+  }
+  EXPECT_FALSE(watch.Stop()) << "ps:0 was stopped or traced";
+  const std::string metrics = nodes.sa->Get("/metrics");
+  EXPECT_EQ(Metric(metrics, kSnapshots), 0) << metrics;
+  EXPECT_EQ(Metric(metrics, "trainscope_sidecar_api_refused_total{reason=\"no_token_file\"}"), 3)
+      << metrics;
+}
+
+// With the same token on both nodes: a request without a proof, or with one made with another
+// token, for another node, or used before, is refused by reason; a fresh capture asked of B's
+// HTTP API with the token is relayed to A with a proof and taken.
+TEST(SidecarAuth, FreshCapturesOverTheExchangeNeedTheOperatorsProof) {
+  TokenFile token;
+  TwoNodes nodes({"--api_token_file", token.path()});
+  ASSERT_TRUE(nodes.sa->WaitForState("ps:0", TaskState::kUp, seconds(20))) << nodes.sa->Describe();
+  ASSERT_TRUE(nodes.sb->WaitForState("ps:0", TaskState::kUp, seconds(20))) << nodes.sb->Describe();
+  const uint64_t now_ns = static_cast<uint64_t>(UnixNow() * 1e9);
+  PauseWatch watch(nodes.ps->pid());
+  grpc::Status none = AskFresh(nodes.a, nodes.b, "ps:0");
+  const auto wrong = sidecar::ProveOperator("0123456789abcdef0123456789abcdef", nodes.a, "ps:0",
+                                            now_ns);
+  grpc::Status bad = AskFresh(nodes.a, nodes.b, "ps:0", &wrong);
+  const auto elsewhere = sidecar::ProveOperator(kToken, nodes.b, "ps:0", now_ns);
+  grpc::Status other_node = AskFresh(nodes.a, nodes.b, "ps:0", &elsewhere);
+  const auto old = sidecar::ProveOperator(kToken, nodes.a, "ps:0", now_ns - 600'000'000'000);
+  grpc::Status stale = AskFresh(nodes.a, nodes.b, "ps:0", &old);
+  EXPECT_FALSE(watch.Stop()) << "ps:0 was stopped or traced";
+  for (const grpc::Status* s : {&none, &bad, &other_node, &stale}) {
+    EXPECT_EQ(s->error_code(), grpc::StatusCode::PERMISSION_DENIED) << s->error_message();
+  }
+  EXPECT_NE(none.error_message().find("carries no operator's credential"), std::string::npos)
+      << none.error_message();
+  std::string metrics = nodes.sa->Get("/metrics");
+  EXPECT_EQ(Metric(metrics, kSnapshots), 0) << metrics;
+  EXPECT_EQ(Metric(metrics, "trainscope_sidecar_api_refused_total{reason=\"no_credential\"}"), 1);
+  EXPECT_EQ(Metric(metrics, "trainscope_sidecar_api_refused_total{reason=\"bad_token\"}"), 2);
+  EXPECT_EQ(Metric(metrics, "trainscope_sidecar_api_refused_total{reason=\"stale_credential\"}"),
+            1);
+  if (geteuid() != 0) return;  // The capture itself needs ptrace; the refusals are the point.
+  const auto right = sidecar::ProveOperator(kToken, nodes.a, "ps:0", now_ns);
+  grpc::Status first = AskFresh(nodes.a, nodes.b, "ps:0", &right);
+  EXPECT_TRUE(first.ok()) << first.error_message();
+  grpc::Status replayed = AskFresh(nodes.a, nodes.b, "ps:0", &right);
+  EXPECT_NE(replayed.error_message().find("used already"), std::string::npos)
+      << replayed.error_message();
+  // Relayed: B checks the bearer token, A the proof B made with it.
+  auto relayed = trainscope::HttpGet(nodes.sb->http(), kFresh, 30000, 16 << 20, {},
+                                     {TokenFile::Header()});
+  ASSERT_TRUE(relayed.ok()) << relayed.status();
+  EXPECT_EQ(relayed->status, 200) << relayed->body;
+  metrics = nodes.sa->Get("/metrics");
+  EXPECT_GE(Metric(metrics, kSnapshots), 1) << metrics;  // At most one capture a second.
+  EXPECT_EQ(
+      Metric(metrics, "trainscope_sidecar_api_refused_total{reason=\"replayed_credential\"}"), 1);
 }
 
 // Stacks requests that wait on another node's sidecar (stopped with SIGSTOP: it accepts

@@ -17,6 +17,7 @@
 #include "trainscope/common/http_client.h"
 #include "trainscope/sidecar/api.h"
 #include "trainscope/sidecar/names.h"
+#include "wait.h"
 
 namespace trainscope::testing {
 namespace {
@@ -330,6 +331,35 @@ TEST_F(SidecarStacks, ATaskClaimingAnotherProcesssPidIsNeverReadAsIt) {
   EXPECT_NE(silent->reason.find("cannot check its process here: " + claim), std::string::npos)
       << silent->reason;
   EXPECT_EQ(ProcState(sleeper.pid()), 'S');  // Never attached to.
+}
+
+// A task that reports another process's pid and that process's port as its listen address (a
+// fake task pointing at an HTTP server): the port verified is the spec's, never the one the
+// heartbeat names, so the server is never read, shown or captured as the task.
+TEST_F(SidecarStacks, ATaskNamingAnotherProcesssPidAndPortIsNeverReadAsIt) {
+  const int port = FreePort();
+  const std::string other = "127.0.0.1:" + std::to_string(port);
+  Process server("/usr/bin/python3", {"-m", "http.server", std::to_string(port), "--bind",
+                                      "127.0.0.1"});
+  ASSERT_TRUE(WaitUntil([&] { return trainscope::HttpGet(other, "/", 1000).ok(); }, seconds(20)))
+      << server.Output();
+  const std::string address = FreeAddress();
+  auto task = StartFakeTask(address, "ps", 0,
+                            {"--claim_pid", std::to_string(server.pid()), "--listen_address", other});
+  TokenFile token;
+  Sidecar sidecar({{"ps", {address}}}, {"--api_token_file", token.path()});
+  const std::string claim = "the task claims pid " + std::to_string(server.pid()) + ", but pid " +
+                            std::to_string(server.pid()) + " (python3) does not hold its " +
+                            "listening port";
+  auto up = sidecar.WaitForState("ps:0", TaskState::kUp, seconds(20), claim);
+  ASSERT_TRUE(up) << sidecar.Describe();
+  EXPECT_EQ(up->pid, 0) << up->reason;
+  auto [code, body] = Get(sidecar, "/api/v1/stacks?task=ps:0&fresh=1");
+  EXPECT_NE(code, 200) << body;
+  EXPECT_NE(body.find("not capturing ps:0: " + claim), std::string::npos) << body;
+  EXPECT_EQ(ProcState(server.pid()), 'S');  // Never attached to.
+  const std::string metrics = sidecar.Get("/metrics");
+  EXPECT_EQ(metrics.find("trainscope_sidecar_snapshots_total 1"), std::string::npos) << metrics;
 }
 
 TEST_F(SidecarStacks, BadRequestsGetClearErrors) {

@@ -71,7 +71,7 @@ absl::StatusOr<std::string> Header(const std::string& name, char type, uint64_t 
         absl::StrCat("a file of 8 GiB or more does not fit a ustar header: ", name));
   }
   if (!rest.empty()) std::memcpy(&h[0], rest.data(), rest.size());
-  Octal(&h[100], 8, type == '5' ? 0755 : 0644);
+  Octal(&h[100], 8, type == '5' ? 0700 : 0600);  // Stacks and traces: the owner's only.
   Octal(&h[108], 8, 0);
   Octal(&h[116], 8, 0);
   Octal(&h[124], 12, size);
@@ -188,7 +188,7 @@ absl::Status WriteFileWhole(const std::string& path, std::string_view bytes, boo
   std::string tmp = (slash == std::string::npos ? "" : folder) + "." + base + ".XXXXXX";
   const int fd = mkstemp(tmp.data());
   if (fd < 0) return Errno("cannot create a file in", folder, errno);
-  fchmod(fd, 0644);
+  fchmod(fd, 0600);  // A bundle holds stacks and traces of the tasks: its owner's only.
   absl::Status result = absl::OkStatus();
   for (size_t done = 0; done < bytes.size();) {
     const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);

@@ -102,7 +102,7 @@ TEST(TarGz, DebiansTarReadsBackEveryFileByteForByte) {
     EXPECT_TRUE(got == f.data) << f.name << " differs";
     struct stat st;
     ASSERT_EQ(stat((out + "/" + f.name).c_str(), &st), 0) << f.name;
-    EXPECT_EQ(st.st_mode & 0777, 0644u) << f.name;
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << f.name;
     EXPECT_EQ(st.st_mtime, 1700000000) << f.name;
   }
   // The verbose listing: owner root, sizes as written.
@@ -145,6 +145,9 @@ TEST(WriteFileWhole, RefusesToOverwriteUnlessAskedAndLeavesNoTemporaryFile) {
   EXPECT_EQ(Slurp(path), "first");
   ASSERT_TRUE(WriteFileWhole(path, "third", true).ok());
   EXPECT_EQ(Slurp(path), "third");
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);  // A bundle holds stacks and traces: its owner's only.
   EXPECT_EQ(Entries(dir.path()), std::set<std::string>{"f.tar.gz"});
 
   absl::Status nowhere = WriteFileWhole(dir.path() + "/no/such/f.tar.gz", "x", false);

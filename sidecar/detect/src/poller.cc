@@ -249,10 +249,11 @@ struct IdentityCache {
 
   void Verify(const HeartbeatInfo& hb, const std::string& target_address, double now_s,
               const ProcessFinder& finder) {
-    auto listen = ParseHostPort(hb.listen_address);
+    // The spec's host and port: where the task is reached (it may listen on every address).
+    // Never the port the heartbeat names: a task could name another process's port, and have
+    // that process read and captured as itself.
     auto target = ParseHostPort(target_address);
-    const int port = listen.ok() ? listen->port : target.ok() ? target->port : 0;
-    // The spec's host: where the task is reached (it may listen on every address).
+    const int port = target.ok() ? target->port : 0;
     const std::string host = target.ok() ? target->host : "";
     absl::StatusOr<ProcessIdentity> found = finder.find_task ? finder.find_task(hb.pid, host, port)
                                                              : FindTaskProcess(hb.pid, host, port);

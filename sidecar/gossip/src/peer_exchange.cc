@@ -560,6 +560,7 @@ class PeerExchange::Impl {
  public:
   void SetStacksProvider(StacksProvider provider) { stacks_ = std::move(provider); }
   void SetEvidenceProvider(EvidenceProvider provider) { evidence_ = std::move(provider); }
+  void SetOperatorCredential(OperatorCredential* credential) { credential_ = credential; }
   void SetLoadProvider(std::function<NodeLoad()> load) { load_ = std::move(load); }
   void SetIncidentsProvider(std::function<std::vector<v1::OwnedIncident>()> incidents) {
     incidents_ = std::move(incidents);
@@ -578,7 +579,13 @@ class PeerExchange::Impl {
     if (!evidence_) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no incidents here");
     return Limited([&] {
       if (grpc::Status refused = CheckAsker(req, req.header(), ctx); !refused.ok()) return refused;
+      const ProofCheck proof = CheckProof(req.operator_proof(), req.incident());
       v1::NodeEvidence answer = evidence_(req.incident(), req.from_unix(), req.to_unix());
+      if (proof != ProofCheck::kValid) {
+        for (auto& e : *answer.mutable_incident()->mutable_evidence()) {
+          if (e.has_snapshot()) StripAddresses(e.mutable_snapshot());
+        }
+      }
       FitEvidence(req.max_bytes() > 0 ? req.max_bytes() : (4 << 20), &answer);
       *resp = std::move(answer);
       return grpc::Status::OK;
@@ -588,10 +595,18 @@ class PeerExchange::Impl {
   grpc::Status AnswerStacks(const v1::StacksRequest& req, v1::StackList* resp,
                             const grpc::ServerContextBase& ctx) {
     if (grpc::Status refused = CheckAsker(req, req.header(), ctx); !refused.ok()) return refused;
+    const ProofCheck proof = CheckProof(req.operator_proof(), req.task());
+    if (req.fresh() && proof != ProofCheck::kValid) {
+      if (credential_ != nullptr) credential_->CountRefusal(ProofRefusalName(proof));
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, FreshRefusal(proof, req.task()));
+    }
     auto list = stacks_(req.task(), req.fresh());
     if (!list.ok()) {
       return grpc::Status(static_cast<grpc::StatusCode>(list.status().code()),
                           std::string(list.status().message()));
+    }
+    if (proof != ProofCheck::kValid) {
+      for (pb::StackSnapshot& snapshot : *list->mutable_snapshots()) StripAddresses(&snapshot);
     }
     // Newest first; drop the oldest until the answer fits the asker's bound.
     const int64_t bound = req.max_bytes() > 0 ? req.max_bytes() : (4 << 20);
@@ -613,6 +628,7 @@ class PeerExchange::Impl {
     req.set_task(task);
     req.set_fresh(fresh);
     req.set_max_bytes(max_bytes);
+    Prove(node, task, req.mutable_operator_proof());
     v1::StackList resp;
     return Ask(node, &req, &resp, &v1::Snapshots::Stub::Stacks, deadline_ms, max_bytes,
                absl::StrCat("which watches ", task), absl::StrCat("the snapshot of ", task));
@@ -627,12 +643,55 @@ class PeerExchange::Impl {
     req.set_from_unix(from_unix);
     req.set_to_unix(to_unix);
     req.set_max_bytes(max_bytes);
+    Prove(node, incident, req.mutable_operator_proof());
     v1::NodeEvidence resp;
     return Ask(node, &req, &resp, &v1::Snapshots::Stub::Evidence, deadline_ms, max_bytes,
                absl::StrCat("asked for ", incident), absl::StrCat("its evidence of ", incident));
   }
 
  private:
+  // A proof of the operator's credential for asking `node` about `subject`, when this node
+  // holds the token (else none: the answer then has no program counters, and no fresh capture).
+  void Prove(const std::string& node, const std::string& subject, v1::OperatorProof* proof) {
+    const std::string token = credential_ != nullptr ? credential_->Token() : "";
+    if (token.empty()) return;
+    *proof = ProveOperator(token, node, subject,
+                           static_cast<uint64_t>(Clock().unix * 1e9));
+  }
+
+  // Whether a Snapshots request about `subject` carries the operator's credential.
+  ProofCheck CheckProof(const v1::OperatorProof& proof, const std::string& subject) {
+    const std::string token = credential_ != nullptr ? credential_->Token() : "";
+    return proofs_.Check(proof, subject, token, Clock().unix);
+  }
+
+  // Why a fresh capture of `task` asked over the exchange is refused, in words.
+  std::string FreshRefusal(ProofCheck proof, const std::string& task) const {
+    const std::string who = absl::StrCat("sidecar ", core_.options().self, " refuses a fresh capture of ", task, ": ");
+    switch (proof) {
+      case ProofCheck::kNoTokenFile:
+        return absl::StrCat(who, "it has no --api_token_file, and fresh captures need the "
+                                 "operator's credential (give every node's sidecar the same token "
+                                 "file; docs/security.md)");
+      case ProofCheck::kNoCredential:
+        return absl::StrCat(who, "the request carries no operator's credential (ask a sidecar's "
+                                 "HTTP API with Authorization: Bearer <token>: trainscopectl stacks "
+                                 "TASK --fresh --api_token_file FILE)");
+      case ProofCheck::kBadToken:
+        return absl::StrCat(who, "the operator's credential does not hold here (the asking "
+                                 "sidecar's --api_token_file differs from this one's, or the proof "
+                                 "was made for another node or task)");
+      case ProofCheck::kStale:
+        return absl::StrCat(who, "the operator's credential was made more than ",
+                            static_cast<int>(kProofWindowS), " s from this node's time");
+      case ProofCheck::kReplayed:
+        return absl::StrCat(who, "the operator's credential was used already");
+      case ProofCheck::kValid:
+        break;
+    }
+    return who;
+  }
+
   // Runs `answer` unless kMaxConcurrentStacks Snapshots requests are being answered already.
   template <typename Answer>
   grpc::Status Limited(Answer answer) {
@@ -823,6 +882,8 @@ class PeerExchange::Impl {
   };
   StacksProvider stacks_;                                      // Set before Start.
   EvidenceProvider evidence_;                                  // Set before Start.
+  OperatorCredential* credential_ = nullptr;                   // Set before Start.
+  ProofChecker proofs_{core_.options().self};                  // Proofs of this node's askers.
   std::function<NodeLoad()> load_;                             // Set before Start.
   std::function<std::vector<v1::OwnedIncident>()> incidents_;  // Set before Start.
   std::function<void()> on_change_;                            // Set before Start.
@@ -862,6 +923,9 @@ void PeerExchange::SetIncidentsProvider(std::function<std::vector<v1::OwnedIncid
 }
 void PeerExchange::SetEvidenceProvider(EvidenceProvider provider) {
   impl_->SetEvidenceProvider(std::move(provider));
+}
+void PeerExchange::SetOperatorCredential(OperatorCredential* credential) {
+  impl_->SetOperatorCredential(credential);
 }
 absl::StatusOr<pb::NodeEvidence> PeerExchange::FetchEvidence(const std::string& node,
                                                              const std::string& incident,

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,7 +29,8 @@ constexpr char kKeyB[] = "another cluster's key, also thirty-two bytes long";
 // One node: its exchange, served on its own gRPC server at 127.0.0.1:<port>.
 class Node {
  public:
-  Node(const std::string& self, std::vector<std::string> peers, const char* key) {
+  Node(const std::string& self, std::vector<std::string> peers, const char* key,
+       OperatorCredential* credential = nullptr) {
     ExchangeOptions o;
     o.cluster = "c";
     o.self = self;
@@ -49,9 +51,12 @@ class Node {
       pb::StackList list;
       list.set_task(task);
       list.set_node(self);
-      list.add_snapshots()->set_trigger(fresh ? "demand" : "hung");
+      pb::StackSnapshot* snapshot = list.add_snapshots();
+      snapshot->set_trigger(fresh ? "demand" : "hung");
+      snapshot->add_threads()->add_frames()->set_pc(0x7f0012345678);
       return absl::StatusOr<pb::StackList>(list);
     });
+    exchange_->SetOperatorCredential(credential);
     // It holds inc-1, with a snapshot of worker:0 and 20 slow requests of its window.
     exchange_->SetEvidenceProvider([self](const std::string& id, double from, double to) {
       pb::NodeEvidence e;
@@ -196,19 +201,78 @@ TEST(PeerExchange, ANodeKeyedOtherwiseIsRefusedAndNeverBelieved) {
   EXPECT_EQ(b.StateIn(ids[2], "worker:1"), std::nullopt);
 }
 
+// The operator's token as a test holds it, with the refusals counted.
+class TestCredential final : public OperatorCredential {
+ public:
+  explicit TestCredential(std::string token) : token_(std::move(token)) {}
+  std::string Token() override { return token_; }
+  void CountRefusal(std::string_view reason) override {
+    std::lock_guard lock(mu_);
+    ++refused_[std::string(reason)];
+  }
+  int refused(const std::string& reason) {
+    std::lock_guard lock(mu_);
+    return refused_[reason];
+  }
+
+ private:
+  const std::string token_;
+  std::mutex mu_;
+  std::map<std::string, int> refused_;
+};
+
 TEST(PeerExchange, FetchesAnotherNodesSnapshotsAndSaysWhyNot) {
   const std::vector<std::string> ids = Ids(2);
-  Node a(ids[0], {ids[1]}, nullptr);
-  Node b(ids[1], {ids[0]}, nullptr);
+  TestCredential token_a("the operator's token, thirty-two bytes");
+  TestCredential token_b("the operator's token, thirty-two bytes");
+  Node a(ids[0], {ids[1]}, nullptr, &token_a);
+  Node b(ids[1], {ids[0]}, nullptr, &token_b);
   auto kept = a.exchange().FetchStacks(ids[1], "worker:0", false, 3000, 1 << 20);
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_EQ(kept->node(), ids[1]);
   EXPECT_EQ(kept->task(), "worker:0");
   ASSERT_EQ(kept->snapshots_size(), 1);
   EXPECT_EQ(kept->snapshots(0).trigger(), "hung");
+  EXPECT_EQ(kept->snapshots(0).threads(0).frames(0).pc(), 0x7f0012345678u);  // Proven: kept.
   auto fresh = a.exchange().FetchStacks(ids[1], "worker:0", true, 3000, 1 << 20);
   ASSERT_TRUE(fresh.ok()) << fresh.status();
   EXPECT_EQ(fresh->snapshots(0).trigger(), "demand");
+  EXPECT_EQ(token_b.refused("bad_token"), 0);
+}
+
+TEST(PeerExchange, WithoutTheOperatorsTokenNoFreshCaptureAndNoAddresses) {
+  const std::vector<std::string> ids = Ids(3);
+  TestCredential token_b("the operator's token, thirty-two bytes");
+  TestCredential other("another operator's token, thirty-two");
+  Node a(ids[0], Others(ids, ids[0]), nullptr);  // No token file.
+  Node b(ids[1], Others(ids, ids[1]), nullptr, &token_b);
+  Node c(ids[2], Others(ids, ids[2]), nullptr, &other);
+  auto kept = a.exchange().FetchStacks(ids[1], "worker:0", false, 3000, 1 << 20);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->snapshots(0).threads(0).frames(0).pc(), 0u);  // Read, without addresses.
+  auto fresh = a.exchange().FetchStacks(ids[1], "worker:0", true, 3000, 1 << 20);
+  ASSERT_FALSE(fresh.ok());
+  EXPECT_NE(std::string(fresh.status().message()).find("carries no operator's credential"),
+            std::string::npos)
+      << fresh.status();
+  auto wrong = c.exchange().FetchStacks(ids[1], "worker:0", true, 3000, 1 << 20);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(std::string(wrong.status().message()).find("does not hold here"), std::string::npos)
+      << wrong.status();
+  // b has a token, a none: a's own tasks are never captured on b's word.
+  auto to_a = b.exchange().FetchStacks(ids[0], "worker:0", true, 3000, 1 << 20);
+  ASSERT_FALSE(to_a.ok());
+  EXPECT_NE(std::string(to_a.status().message()).find("it has no --api_token_file"),
+            std::string::npos)
+      << to_a.status();
+  EXPECT_EQ(token_b.refused("no_credential"), 1);
+  EXPECT_EQ(token_b.refused("bad_token"), 1);
+}
+
+TEST(PeerExchange, AnAnswerOverTheBoundOrANodeGoneIsNamed) {
+  const std::vector<std::string> ids = Ids(2);
+  Node a(ids[0], {ids[1]}, nullptr);
+  Node b(ids[1], {ids[0]}, nullptr);
 
   // An answer over the bound is refused; a node that is not there is named.
   auto big = a.exchange().FetchStacks(ids[1], "worker:0", false, 3000, 8);

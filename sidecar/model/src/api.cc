@@ -514,8 +514,11 @@ void ThreadText(const pb::ThreadStack& t, std::string* out) {
     absl::StrAppend(out, "  in flight: ", CallText(c), "\n");
   int i = 0;
   for (const pb::StackFrame& f : t.frames()) {
-    absl::StrAppendFormat(out, "  #%-2d 0x%016x %s (%s)", i++, f.pc(),
-                          f.function().empty() ? "??" : Readable(f.function()), f.module());
+    // Without the operator's credential the program counter is left out (operator_proof.h).
+    absl::StrAppendFormat(out, "  #%-2d ", i++);
+    if (f.pc() != 0) absl::StrAppendFormat(out, "0x%016x ", f.pc());
+    absl::StrAppend(out, f.function().empty() ? "??" : Readable(f.function()), " (", f.module(),
+                    ")");
     if (!f.file().empty()) absl::StrAppend(out, " at ", f.file(), ":", f.line());
     out->push_back('\n');
   }

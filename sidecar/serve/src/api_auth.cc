@@ -167,6 +167,18 @@ std::optional<HttpServer::Response> ApiAuth::Refusal(const HttpServer::Request& 
   return std::nullopt;
 }
 
+bool ApiAuth::Authorized(const HttpServer::Request& request) {
+  if (request.client_certificate) return true;
+  if (!has_token()) return false;
+  const std::string_view given = BearerToken(request.authorization);
+  return !given.empty() && SameToken(given, CurrentToken());
+}
+
+void ApiAuth::CountRefusal(std::string_view reason) {
+  std::lock_guard lock(mu_);
+  ++refused_[std::string(reason)];
+}
+
 HttpServer::Response ApiAuth::Refuse(const HttpServer::Request& request, const std::string& reason,
                                      int status, std::string body) {
   bool log = false;
@@ -198,8 +210,11 @@ HttpServer::Response ApiAuth::Refuse(const HttpServer::Request& request, const s
 
 std::map<std::string, int64_t> ApiAuth::refused() const {
   std::lock_guard lock(mu_);
-  std::map<std::string, int64_t> out = {
-      {"no_credential", 0}, {"bad_token", 0}, {"no_token_file", 0}};
+  std::map<std::string, int64_t> out = {{"no_credential", 0},
+                                        {"bad_token", 0},
+                                        {"no_token_file", 0},
+                                        {"stale_credential", 0},
+                                        {"replayed_credential", 0}};
   for (const auto& [reason, n] : refused_) out[reason] = n;
   return out;
 }

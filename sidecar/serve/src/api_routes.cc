@@ -83,6 +83,18 @@ HttpServer::Response ServeTrace(const ApiSources& s, const HttpServer::Request& 
   return Json(ApiJson(ToProto(*detail)));
 }
 
+// Whether `r` holds the operator's credential: without it, snapshots are shown without their
+// program counters (the tasks' address layout).
+bool Authorized(const ApiSources& s, const HttpServer::Request& r) {
+  return s.auth != nullptr && s.auth->Authorized(r);
+}
+
+void StripEvidence(pb::Incident* incident) {
+  for (pb::IncidentEvidence& e : *incident->mutable_evidence()) {
+    if (e.has_snapshot()) StripAddresses(e.mutable_snapshot());
+  }
+}
+
 // /api/v1/stacks: a task's snapshots as JSON (or ?format=text); ?fresh=1 takes one first and
 // needs a credential.
 HttpServer::Response ServeStacks(const ApiSources& s, const HttpServer::Request& r) {
@@ -98,6 +110,9 @@ HttpServer::Response ServeStacks(const ApiSources& s, const HttpServer::Request&
   if (!list.ok()) {
     return HttpServer::Response{HttpStatusOf(list.status()), "text/plain; charset=utf-8",
                                 absl::StrCat(list.status().message(), "\n")};
+  }
+  if (!Authorized(s, r)) {
+    for (pb::StackSnapshot& snapshot : *list->mutable_snapshots()) StripAddresses(&snapshot);
   }
   if (QueryParam(r.query, "format") == "text") {
     return HttpServer::Response{200, "text/plain; charset=utf-8",
@@ -136,7 +151,12 @@ HttpServer::Response ServeIncidents(const ApiSources& s, const HttpServer::Reque
 HttpServer::Response ServeIncident(const ApiSources& s, const HttpServer::Request& r) {
   const std::string id = r.path.substr(names::kPathIncidentsPrefix.size());
   if (auto now = s.incidents ? s.incidents() : nullptr) {
-    if (const pb::Incident* in = FindIncident(now->incidents, id)) return Json(ApiJson(*in));
+    if (const pb::Incident* in = FindIncident(now->incidents, id)) {
+      if (Authorized(s, r)) return Json(ApiJson(*in));
+      pb::Incident stripped = *in;
+      StripEvidence(&stripped);
+      return Json(ApiJson(stripped));
+    }
   }
   return HttpServer::Response{404, "text/plain; charset=utf-8",
                               absl::StrCat("no incident ", CleanText(id, 64),
@@ -163,6 +183,7 @@ HttpServer::Response ServeEvidence(const ApiSources& s, const HttpServer::Reques
     return HttpServer::Response{HttpStatusOf(evidence.status()), "text/plain; charset=utf-8",
                                 absl::StrCat(evidence.status().message(), "\n")};
   }
+  if (!Authorized(s, r)) StripEvidence(evidence->mutable_incident());
   return Json(ApiJson(*evidence));
 }
 

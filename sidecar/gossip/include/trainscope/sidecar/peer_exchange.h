@@ -22,6 +22,7 @@
 #include "trainscope/sidecar/api.h"
 #include "trainscope/sidecar/exchange_core.h"
 #include "trainscope/sidecar/node_load.h"
+#include "trainscope/sidecar/operator_proof.h"
 #include "trainscope/sidecar/task_view.h"
 
 namespace grpc {
@@ -70,6 +71,12 @@ class PeerExchange {
   using EvidenceProvider =
       std::function<pb::NodeEvidence(const std::string& id, double from_unix, double to_unix)>;
   void SetEvidenceProvider(EvidenceProvider provider);
+  // The operator's credential (operator_proof.h): a Snapshots request asking for a fresh
+  // capture is refused unless it carries a proof made with this token, and one without a proof
+  // is answered without program counters; FetchStacks and FetchEvidence carry a proof made
+  // with it. Set before Start; must outlive this object. Without it every fresh capture asked
+  // over the exchange is refused.
+  void SetOperatorCredential(OperatorCredential* credential);
   // This node's load, read on the exchange's thread with the views and carried in its record.
   // Set before Start; without it the record carries none.
   void SetLoadProvider(std::function<NodeLoad()> load);

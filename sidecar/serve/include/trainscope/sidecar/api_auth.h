@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "trainscope/common/http_server.h"
+#include "trainscope/sidecar/operator_proof.h"
 
 namespace trainscope::sidecar {
 
@@ -26,8 +27,9 @@ struct ApiAuthOptions {
   double recheck_s = 1;    // How often the file is checked for a change, at most.
 };
 
+// Also the operator's credential that the exchange proves and checks (operator_proof.h).
 // Thread-safe.
-class ApiAuth {
+class ApiAuth final : public OperatorCredential {
  public:
   // Reads the token file. InvalidArgument, naming the file, when it cannot be read or holds
   // no usable token (at least 16 characters, no spaces: `openssl rand -hex 32 > FILE`).
@@ -38,9 +40,17 @@ class ApiAuth {
   // token file set, and no client certificate), saying how to get one.
   std::optional<HttpServer::Response> Refusal(const HttpServer::Request& request,
                                               std::string_view action);
-  // Refusals so far by reason (no_credential, bad_token, no_token_file), each present.
+  // Whether `request` holds the operator's credential (a client certificate or the token);
+  // counts nothing. Reads that show program counters need it.
+  bool Authorized(const HttpServer::Request& request);
+  // Refusals so far by reason (no_credential, bad_token, no_token_file, and over the exchange
+  // stale_credential, replayed_credential), each present.
   std::map<std::string, int64_t> refused() const;
   bool has_token() const { return !options_.token_file.empty(); }
+
+  // OperatorCredential.
+  std::string Token() override { return has_token() ? CurrentToken() : ""; }
+  void CountRefusal(std::string_view reason) override;
 
  private:
   explicit ApiAuth(ApiAuthOptions options) : options_(std::move(options)) {}
