@@ -325,6 +325,16 @@ absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view text, bool require_task
   auto parsed = ParseTfConfigTask(task);
   if (!parsed.ok()) return parsed.status();
   const TaskRef& ref = *parsed;
+  if (ref.role == "evaluator" && config.cluster.NumTasks("evaluator") == 0) {
+    if (require_task) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TF_CONFIG task ", QuoteJson(task),
+          ": an evaluator is outside the cluster (TensorFlow's own evaluator reads checkpoints); "
+          "a trainscope runtime task must be one of the cluster's jobs"));
+    }
+    config.outside_task = ref;
+    return config;
+  }
   auto address = config.cluster.AddressOf(ref);
   if (!address.ok()) {
     return absl::InvalidArgumentError(

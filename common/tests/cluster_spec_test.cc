@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+
 namespace trainscope {
 namespace {
 
@@ -98,6 +100,34 @@ TEST(TfConfigTest, TaskMayBeAbsentOrEmptyWhenNotRequired) {
   EXPECT_FALSE(
       ParseTfConfig(R"({"cluster": {"ps": ["a:1"]}, "task": {"type": "ps", "index": 3}})", false)
           .ok());
+}
+
+// TF_CONFIG as TensorFlow gives it to each task of a job with a chief and an evaluator: the
+// evaluator is outside the cluster, and only a process that need not be a task accepts it.
+TEST(TfConfigTest, ChiefAndEvaluatorAsTensorFlowDefinesThem) {
+  constexpr char kCluster[] =
+      R"("cluster": {"chief": ["c:1"], "ps": ["p:1", "p:2"], "worker": ["w:1", "w:2"]})";
+  auto chief = ParseTfConfig(absl::StrCat("{", kCluster, R"(, "task": {"type": "chief", "index": 0}})"), true);
+  ASSERT_TRUE(chief.ok()) << chief.status();
+  EXPECT_EQ(chief->task->ShortName(), "chief:0");
+  const std::string evaluator =
+      absl::StrCat("{", kCluster, R"(, "task": {"type": "evaluator", "index": 0}})");
+  auto watcher = ParseTfConfig(evaluator, false);
+  ASSERT_TRUE(watcher.ok()) << watcher.status();
+  EXPECT_FALSE(watcher->task.has_value());
+  ASSERT_TRUE(watcher->outside_task.has_value());
+  EXPECT_EQ(watcher->outside_task->ShortName(), "evaluator:0");
+  EXPECT_EQ(watcher->cluster.AllTasks().size(), 5u);
+  auto runtime = ParseTfConfig(evaluator, true);
+  ASSERT_FALSE(runtime.ok());
+  EXPECT_NE(std::string(runtime.status().message()).find("an evaluator is outside the cluster"),
+            std::string::npos)
+      << runtime.status();
+  // A cluster that lists evaluators makes them ordinary tasks, checked as any.
+  auto listed = ParseTfConfig(
+      R"({"cluster": {"ps": ["p:1"], "evaluator": ["e:1"]}, "task": {"type": "evaluator", "index": 1}})",
+      false);
+  EXPECT_FALSE(listed.ok());
 }
 
 TEST(ClusterSpecTest, FingerprintAndDifference) {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "sidecar_harness.h"
 #include "trainscope/common/http_client.h"
 #include "trainscope/sidecar/v1/sidecar.grpc.pb.h"
+#include "wait.h"
 
 namespace trainscope::testing {
 namespace {
@@ -148,6 +150,38 @@ TEST(SidecarBadInput, MalformedClusterSpecIsAClearErrorAtStart) {
                {{"TF_CONFIG", ""}});
   EXPECT_EQ(none.Wait(seconds(10)), 2);
   EXPECT_NE(none.Output().find("no cluster spec"), std::string::npos) << none.Output();
+}
+
+// TF_CONFIG as TensorFlow gives it: an evaluator's (outside the cluster) and a chief's work for
+// the sidecar; without one of its own, it takes the job's from a process beside it (a TFJob pod,
+// where the operator sets TF_CONFIG in the tensorflow container only).
+TEST(SidecarBadInput, ChiefAndEvaluatorTfConfigAndOneFoundBesideIt) {
+  const std::string cluster =
+      R"("cluster": {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2", "127.0.0.1:3"],
+                     "worker": ["127.0.0.1:4", "127.0.0.1:5"]})";
+  for (const char* task : {R"({"type": "evaluator", "index": 0})", R"({"type": "chief", "index": 0})",
+                           "{}"}) {
+    Process p(BinPath("trainscope-sidecar"), {"--check_config"},
+              {{"TF_CONFIG", "{" + cluster + ", \"task\": " + task + "}"}});
+    EXPECT_EQ(p.Wait(seconds(10)), 0) << task << "\n" << p.Output();
+    EXPECT_NE(p.Output().find("cluster spec from TF_CONFIG is valid: 5 tasks"), std::string::npos)
+        << p.Output();
+  }
+  Process holder("/bin/sleep", {"60"},
+                 {{"TF_CONFIG", "{" + cluster + R"(, "task": {"type": "worker", "index": 1}})"}});
+  auto comm = [&] {
+    std::ifstream in("/proc/" + std::to_string(holder.pid()) + "/comm");
+    std::string name;
+    std::getline(in, name);
+    return name;
+  };
+  ASSERT_TRUE(WaitUntil([&] { return comm() == "sleep"; }, seconds(10)));  // Exec'd, env and all.
+  Process beside(BinPath("trainscope-sidecar"), {"--check_config"}, {{"TF_CONFIG", ""}});
+  EXPECT_EQ(beside.Wait(seconds(10)), 0) << beside.Output();
+  EXPECT_NE(beside.Output().find("cluster spec from TF_CONFIG of pid " +
+                                 std::to_string(holder.pid()) + " (sleep) is valid: 5 tasks"),
+            std::string::npos)
+      << beside.Output();
 }
 
 // Clients that send their request a byte at a time, forever (slowloris), must not take the
