@@ -123,6 +123,10 @@ std::vector<std::string> Training() {
   return {"--steps", "1000000000", "--step_delay_ms", "10", "--log_every", "1000000"};
 }
 
+// Figures with no successful trial: the bench then exits 1, so that a smoke run that measured
+// nothing fails rather than printing a line nobody reads.
+int g_empty_figures = 0;
+
 void Report(const std::string& what, std::vector<double> v) {
   std::vector<double> ok;
   int failed = 0;
@@ -130,6 +134,7 @@ void Report(const std::string& what, std::vector<double> v) {
   std::sort(ok.begin(), ok.end());
   if (ok.empty()) {
     std::printf("%-44s no successful trial (%d failed)\n", what.c_str(), failed);
+    ++g_empty_figures;
     return;
   }
   std::printf("%-44s median %6.0f ms  worst %6.0f ms  (%zu trials, %d missed)\n", what.c_str(),
@@ -432,5 +437,9 @@ int main(int argc, char** argv) {
   if (mode == "outside" || mode == "all") Outside(trials);
   if (mode == "footprint" || mode == "all") Footprint(footprint_tasks, footprint_s);
   if (mode == "soak" || mode == "all") Soak(soak_s);
+  if (g_empty_figures > 0) {
+    std::printf("FAILED: %d figure(s) had no successful trial\n", g_empty_figures);
+    return 1;
+  }
   return 0;
 }

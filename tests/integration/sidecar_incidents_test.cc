@@ -25,6 +25,7 @@
 #include "browser.h"
 #include "nlohmann/json.hpp"
 #include "sidecar_harness.h"
+#include "skip.h"
 #include "trainscope/sidecar/api.h"
 
 namespace trainscope::testing {
@@ -268,7 +269,7 @@ int Count(const std::string& text, const std::string& part) {
 // incident is written (a sidecar killed then and started again on the same dir has it).
 TEST(SidecarIncidents, AFullDiskIsSaidOnceDetectionGoesOnAndTheStoreCatchesUpWithRoomAgain) {
   SmallDisk disk;
-  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a small tmpfs here: " << disk.why();
+  TRAINSCOPE_SKIP_UNLESS(disk.mounted(), "cannot mount a small tmpfs here: " + disk.why());
   const std::string dir = disk.path();
   const std::string db = dir + "/trainscope-state.db";
   Cluster cluster = {{"ps", {FreeAddress(), FreeAddress()}}, {"worker", {FreeAddress()}}};
