@@ -459,6 +459,12 @@ class Sidecar::Impl {
       w.finder.find_listening = [helper](const std::string& host, int port) {
         return helper->FindPort(host, port);
       };
+      w.finder.read_log = [helper](const VerifiedProcess& p, int64_t offset) {
+        return helper->ReadLog({p.pid, p.start_ticks, p.host, p.port}, offset);
+      };
+      w.finder.read_environ = [helper](const VerifiedProcess& p) {
+        return helper->ReadEnviron({p.pid, p.start_ticks, p.host, p.port});
+      };
     }
     watcher_ = std::make_unique<TaskWatcher>(std::move(w), [this] {
       if (exchange_) exchange_->Poke();

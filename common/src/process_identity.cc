@@ -5,6 +5,8 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -350,6 +352,52 @@ absl::StatusOr<ProcessIdentity> FindListeningProcess(const std::string& host, in
 bool StillSameProcess(const ProcessIdentity& id, const std::string& proc_root) {
   std::optional<ProcStat> st = ReadStat(proc_root, id.pid);
   return st && st->state != 'Z' && st->state != 'X' && st->start_ticks == id.start_ticks;
+}
+
+absl::StatusOr<LogChunk> ReadProcessLog(int64_t pid, int64_t offset, size_t max,
+                                        const std::string& proc_root) {
+  for (int fd : {2, 1}) {
+    const std::string link = absl::StrCat(proc_root, "/", pid, "/fd/", fd);
+    const int file = open(link.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (file < 0) continue;
+    struct stat st {};
+    if (fstat(file, &st) != 0 || !S_ISREG(st.st_mode)) {
+      close(file);
+      continue;
+    }
+    LogChunk chunk;
+    char target[256];
+    const ssize_t named = readlink(link.c_str(), target, sizeof(target) - 1);
+    if (named > 0) chunk.path.assign(target, static_cast<size_t>(named));
+    chunk.inode = st.st_ino;
+    chunk.size = st.st_size;
+    chunk.offset = offset < 0 ? st.st_size : offset <= st.st_size ? offset : 0;
+    chunk.bytes.resize(std::min<size_t>({max, kMaxLogChunk,
+                                         static_cast<size_t>(st.st_size - chunk.offset)}));
+    const ssize_t n =
+        chunk.bytes.empty() ? 0 : pread(file, chunk.bytes.data(), chunk.bytes.size(), chunk.offset);
+    close(file);
+    chunk.bytes.resize(n > 0 ? static_cast<size_t>(n) : 0);
+    return chunk;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("process ", pid, " writes its stderr and stdout to no file here"));
+}
+
+absl::StatusOr<std::string> ReadProcessEnviron(int64_t pid, const std::string& proc_root) {
+  const std::string path = absl::StrCat(proc_root, "/", pid, "/environ");
+  const int file = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (file < 0) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::string text(kMaxEnvironBytes, '\0');
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = read(file, text.data() + done, text.size() - done);
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  close(file);
+  text.resize(done);
+  return text;
 }
 
 }  // namespace trainscope

@@ -14,7 +14,7 @@
 namespace trainscope {
 namespace {
 
-constexpr size_t kMaxEnvironBytes = 1 << 20;
+constexpr size_t kMaxEnvironBytesRead = 1 << 20;
 constexpr std::string_view kVariable = "TF_CONFIG=";
 
 std::string ReadBounded(const std::string& path, size_t limit) {
@@ -49,6 +49,8 @@ bool IsPid(const char* name) {
 
 }  // namespace
 
+std::string TfConfigInEnviron(const std::string& environ) { return TfConfigOf(environ); }
+
 absl::StatusOr<FoundTfConfig> FindTfConfigInProcesses(const std::string& proc_root) {
   std::unique_ptr<DIR, int (*)(DIR*)> dir(opendir(proc_root.c_str()), closedir);
   if (!dir) return absl::NotFoundError(absl::StrCat("cannot list ", proc_root));
@@ -59,7 +61,7 @@ absl::StatusOr<FoundTfConfig> FindTfConfigInProcesses(const std::string& proc_ro
   while (dirent* entry = readdir(dir.get())) {
     if (!IsPid(entry->d_name) || std::atoi(entry->d_name) == self) continue;
     const std::string base = absl::StrCat(proc_root, "/", entry->d_name);
-    const std::string environ = ReadBounded(base + "/environ", kMaxEnvironBytes);
+    const std::string environ = ReadBounded(base + "/environ", kMaxEnvironBytesRead);
     if (environ.empty()) continue;
     ++read;
     std::string text = TfConfigOf(environ);

@@ -32,6 +32,7 @@
 #include "trainscope/common/proc.h"
 #include "trainscope/common/process_identity.h"
 #include "trainscope/common/rpc_error.h"
+#include "trainscope/sidecar/tf_log.h"
 #include "trainscope/v1/runtime.grpc.pb.h"
 
 namespace trainscope::sidecar {
@@ -276,7 +277,8 @@ struct IdentityCache {
 // An answer from a task that speaks gRPC but not trainscope's Heartbeat: its round trip, and
 // for a local one the /proc facts of the process holding its port.
 PollResult OutsideAnswer(const std::string& address, bool local, PortOwnerCache& owner,
-                         const ProcessFinder& finder, double sent_s, double received_s) {
+                         TfLogFollower& log, const ProcessFinder& finder, double sent_s,
+                         double received_s) {
   PollResult r;
   r.sent_s = sent_s;
   r.received_s = received_s;
@@ -301,6 +303,10 @@ PollResult OutsideAnswer(const std::string& address, bool local, PortOwnerCache&
   hb.resident_bytes = st->resident_bytes;
   hb.threads = st->threads;
   hb.open_fds = std::max(0, CountOpenFds(owner.pid));
+  // TensorFlow's own words: whom it waits on in CreateSession (tf_log.h).
+  auto hp = ParseHostPort(address);
+  log.Follow({owner.pid, st->start_ticks, hp.ok() ? hp->host : "", hp.ok() ? hp->port : 0},
+             hb.inflight_reported_unix, &hb);
   return r;
 }
 
@@ -451,6 +457,7 @@ struct HeartbeatPoller::Impl {
     std::unique_ptr<rpb::TaskService::Stub> stub;
     Call* in_flight = nullptr;
     PortOwnerCache owner;
+    TfLogFollower log;
     IdentityCache identity;
     int64_t watched_pid = 0;  // Whose death `deaths` watches for this slot; 0: none.
     bool spoke_grpc = false;  // Some answer from a gRPC server came from this address.
@@ -472,8 +479,8 @@ struct HeartbeatPoller::Impl {
     const bool server_answered = s.ok() || FromTheServer(s.error_code());
     if (server_answered) slot.spoke_grpc = true;
     if (outside) {
-      return OutsideAnswer(slot.target.address, slot.target.local, slot.owner, finder, call->sent_s,
-                           now_s);
+      return OutsideAnswer(slot.target.address, slot.target.local, slot.owner, slot.log, finder,
+                           call->sent_s, now_s);
     }
     if (s.ok()) {
       PollResult r = DecodeAnswer(call->response, call->sent_s, now_s);
@@ -584,6 +591,7 @@ HeartbeatPoller::HeartbeatPoller(std::vector<Target> targets, int deadline_ms, s
     slot.target = t;
     slot.channel = MakeChannel(t.address, options, credentials);
     slot.stub = rpb::TaskService::NewStub(slot.channel);
+    slot.log = TfLogFollower(impl_->finder);
     impl_->slots.push_back(std::move(slot));
   }
   impl_->deaths = std::make_unique<DeathWatch>(impl_->slots.size(), &impl_->cq, &kDeathTag);

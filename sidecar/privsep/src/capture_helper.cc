@@ -37,6 +37,10 @@ std::string What(const wire::Request& q) {
                           q.target.port);
     case wire::Kind::kFindPort:
       return absl::StrCat("look-up of the process on ", q.target.host, ":", q.target.port);
+    case wire::Kind::kReadLog:
+      return absl::StrCat("read of pid ", q.target.pid, "'s log");
+    case wire::Kind::kReadEnviron:
+      return absl::StrCat("read of pid ", q.target.pid, "'s environment");
   }
   return "request";
 }
@@ -55,6 +59,23 @@ std::string Answer(const wire::Request& q, const CaptureHelperOptions& o, pid_t 
   }
   if (absl::Status st = CheckCaptureTarget(t, helper, sidecar); !st.ok()) {
     return wire::EncodeError(st);
+  }
+  if (q.kind == wire::Kind::kReadLog || q.kind == wire::Kind::kReadEnviron) {
+    // Bytes copied, none parsed: the network process reads them.
+    std::string reply;
+    if (q.kind == wire::Kind::kReadLog) {
+      absl::StatusOr<LogChunk> chunk = ReadProcessLog(t.pid, q.offset, kMaxLogChunk);
+      reply = chunk.ok() ? wire::EncodeLogChunk(*chunk) : wire::EncodeError(chunk.status());
+    } else {
+      absl::StatusOr<std::string> env = ReadProcessEnviron(t.pid);
+      reply = env.ok() ? wire::EncodeBytes(*env) : wire::EncodeError(env.status());
+    }
+    std::optional<ProcStat> after = ReadProcStat(t.pid);
+    if (!after || after->start_ticks != t.start_ticks) {
+      return wire::EncodeError(absl::FailedPreconditionError(
+          absl::StrCat("pid ", t.pid, " exited during the read: dropped")));
+    }
+    return reply;
   }
   absl::StatusOr<forensics::ProcessSnapshot> s = forensics::Capture(t.pid, o.capture);
   if (!s.ok()) return wire::EncodeError(s.status());
@@ -267,6 +288,21 @@ absl::StatusOr<ProcessIdentity> CaptureHelper::FindTask(int64_t reported_pid,
       Ask(lookup_, wire::EncodeRequest({wire::Kind::kFindTask, {reported_pid, 0, host, port}}));
   if (!reply.ok()) return reply.status();
   return wire::DecodeIdentity(*reply);
+}
+
+absl::StatusOr<LogChunk> CaptureHelper::ReadLog(const CaptureTarget& target, int64_t offset) {
+  wire::Request q{wire::Kind::kReadLog, target};
+  q.offset = offset;
+  absl::StatusOr<std::string> reply = Ask(lookup_, wire::EncodeRequest(q));
+  if (!reply.ok()) return reply.status();
+  return wire::DecodeLogChunk(*reply);
+}
+
+absl::StatusOr<std::string> CaptureHelper::ReadEnviron(const CaptureTarget& target) {
+  absl::StatusOr<std::string> reply =
+      Ask(lookup_, wire::EncodeRequest({wire::Kind::kReadEnviron, target}));
+  if (!reply.ok()) return reply.status();
+  return wire::DecodeBytes(*reply);
 }
 
 absl::StatusOr<ProcessIdentity> CaptureHelper::FindPort(const std::string& host, int port) {

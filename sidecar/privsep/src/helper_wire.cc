@@ -94,6 +94,7 @@ std::string EncodeRequest(const Request& request) {
   w.U64(request.target.start_ticks);
   w.Str(request.target.host);
   w.I64(request.target.port);
+  w.I64(request.offset);
   return w.Take();
 }
 
@@ -105,7 +106,8 @@ absl::StatusOr<Request> DecodeRequest(const std::string& bytes) {
   q.target.start_ticks = r.U64();
   q.target.host = r.Str();
   const int64_t port = r.I64();
-  if (r.bad || !r.AtEnd() || kind < 1 || kind > 3 || port < 0 || port > 65535) {
+  q.offset = r.I64();
+  if (r.bad || !r.AtEnd() || kind < 1 || kind > 5 || port < 0 || port > 65535) {
     return absl::InvalidArgumentError("not a request the capture helper knows");
   }
   q.kind = static_cast<Kind>(kind);
@@ -210,6 +212,49 @@ absl::StatusOr<ProcessIdentity> DecodeIdentity(const std::string& bytes) {
   id.command = r.Str();
   if (r.bad || !r.AtEnd()) return absl::DataLossError("the capture helper's identity is garbled");
   return id;
+}
+
+std::string EncodeLogChunk(const LogChunk& chunk) {
+  Writer w;
+  w.U64(0);
+  w.Str("");
+  w.U64(chunk.inode);
+  w.I64(chunk.size);
+  w.I64(chunk.offset);
+  w.Str(chunk.bytes);
+  w.Str(chunk.path);
+  return w.Take();
+}
+
+absl::StatusOr<LogChunk> DecodeLogChunk(const std::string& bytes) {
+  Reader r(bytes);
+  if (absl::Status st = ReadStatus(r); !st.ok()) return st;
+  LogChunk chunk;
+  chunk.inode = r.U64();
+  chunk.size = r.I64();
+  chunk.offset = r.I64();
+  chunk.bytes = r.Str();
+  chunk.path = r.Str();
+  if (r.bad || !r.AtEnd() || chunk.bytes.size() > kMaxLogChunk || chunk.path.size() > 4096) {
+    return absl::DataLossError("the look-up helper's log chunk is garbled");
+  }
+  return chunk;
+}
+
+std::string EncodeBytes(const std::string& bytes) {
+  Writer w;
+  w.U64(0);
+  w.Str("");
+  w.Str(bytes);
+  return w.Take();
+}
+
+absl::StatusOr<std::string> DecodeBytes(const std::string& bytes) {
+  Reader r(bytes);
+  if (absl::Status st = ReadStatus(r); !st.ok()) return st;
+  std::string out = r.Str();
+  if (r.bad || !r.AtEnd()) return absl::DataLossError("the look-up helper's answer is garbled");
+  return out;
 }
 
 bool WriteFrame(int fd, const std::string& payload) {

@@ -15,11 +15,12 @@ namespace trainscope::sidecar::wire {
 
 inline constexpr uint32_t kMaxFrameBytes = 64u << 20;
 
-enum class Kind : uint8_t { kCapture = 1, kFindTask = 2, kFindPort = 3 };
+enum class Kind : uint8_t { kCapture = 1, kFindTask = 2, kFindPort = 3, kReadLog = 4, kReadEnviron = 5 };
 
 struct Request {
   Kind kind = Kind::kCapture;
   CaptureTarget target;  // find_task: target.pid is the reported pid; find_port: pid unused.
+  int64_t offset = 0;    // read_log: where to read from.
 };
 
 std::string EncodeRequest(const Request& request);
@@ -29,6 +30,10 @@ absl::StatusOr<Request> DecodeRequest(const std::string& bytes);
 std::string EncodeError(const absl::Status& status);
 std::string EncodeSnapshot(const forensics::ProcessSnapshot& snapshot);
 std::string EncodeIdentity(const ProcessIdentity& identity);
+std::string EncodeLogChunk(const LogChunk& chunk);
+std::string EncodeBytes(const std::string& bytes);
+absl::StatusOr<LogChunk> DecodeLogChunk(const std::string& bytes);
+absl::StatusOr<std::string> DecodeBytes(const std::string& bytes);
 absl::StatusOr<forensics::ProcessSnapshot> DecodeSnapshot(const std::string& bytes);
 absl::StatusOr<ProcessIdentity> DecodeIdentity(const std::string& bytes);
 

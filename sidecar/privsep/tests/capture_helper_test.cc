@@ -5,6 +5,7 @@
 #include "trainscope/sidecar/capture_helper.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -82,7 +83,8 @@ bool NoneStoppedOrTraced(pid_t pid) {
 // on 127.0.0.1; killed and reaped when destroyed.
 class ListeningWedge {
  public:
-  ListeningWedge() {
+  // `log`: a file the wedge's stderr goes to ("" = this process's stderr).
+  explicit ListeningWedge(const std::string& log = "") {
     const int s = socket(AF_INET, SOCK_STREAM, 0);  // Inherited by the wedge (no CLOEXEC).
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -99,6 +101,11 @@ class ListeningWedge {
     pid_ = fork();
     if (pid_ == 0) {
       dup2(out[1], STDOUT_FILENO);
+      if (!log.empty()) {
+        const int f = open(log.c_str(), O_WRONLY | O_APPEND);
+        if (f >= 0) dup2(f, STDERR_FILENO);
+      }
+      setenv("TF_CONFIG", "{\"cluster\": {\"ps\": [\"127.0.0.1:1\"]}}", 1);
       execl(FORENSICS_WEDGE, FORENSICS_WEDGE, "deadlock", static_cast<char*>(nullptr));
       _exit(127);
     }
@@ -181,6 +188,42 @@ TEST(CaptureHelper, WorksForAProcessWithNoCapabilityLeft) {
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "exit status " << status;
+}
+
+// A verified process's log and environment, read by the look-up helper for a sidecar that has
+// no capability left (it could not open /proc/PID/fd/2 of a root task itself); an unverified
+// one is refused. In a child, so that this test keeps its own capabilities.
+TEST(CaptureHelper, ReadsAVerifiedProcesssLogAndEnvironmentForAProcessWithNoCapability) {
+  SKIP_UNLESS_ROOT();
+  const std::string log = ::testing::TempDir() + "/wedge-log-" + std::to_string(getpid());
+  {
+    std::ofstream(log) << "I master.cc:278] CreateSession still waiting for response from worker: "
+                          "/job:ps/replica:0/task:1\n";
+  }
+  ListeningWedge wedge(log), other;
+  ASSERT_TRUE(wedge.ready() && other.ready());
+  const pid_t child = fork();
+  if (child == 0) {
+    auto helper = StartHelper();
+    if (helper == nullptr || !KeepOnlyCapabilities(0).ok()) _exit(2);
+    if (ReadProcessLog(wedge.pid(), 0, kMaxLogChunk).ok()) _exit(3);  // Not by itself.
+    absl::StatusOr<LogChunk> chunk = helper->ReadLog(wedge.Target(), 0);
+    if (!chunk.ok() || chunk->bytes.find("CreateSession still waiting") == std::string::npos) {
+      _exit(4);
+    }
+    absl::StatusOr<LogChunk> end = helper->ReadLog(wedge.Target(), -1);
+    if (!end.ok() || !end->bytes.empty() || end->offset != chunk->size) _exit(5);
+    absl::StatusOr<std::string> env = helper->ReadEnviron(wedge.Target());
+    if (!env.ok() || env->find("TF_CONFIG={\"cluster\"") == std::string::npos) _exit(6);
+    CaptureTarget wrong = wedge.Target();
+    wrong.port = other.Target().port;
+    if (helper->ReadLog(wrong, 0).ok() || helper->ReadEnviron(wrong).ok()) _exit(7);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "exit status " << status;
+  std::remove(log.c_str());
 }
 
 TEST(CaptureHelper, RefusesWhatFailsTheIdentityCheck) {

@@ -56,11 +56,42 @@ absl::StatusOr<ProcessIdentity> FindListeningProcess(const std::string& host, in
 // process's /proc, or through a process that may read every task's fds (the sidecar's capture
 // helper, when the sidecar has dropped its capabilities). Either member may be empty: the
 // function above is used. Each must be thread-safe.
+// A process as a task's port verified it: what a reader of its files is checked against.
+struct VerifiedProcess {
+  int64_t pid = 0;
+  uint64_t start_ticks = 0;
+  std::string host;  // The socket it listens on.
+  int port = 0;
+};
+
+// A piece of a process's log, the regular file its stderr (else its stdout) is: that file's
+// inode and size, and up to `max` of its bytes from `offset` (from 0 when the file is now
+// shorter than `offset`: truncated or replaced; none, at its end, when `offset` < 0).
+struct LogChunk {
+  uint64_t inode = 0;
+  int64_t size = 0;
+  int64_t offset = 0;  // Where `bytes` begin.
+  std::string bytes;
+  std::string path;  // What /proc/PID/fd/N names (bounded), for people.
+};
+inline constexpr size_t kMaxLogChunk = 256 << 10;
+inline constexpr size_t kMaxEnvironBytes = 1 << 20;
+
+// Reads them from `proc_root`/PID (NotFound when the process writes to no regular file).
+absl::StatusOr<LogChunk> ReadProcessLog(int64_t pid, int64_t offset, size_t max,
+                                        const std::string& proc_root = "/proc");
+// Its environment (/proc/PID/environ), up to kMaxEnvironBytes.
+absl::StatusOr<std::string> ReadProcessEnviron(int64_t pid, const std::string& proc_root = "/proc");
+
 struct ProcessFinder {
   std::function<absl::StatusOr<ProcessIdentity>(int64_t reported_pid, const std::string& host,
                                                 int port)>
       find_task;
   std::function<absl::StatusOr<ProcessIdentity>(const std::string& host, int port)> find_listening;
+  // The log and environment of a verified process: read by whoever may (the capture helper's
+  // look-up process, which copies bytes and parses none of them).
+  std::function<absl::StatusOr<LogChunk>(const VerifiedProcess& process, int64_t offset)> read_log;
+  std::function<absl::StatusOr<std::string>(const VerifiedProcess& process)> read_environ;
 };
 
 // Whether `id` still names the same process: its /proc/PID/stat exists, is not a zombie, and

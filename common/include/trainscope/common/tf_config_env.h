@@ -3,6 +3,7 @@
 // TF_CONFIG only in the `tensorflow` container; a sidecar container of the same pod (with
 // shareProcessNamespace: true) reads it from that container's processes, as /proc shows them.
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -20,5 +21,9 @@ struct FoundTfConfig {
 // saying how many processes were read; InvalidArgument when two hold different cluster specs,
 // naming both pids. Each environment is read up to 1 MiB; unreadable ones are skipped.
 absl::StatusOr<FoundTfConfig> FindTfConfigInProcesses(const std::string& proc_root = "/proc");
+
+// The value of TF_CONFIG in a process's environment as /proc/PID/environ gives it (NUL-separated
+// NAME=VALUE entries); "" when absent.
+std::string TfConfigInEnviron(const std::string& environ);
 
 }  // namespace trainscope

@@ -69,6 +69,7 @@ struct HeartbeatInfo : TaskReport {
   // when no local process could be seen. It says nothing of steps, phases or peers.
   bool outside = false;
   std::string command;    // The owner's /proc/<pid>/comm.
+  std::string log_path;   // The log read for TensorFlow's own words (tf_log.h); "" when none.
   char proc_state = '?';  // Its /proc state letter when it answered.
   // A local task's process as the poller verified it (process_identity.h): then `pid` is the
   // process as this node's /proc names it, `ns_pid` what the task reported (its own PID

@@ -7,7 +7,9 @@
 //             helper: CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH, CAP_KILL);
 //   find_task the process of a task that reported pid R and listens on host:port
 //             (FindTaskProcess; the look-up helper: CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH);
-//   find_port the process that listens on host:port (FindListeningProcess; the same).
+//   find_port the process that listens on host:port (FindListeningProcess; the same);
+//   read_log, read_environ  bytes of a process verified as for a capture: its log from an
+//             offset, its environment (the look-up helper copies them; it parses none).
 // A capture is never of PID 1, the helper or its parent; the helper checks the identity itself,
 // and runs each request in a child of its own killed at a deadline (a capture holds threads
 // with PTRACE_SEIZE: a killed tracer leaves no task stopped).
@@ -56,6 +58,10 @@ class CaptureHelper {
   absl::StatusOr<forensics::ProcessSnapshot> Capture(const CaptureTarget& target);
   absl::StatusOr<ProcessIdentity> FindTask(int64_t reported_pid, const std::string& host, int port);
   absl::StatusOr<ProcessIdentity> FindPort(const std::string& host, int port);
+  // The log (from `offset`) and the environment of the verified process `target`: bytes the
+  // look-up helper copies, unparsed (ReadProcessLog, ReadProcessEnviron).
+  absl::StatusOr<LogChunk> ReadLog(const CaptureTarget& target, int64_t offset);
+  absl::StatusOr<std::string> ReadEnviron(const CaptureTarget& target);
 
   pid_t pid() const { return capture_.pid; }        // The capture helper's.
   pid_t lookup_pid() const { return lookup_.pid; }  // The look-up helper's.
