@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -462,7 +463,73 @@ std::string Demangle(const char* symbol) {
   return status == 0 && name != nullptr ? std::string(name.get()) : std::string(symbol);
 }
 
-Frame Symbolize(Dwfl* dwfl, const RawFrame& raw) {
+// The functions of each module of one capture, sorted by address, read once per module: libdw's
+// dwfl_module_addrinfo scans every symbol of the module for each address, which for a library
+// of TensorFlow's size (hundreds of thousands of symbols) took 27 s for one capture of 96
+// threads. Not thread-safe: one per capture.
+class SymbolIndex {
+ public:
+  // The function containing `pc` in `mod` and its start; nullptr when the table has none (the
+  // caller then asks libdw, which also knows symbols without a size).
+  const char* Find(Dwfl_Module* mod, Dwarf_Addr pc, Dwarf_Addr* start) {
+    std::vector<Symbol>& table = Table(mod);
+    auto it = std::upper_bound(table.begin(), table.end(), pc,
+                               [](Dwarf_Addr a, const Symbol& s) { return a < s.start; });
+    // Among the symbols starting at or below pc, the nearest one whose range holds it.
+    for (int looked = 0; it != table.begin() && looked < 8; ++looked) {
+      --it;
+      if (pc < it->start + it->size) {
+        *start = it->start;
+        return it->name;
+      }
+    }
+    return nullptr;
+  }
+
+ private:
+  struct Symbol {
+    Dwarf_Addr start = 0;
+    Dwarf_Addr size = 0;
+    const char* name = nullptr;  // Owned by the Dwfl's ELF data.
+    int rank = 0;                // Lower: the name shown when several start at one address.
+  };
+  std::vector<Symbol>& Table(Dwfl_Module* mod) {
+    auto [it, added] = tables_.try_emplace(mod);
+    if (!added) return it->second;
+    const int n = dwfl_module_getsymtab(mod);
+    for (int i = 1; i < n; ++i) {
+      GElf_Sym sym;
+      GElf_Addr addr = 0;
+      const char* name = dwfl_module_getsym_info(mod, i, &sym, &addr, nullptr, nullptr, nullptr);
+      const int type = GELF_ST_TYPE(sym.st_info);
+      if (name == nullptr || *name == '\0' || sym.st_size == 0 ||
+          (type != STT_FUNC && type != STT_GNU_IFUNC)) {
+        continue;
+      }
+      it->second.push_back({addr, sym.st_size, name, Rank(sym, name)});
+    }
+    // One name per address, as libdw would choose it: a global before a weak before a local
+    // alias (__clone3, not __GI___clone3), a default version before another (@@GLIBC_2.34).
+    std::vector<Symbol>& table = it->second;
+    std::stable_sort(table.begin(), table.end(), [](const Symbol& a, const Symbol& b) {
+      return a.start != b.start ? a.start < b.start : a.rank < b.rank;
+    });
+    table.erase(std::unique(table.begin(), table.end(),
+                            [](const Symbol& a, const Symbol& b) { return a.start == b.start; }),
+                table.end());
+    return table;
+  }
+  static int Rank(const GElf_Sym& sym, const char* name) {
+    const int bind = GELF_ST_BIND(sym.st_info);
+    const int by_bind = bind == STB_GLOBAL ? 0 : bind == STB_WEAK ? 1 : 2;
+    const char* at = std::strchr(name, '@');
+    const int by_version = at == nullptr ? 1 : at[1] == '@' ? 0 : 2;
+    return by_bind * 4 + by_version;
+  }
+  std::map<Dwfl_Module*, std::vector<Symbol>> tables_;
+};
+
+Frame Symbolize(Dwfl* dwfl, SymbolIndex& index, const RawFrame& raw) {
   Frame frame;
   frame.pc = raw.activation || raw.pc == 0 ? raw.pc : raw.pc - 1;
   Dwfl_Module* mod = dwfl_addrmodule(dwfl, frame.pc);
@@ -473,12 +540,16 @@ Frame Symbolize(Dwfl* dwfl, const RawFrame& raw) {
     absl::string_view path = name;
     frame.module = std::string(path.substr(path.rfind('/') + 1));  // npos + 1 == 0.
   }
-  GElf_Off offset = 0;
-  GElf_Sym sym;
-  const char* symbol =
-      dwfl_module_addrinfo(mod, frame.pc, &offset, &sym, nullptr, nullptr, nullptr);
+  Dwarf_Addr start = 0;
+  const char* symbol = index.Find(mod, frame.pc, &start);
+  if (symbol == nullptr) {
+    GElf_Off offset = 0;
+    GElf_Sym sym;
+    symbol = dwfl_module_addrinfo(mod, frame.pc, &offset, &sym, nullptr, nullptr, nullptr);
+    start = frame.pc - offset;
+  }
   if (symbol != nullptr) frame.function = Demangle(symbol);
-  SetLine(mod, frame.pc, &frame, symbol != nullptr ? frame.pc - offset : 0);
+  SetLine(mod, frame.pc, &frame, symbol != nullptr ? start : 0);
   return frame;
 }
 
@@ -549,8 +620,11 @@ void UnwindAll(const CaptureOptions& options, ProcessSnapshot* snapshot) {
   }
   if (first_start) snapshot->pause_ms_total = Ms(last_end - *first_start);
   snapshot->stacks = true;
+  SymbolIndex index;
   for (size_t i = 0; i < threads.size(); ++i) {
-    for (const RawFrame& raw : stacks[i]) threads[i].frames.push_back(Symbolize(dwfl.get(), raw));
+    for (const RawFrame& raw : stacks[i]) {
+      threads[i].frames.push_back(Symbolize(dwfl.get(), index, raw));
+    }
   }
 }
 
