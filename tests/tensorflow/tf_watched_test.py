@@ -9,6 +9,7 @@ file, as a user's does (the sidecar reads it through /proc/PID/fd).
    worker: /job:ps/replica:0/task:1", and the sidecar calls the chief `blocked` on ps:1 at its
    address, saying it read so in the task's log; ps:1 is `missing`.
 2. ps:1 started: the job trains, and every task is `up`, watched from outside, with its pid.
+   Its sidecar's snapshot of the blocked chief shows TensorFlow's own functions.
 3. ps:0 stopped with SIGSTOP: `hung`, saying the process is stopped; up again after SIGCONT.
 4. ps:1 killed with SIGKILL: `dead`.
 States and reasons are asserted, never timings.
@@ -93,6 +94,19 @@ def run(args, d, python):
                 check(WAIT_LINE in f.read(), f"TensorFlow itself logged \"{WAIT_LINE}\"")
             v = views.until("ps:1", "missing", state_is("missing"))
             check(v is not None, said("ps:1 is missing", v))
+            # The blocked chief's snapshot, taken by its sidecar: TensorFlow's own functions.
+            url = f"http://127.0.0.1:{http}/api/v1/stacks?task=chief:0"
+            try:
+                snaps = wait_for("a snapshot of the blocked chief:0",
+                                 lambda: http_json(url, timeout=15)["snapshots"], 60, log=log)
+                names = [f.get("function", "") for t in snaps[0].get("threads", [])
+                         for f in t.get("frames", [])]
+                check(any(n.startswith("tensorflow::") for n in names),
+                      f"the blocked chief:0's snapshot shows TensorFlow's own functions "
+                      f"({len(snaps[0].get('threads', []))} threads, e.g. "
+                      f"{next((n for n in names if n.startswith('tensorflow::')), 'none')})")
+            except HarnessError as e:
+                check(False, str(e))
 
             job.start_task("ps:1")
             job.wait_step("chief:0", 200, timeout=180, log=log)

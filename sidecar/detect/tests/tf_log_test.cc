@@ -58,6 +58,48 @@ TEST(TfLog, TheTableNamesTheKindAndThePeer) {
   }
 }
 
+// Every line of TensorFlow 2.21's own output for the classic failures (tests/tensorflow/logs,
+// captured from the real programs): what the table makes of each file.
+TEST(TfLog, TensorFlowsOwnLinesAsCaptured) {
+  struct Case {
+    const char* file;
+    TfLogKind kind;     // At least one line of this kind ...
+    const char* peer;   // ... naming this peer ("" = any).
+  };
+  const Case cases[] = {
+      {"tf1-ps-never-started.chief.log", TfLogKind::kCreateSessionWaiting, "ps:1"},
+      {"tf1-wrong-ps-port.worker.log", TfLogKind::kCreateSessionWaiting, "ps:1"},
+      {"tf1-port-in-use.chief.log", TfLogKind::kCreateSessionWaiting, "ps:0"},
+      {"tf1-port-in-use.ps.log", TfLogKind::kPortInUse, ""},
+      {"tf1-port-taken-by-another-ps.ps.log", TfLogKind::kPortInUse, ""},
+      {"tf1-ps-killed.chief.log", TfLogKind::kUnavailable, "ps:1"},
+      {"tf2-ps-killed.chief.log", TfLogKind::kUnavailable, ""},
+  };
+  for (const Case& c : cases) {
+    std::ifstream in(std::string(TRAINSCOPE_TF_LOGS) + "/" + c.file);
+    ASSERT_TRUE(in) << c.file;
+    std::string line;
+    int found = 0;
+    int waits = 0;
+    while (std::getline(in, line)) {
+      const TfLogLine l = ClassifyTfLogLine(line);
+      waits += l.kind == TfLogKind::kCreateSessionWaiting;
+      if (l.kind == c.kind && (*c.peer == '\0' || (l.peer && l.peer->ShortName() == c.peer))) {
+        ++found;
+      }
+    }
+    EXPECT_GT(found, 0) << c.file;
+    // Only a CreateSession wait changes a state: no other case may read as one.
+    if (c.kind != TfLogKind::kCreateSessionWaiting) EXPECT_EQ(waits, 0) << c.file;
+  }
+  // A ps stopped for 20 s: TensorFlow says nothing the table takes for a wait.
+  std::ifstream quiet(std::string(TRAINSCOPE_TF_LOGS) + "/tf1-ps-sigstop-20s.chief.log");
+  std::string line;
+  while (std::getline(quiet, line)) {
+    EXPECT_NE(ClassifyTfLogLine(line).kind, TfLogKind::kCreateSessionWaiting) << line;
+  }
+}
+
 TEST(TfLog, AnyBytesAreBoundedAndNeverFatal) {
   std::mt19937 random(7);
   for (int i = 0; i < 2000; ++i) {
