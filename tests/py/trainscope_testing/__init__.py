@@ -18,4 +18,6 @@ each test's ENVIRONMENT; by hand, `PYTHONPATH=tests/py /usr/bin/python3 tests/..
 - diagnosis: what the multi-node tests check in a sidecar's view.
 - monitoring: Prometheus, Alertmanager and the webhook receiver of the drills.
 - hostile: slow, idle and half-handshaken HTTP clients, and a prober (the HTTP load test).
+- tensorflow_jobs: real TensorFlow jobs (tests/tensorflow's TF1 and TF2 programs) with the
+  python of scripts/install-tensorflow, a TF_CONFIG per task, behind an optional exec prefix.
 """
