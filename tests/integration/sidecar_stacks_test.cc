@@ -305,6 +305,23 @@ TEST_F(SidecarStacks, StoppedPsStaysStoppedIsShownAndTrainsOnAfterSigcont) {
   EXPECT_GT(sidecar.Task("worker:0")->steps, steps) << sidecar.Describe();
 }
 
+// What the sidecar says of a task that claims pid `pid` (`command`), which does not hold the
+// task's port.
+std::string ClaimWords(pid_t pid, const std::string& command) {
+  return "the task claims pid " + std::to_string(pid) + ", but pid " + std::to_string(pid) + " (" +
+         command + ") does not hold its listening port";
+}
+
+// ps:0 is up with no pid, its reason says `claim`, and a fresh capture of it is refused with it.
+void ExpectNeverTakenForTheTask(Sidecar& sidecar, const std::string& claim) {
+  auto up = sidecar.WaitForState("ps:0", TaskState::kUp, seconds(20), claim);
+  ASSERT_TRUE(up) << sidecar.Describe();
+  EXPECT_EQ(up->pid, 0) << up->reason;
+  auto [code, body] = Get(sidecar, "/api/v1/stacks?task=ps:0&fresh=1");
+  EXPECT_NE(code, 200) << body;
+  EXPECT_NE(body.find("not capturing ps:0: " + claim), std::string::npos) << body;
+}
+
 // A task that reports another process's pid (a lying or buggy task, or a pod's pid taken at face
 // value): that process is never read or captured as the task, and the reason says why.
 TEST_F(SidecarStacks, ATaskClaimingAnotherProcesssPidIsNeverReadAsIt) {
@@ -314,15 +331,8 @@ TEST_F(SidecarStacks, ATaskClaimingAnotherProcesssPidIsNeverReadAsIt) {
   auto task = StartFakeTask(address, "ps", 0, {"--claim_pid", std::to_string(sleeper.pid())});
   TokenFile token;
   Sidecar sidecar(cluster, {"--api_token_file", token.path()});
-  const std::string claim = "the task claims pid " + std::to_string(sleeper.pid()) + ", but pid " +
-                            std::to_string(sleeper.pid()) + " (sleep) does not hold its " +
-                            "listening port";
-  auto up = sidecar.WaitForState("ps:0", TaskState::kUp, seconds(20), claim);
-  ASSERT_TRUE(up) << sidecar.Describe();
-  EXPECT_EQ(up->pid, 0) << up->reason;
-  auto [code, body] = Get(sidecar, "/api/v1/stacks?task=ps:0&fresh=1");
-  EXPECT_NE(code, 200) << body;
-  EXPECT_NE(body.find("not capturing ps:0: " + claim), std::string::npos) << body;
+  const std::string claim = ClaimWords(sleeper.pid(), "sleep");
+  ExpectNeverTakenForTheTask(sidecar, claim);
   // Stopped for real, it is not called hung on the sleeper's evidence: its own process is unknown.
   task->Signal(SIGSTOP);
   auto silent = sidecar.WaitForState("ps:0", TaskState::kUnreachable, seconds(20));
@@ -348,15 +358,7 @@ TEST_F(SidecarStacks, ATaskNamingAnotherProcesssPidAndPortIsNeverReadAsIt) {
                             {"--claim_pid", std::to_string(server.pid()), "--listen_address", other});
   TokenFile token;
   Sidecar sidecar({{"ps", {address}}}, {"--api_token_file", token.path()});
-  const std::string claim = "the task claims pid " + std::to_string(server.pid()) + ", but pid " +
-                            std::to_string(server.pid()) + " (python3) does not hold its " +
-                            "listening port";
-  auto up = sidecar.WaitForState("ps:0", TaskState::kUp, seconds(20), claim);
-  ASSERT_TRUE(up) << sidecar.Describe();
-  EXPECT_EQ(up->pid, 0) << up->reason;
-  auto [code, body] = Get(sidecar, "/api/v1/stacks?task=ps:0&fresh=1");
-  EXPECT_NE(code, 200) << body;
-  EXPECT_NE(body.find("not capturing ps:0: " + claim), std::string::npos) << body;
+  ExpectNeverTakenForTheTask(sidecar, ClaimWords(server.pid(), "python3"));
   EXPECT_EQ(ProcState(server.pid()), 'S');  // Never attached to.
   const std::string metrics = sidecar.Get("/metrics");
   EXPECT_EQ(metrics.find("trainscope_sidecar_snapshots_total 1"), std::string::npos) << metrics;
