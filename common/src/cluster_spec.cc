@@ -332,8 +332,7 @@ absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view text, bool require_task
           ": an evaluator is outside the cluster (TensorFlow's own evaluator reads checkpoints); "
           "a trainscope runtime task must be one of the cluster's jobs"));
     }
-    config.outside_task = ref;
-    return config;
+    return config;  // The evaluator watches the cluster from outside it.
   }
   auto address = config.cluster.AddressOf(ref);
   if (!address.ok()) {

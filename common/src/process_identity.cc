@@ -372,8 +372,8 @@ absl::StatusOr<LogChunk> ReadProcessLog(int64_t pid, int64_t offset, size_t max,
     chunk.inode = st.st_ino;
     chunk.size = st.st_size;
     chunk.offset = offset < 0 ? st.st_size : offset <= st.st_size ? offset : 0;
-    chunk.bytes.resize(std::min<size_t>({max, kMaxLogChunk,
-                                         static_cast<size_t>(st.st_size - chunk.offset)}));
+    chunk.bytes.resize(
+        std::min<size_t>({max, kMaxLogChunk, static_cast<size_t>(st.st_size - chunk.offset)}));
     const ssize_t n =
         chunk.bytes.empty() ? 0 : pread(file, chunk.bytes.data(), chunk.bytes.size(), chunk.offset);
     close(file);

@@ -75,15 +75,16 @@ absl::StatusOr<FoundTfConfig> FindTfConfigInProcesses(const std::string& proc_ro
       found = FoundTfConfig{std::move(text), std::atoi(entry->d_name), std::move(command)};
       found_fingerprint = fingerprint;
     } else if (fingerprint != found_fingerprint) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "processes hold different TF_CONFIG cluster specs: pid ", found->pid, " (",
-          found->command, ") and pid ", entry->d_name, " (", command,
-          "); give the sidecar the job's spec with --cluster_spec FILE or TF_CONFIG"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("processes hold different TF_CONFIG cluster specs: pid ", found->pid, " (",
+                       found->command, ") and pid ", entry->d_name, " (", command,
+                       "); give the sidecar the job's spec with --cluster_spec FILE or TF_CONFIG"));
     }
   }
   if (found) return *std::move(found);
-  return absl::NotFoundError(absl::StrCat(
-      "none of the ", read, " other processes whose environment this sidecar can read has TF_CONFIG"));
+  return absl::NotFoundError(
+      absl::StrCat("none of the ", read,
+                   " other processes whose environment this sidecar can read has TF_CONFIG"));
 }
 
 }  // namespace trainscope

@@ -23,7 +23,7 @@ constexpr char kSpecA2[] =
 constexpr char kSpecB[] = R"({"cluster": {"ps": ["q:1"]}})";
 
 // A /proc of fixture files: pid -> environment (entries joined by NUL) and comm.
-std::string FakeProc(const std::map<int, std::pair<std::string, std::string>>& processes) {
+std::string FakeProcTree(const std::map<int, std::pair<std::string, std::string>>& processes) {
   const std::string root = ::testing::TempDir() + "/proc-" + std::to_string(getpid()) + "-" +
                            std::to_string(std::rand());
   std::filesystem::create_directories(root + "/self");
@@ -45,38 +45,37 @@ std::string Env(std::initializer_list<std::string> entries) {
 TEST(TfConfigEnv, FindsTheJobsSpecOrSaysWhyNot) {
   // One process has it, among others.
   auto found = FindTfConfigInProcesses(
-      FakeProc({{10, {Env({"PATH=/bin", "HOME=/root"}), "bash"}},
-                {42, {Env({"PATH=/bin", std::string("TF_CONFIG=") + kSpecA}), "python3"}}}));
+      FakeProcTree({{10, {Env({"PATH=/bin", "HOME=/root"}), "bash"}},
+                    {42, {Env({"PATH=/bin", std::string("TF_CONFIG=") + kSpecA}), "python3"}}}));
   ASSERT_TRUE(found.ok()) << found.status();
   EXPECT_EQ(found->pid, 42);
   EXPECT_EQ(found->command, "python3");
   EXPECT_EQ(found->text, kSpecA);
   // Two tasks of one job (the same cluster, other tasks): the spec is theirs.
   EXPECT_TRUE(FindTfConfigInProcesses(
-                  FakeProc({{42, {Env({std::string("TF_CONFIG=") + kSpecA}), "python3"}},
-                            {43, {Env({std::string("TF_CONFIG=") + kSpecA2}), "python3"}}}))
+                  FakeProcTree({{42, {Env({std::string("TF_CONFIG=") + kSpecA}), "python3"}},
+                                {43, {Env({std::string("TF_CONFIG=") + kSpecA2}), "python3"}}}))
                   .ok());
   // Two clusters: refused, naming both.
   auto two = FindTfConfigInProcesses(
-      FakeProc({{42, {Env({std::string("TF_CONFIG=") + kSpecA}), "python3"}},
-                {77, {Env({std::string("TF_CONFIG=") + kSpecB}), "python3"}}}));
+      FakeProcTree({{42, {Env({std::string("TF_CONFIG=") + kSpecA}), "python3"}},
+                    {77, {Env({std::string("TF_CONFIG=") + kSpecB}), "python3"}}}));
   ASSERT_FALSE(two.ok());
   EXPECT_NE(std::string(two.status().message()).find("different TF_CONFIG cluster specs"),
             std::string::npos)
       << two.status();
   // None, or only garbage: NotFound, counting what was read.
   auto none = FindTfConfigInProcesses(
-      FakeProc({{10, {Env({"PATH=/bin"}), "bash"}},
-                {11, {Env({"TF_CONFIG={not json", "TF_CONFIG"}), "python3"}},
-                {12, {"", "kthreadd"}},
-                {13, {std::string(2 << 20, 'x'), "big"}}}));
+      FakeProcTree({{10, {Env({"PATH=/bin"}), "bash"}},
+                    {11, {Env({"TF_CONFIG={not json", "TF_CONFIG"}), "python3"}},
+                    {12, {"", "kthreadd"}},
+                    {13, {std::string(2 << 20, 'x'), "big"}}}));
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(std::string(none.status().message()).find("none of the 3 other processes"),
             std::string::npos)
       << none.status();
-  EXPECT_EQ(FindTfConfigInProcesses("/no/such/proc").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(FindTfConfigInProcesses("/no/such/proc").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(TfConfigEnv, ReadsARealProcessesEnvironment) {

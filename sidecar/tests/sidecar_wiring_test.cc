@@ -18,6 +18,7 @@
 #include "trainscope/common/http_client.h"
 #include "trainscope/sidecar/sidecar.h"
 #include "trainscope/v1/runtime.grpc.pb.h"
+#include "wait.h"
 
 namespace trainscope::sidecar {
 namespace {
@@ -65,13 +66,9 @@ class FakeWorker final : public rpb::TaskService::Service {
   std::atomic<int64_t> steps_{0};
 };
 
-bool Eventually(const std::function<bool()>& done, int seconds = 15) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return done();
+bool Within15s(const std::function<bool()>& done) {
+  return ::trainscope::testing::WaitUntil(done, std::chrono::seconds(15),
+                                          std::chrono::milliseconds(50));
 }
 
 std::string Get(int port, const std::string& path) {
@@ -104,7 +101,7 @@ TEST(SidecarWiring, ViewsReachTheApiAndAStuckTasksReasonSaysWhereItWaits) {
   (*sidecar)->Start();
   const int port = (*sidecar)->http_port();
 
-  EXPECT_TRUE(Eventually([&] {
+  EXPECT_TRUE(Within15s([&] {
     return Get(port, "/api/v1/tasks").find(R"("name":"worker:0")") != std::string::npos &&
            Get(port, "/api/v1/tasks?local=1").find(R"("state":"up")") != std::string::npos;
   })) << Get(port, "/api/v1/tasks");
@@ -114,7 +111,7 @@ TEST(SidecarWiring, ViewsReachTheApiAndAStuckTasksReasonSaysWhereItWaits) {
 
   worker.stalled_at = UnixSeconds();
   worker.stall = true;
-  EXPECT_TRUE(Eventually([&] {
+  EXPECT_TRUE(Within15s([&] {
     const std::string body = Get(port, "/api/v1/tasks");
     return body.find(R"("state":"stalled")") != std::string::npos &&
            body.find("thread 4242 waiting") != std::string::npos &&

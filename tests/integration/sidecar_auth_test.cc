@@ -245,10 +245,10 @@ struct TwoNodes {
     ps = StartFakeTask(cluster["ps"][0], "ps", 0, {"--phase", "serving"});
     worker = StartFakeTask(cluster["worker"][0], "worker", 0, {"--phase", "training"});
     auto port = [](const std::string& id) { return id.substr(id.rfind(':') + 1); };
-    std::vector<std::string> fa = {"--grpc_port", port(a), "--local_tasks", "ps:0",
-                                   "--peer_sidecars", b};
-    std::vector<std::string> fb = {"--grpc_port", port(b), "--local_tasks", "worker:0",
-                                   "--peer_sidecars", a};
+    std::vector<std::string> fa = {"--grpc_port", port(a),           "--local_tasks",
+                                   "ps:0",        "--peer_sidecars", b};
+    std::vector<std::string> fb = {"--grpc_port", port(b),           "--local_tasks",
+                                   "worker:0",    "--peer_sidecars", a};
     fa.insert(fa.end(), flags.begin(), flags.end());
     fb.insert(fb.end(), flags.begin(), flags.end());
     sa = std::make_unique<Sidecar>(cluster, fa);
@@ -289,8 +289,8 @@ TEST(SidecarAuth, FreshCapturesOverTheExchangeNeedTheOperatorsProof) {
   const uint64_t now_ns = static_cast<uint64_t>(UnixNow() * 1e9);
   PauseWatch watch(nodes.ps->pid());
   grpc::Status none = AskFresh(nodes.a, nodes.b, "ps:0");
-  const auto wrong = sidecar::ProveOperator("0123456789abcdef0123456789abcdef", nodes.a, "ps:0",
-                                            now_ns);
+  const auto wrong =
+      sidecar::ProveOperator("0123456789abcdef0123456789abcdef", nodes.a, "ps:0", now_ns);
   grpc::Status bad = AskFresh(nodes.a, nodes.b, "ps:0", &wrong);
   const auto elsewhere = sidecar::ProveOperator(kToken, nodes.b, "ps:0", now_ns);
   grpc::Status other_node = AskFresh(nodes.a, nodes.b, "ps:0", &elsewhere);
@@ -316,14 +316,14 @@ TEST(SidecarAuth, FreshCapturesOverTheExchangeNeedTheOperatorsProof) {
   EXPECT_NE(replayed.error_message().find("used already"), std::string::npos)
       << replayed.error_message();
   // Relayed: B checks the bearer token, A the proof B made with it.
-  auto relayed = trainscope::HttpGet(nodes.sb->http(), kFresh, 30000, 16 << 20, {},
-                                     {TokenFile::Header()});
+  auto relayed =
+      trainscope::HttpGet(nodes.sb->http(), kFresh, 30000, 16 << 20, {}, {TokenFile::Header()});
   ASSERT_TRUE(relayed.ok()) << relayed.status();
   EXPECT_EQ(relayed->status, 200) << relayed->body;
   metrics = nodes.sa->Get("/metrics");
   EXPECT_GE(Metric(metrics, kSnapshots), 1) << metrics;  // At most one capture a second.
-  EXPECT_EQ(
-      Metric(metrics, "trainscope_sidecar_api_refused_total{reason=\"replayed_credential\"}"), 1);
+  EXPECT_EQ(Metric(metrics, "trainscope_sidecar_api_refused_total{reason=\"replayed_credential\"}"),
+            1);
 }
 
 // Stacks requests that wait on another node's sidecar (stopped with SIGSTOP: it accepts

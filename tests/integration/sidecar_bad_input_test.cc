@@ -159,8 +159,8 @@ TEST(SidecarBadInput, ChiefAndEvaluatorTfConfigAndOneFoundBesideIt) {
   const std::string cluster =
       R"("cluster": {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2", "127.0.0.1:3"],
                      "worker": ["127.0.0.1:4", "127.0.0.1:5"]})";
-  for (const char* task : {R"({"type": "evaluator", "index": 0})", R"({"type": "chief", "index": 0})",
-                           "{}"}) {
+  for (const char* task :
+       {R"({"type": "evaluator", "index": 0})", R"({"type": "chief", "index": 0})", "{}"}) {
     Process p(BinPath("trainscope-sidecar"), {"--check_config"},
               {{"TF_CONFIG", "{" + cluster + ", \"task\": " + task + "}"}});
     EXPECT_EQ(p.Wait(seconds(10)), 0) << task << "\n" << p.Output();

@@ -349,13 +349,13 @@ TEST_F(SidecarStacks, ATaskClaimingAnotherProcesssPidIsNeverReadAsIt) {
 TEST_F(SidecarStacks, ATaskNamingAnotherProcesssPidAndPortIsNeverReadAsIt) {
   const int port = FreePort();
   const std::string other = "127.0.0.1:" + std::to_string(port);
-  Process server("/usr/bin/python3", {"-m", "http.server", std::to_string(port), "--bind",
-                                      "127.0.0.1"});
+  Process server("/usr/bin/python3",
+                 {"-m", "http.server", std::to_string(port), "--bind", "127.0.0.1"});
   ASSERT_TRUE(WaitUntil([&] { return trainscope::HttpGet(other, "/", 1000).ok(); }, seconds(20)))
       << server.Output();
   const std::string address = FreeAddress();
-  auto task = StartFakeTask(address, "ps", 0,
-                            {"--claim_pid", std::to_string(server.pid()), "--listen_address", other});
+  auto task = StartFakeTask(
+      address, "ps", 0, {"--claim_pid", std::to_string(server.pid()), "--listen_address", other});
   TokenFile token;
   Sidecar sidecar({{"ps", {address}}}, {"--api_token_file", token.path()});
   ExpectNeverTakenForTheTask(sidecar, ClaimWords(server.pid(), "python3"));

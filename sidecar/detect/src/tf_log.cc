@@ -17,10 +17,10 @@
 namespace trainscope::sidecar {
 namespace {
 
-constexpr size_t kMaxPartial = 4096;  // A longer "line" is cut: logs are text.
+constexpr size_t kMaxPartial = 4096;         // A longer "line" is cut: logs are text.
 constexpr double kFirstWaitLineAfterS = 10;  // TensorFlow says it first after 10 s of waiting.
 
-bool Has(std::string_view line, std::string_view word) {
+bool HasWord(std::string_view line, std::string_view word) {
   return line.find(word) != std::string_view::npos;
 }
 
@@ -70,7 +70,7 @@ std::string Ipv4Address(std::string_view line) {
   return std::string(line.substr(at + 5, end - at - 5));
 }
 
-std::string Clean(std::string_view line) {
+std::string CleanLogText(std::string_view line) {
   std::string out;
   out.reserve(std::min(line.size(), kMaxTfLogLine));
   for (char c : line) {
@@ -86,26 +86,28 @@ std::string Clean(std::string_view line) {
 
 TfLogLine ClassifyTfLogLine(std::string_view line) {
   TfLogLine out;
-  if (Has(line, "CreateSession still waiting for response from")) {
+  if (HasWord(line, "CreateSession still waiting for response from")) {
     out.kind = TfLogKind::kCreateSessionWaiting;
-  } else if (Has(line, "Could not start gRPC server") || Has(line, "Address already in use")) {
+  } else if (HasWord(line, "Could not start gRPC server") ||
+             HasWord(line, "Address already in use")) {
     out.kind = TfLogKind::kPortInUse;
-  } else if (Has(line, "OOM when allocating") || Has(line, "ResourceExhaustedError") ||
-             Has(line, "MemoryError") || Has(line, "std::bad_alloc")) {
+  } else if (HasWord(line, "OOM when allocating") || HasWord(line, "ResourceExhaustedError") ||
+             HasWord(line, "MemoryError") || HasWord(line, "std::bad_alloc")) {
     out.kind = TfLogKind::kOutOfMemory;
-  } else if (Has(line, "DeadlineExceeded") || Has(line, "DEADLINE_EXCEEDED") ||
-             Has(line, "Deadline Exceeded")) {
+  } else if (HasWord(line, "DeadlineExceeded") || HasWord(line, "DEADLINE_EXCEEDED") ||
+             HasWord(line, "Deadline Exceeded")) {
     out.kind = TfLogKind::kDeadlineExceeded;
-  } else if (Has(line, "UnavailableError") || Has(line, "UNAVAILABLE") ||
-             Has(line, "failed to connect to all addresses") || Has(line, "Socket closed") ||
-             Has(line, "Connection reset by peer") || Has(line, "Connection refused")) {
+  } else if (HasWord(line, "UnavailableError") || HasWord(line, "UNAVAILABLE") ||
+             HasWord(line, "failed to connect to all addresses") ||
+             HasWord(line, "Socket closed") || HasWord(line, "Connection reset by peer") ||
+             HasWord(line, "Connection refused")) {
     out.kind = TfLogKind::kUnavailable;
   } else {
     return out;
   }
   out.peer = JobTask(line);
   out.peer_address = Ipv4Address(line);
-  out.text = Clean(line);
+  out.text = CleanLogText(line);
   return out;
 }
 
@@ -125,13 +127,13 @@ void TfLogFollower::Start(const VerifiedProcess& process) {
 }
 
 void TfLogFollower::ReadNew(const VerifiedProcess& process, double now_unix) {
-  absl::StatusOr<LogChunk> chunk = finder_.read_log
-                                       ? finder_.read_log(process, offset_)
-                                       : ReadProcessLog(process.pid, offset_, kMaxLogChunk, proc_root_);
+  absl::StatusOr<LogChunk> chunk =
+      finder_.read_log ? finder_.read_log(process, offset_)
+                       : ReadProcessLog(process.pid, offset_, kMaxLogChunk, proc_root_);
   found_ = chunk.ok();
   if (!chunk.ok()) return;
   // The file's name as the task's mount namespace has it; the bytes were read through /proc.
-  shown_path_ = !chunk->path.empty() && chunk->path[0] == '/' ? Clean(chunk->path)
+  shown_path_ = !chunk->path.empty() && chunk->path[0] == '/' ? CleanLogText(chunk->path)
                                                               : absl::StrCat("fd 2 of pid ", pid_);
   if (chunk->inode != inode_ || chunk->offset != offset_) partial_.clear();  // Another file.
   inode_ = chunk->inode;
@@ -139,13 +141,15 @@ void TfLogFollower::ReadNew(const VerifiedProcess& process, double now_unix) {
   const std::string& bytes = chunk->bytes;
   size_t start = 0;
   for (size_t nl = bytes.find('\n'); nl != std::string::npos; nl = bytes.find('\n', start)) {
-    partial_.append(bytes, start, std::min(nl - start, kMaxPartial - std::min(kMaxPartial, partial_.size())));
+    partial_.append(bytes, start,
+                    std::min(nl - start, kMaxPartial - std::min(kMaxPartial, partial_.size())));
     Take(partial_, now_unix);
     partial_.clear();
     start = nl + 1;
   }
-  partial_.append(bytes, start,
-                  std::min(bytes.size() - start, kMaxPartial - std::min(kMaxPartial, partial_.size())));
+  partial_.append(
+      bytes, start,
+      std::min(bytes.size() - start, kMaxPartial - std::min(kMaxPartial, partial_.size())));
 }
 
 void TfLogFollower::Take(std::string_view line, double now_unix) {
@@ -170,8 +174,8 @@ void TfLogFollower::Fill(double now_unix, HeartbeatInfo* hb) {
     if (auto ref = ParseTaskRef(it->first); ref.ok()) p.peer = *ref;
     if (auto a = addresses_.find(it->first); a != addresses_.end()) p.address = a->second;
     const std::string& line = it->second.line;
-    p.last_error = absl::StrCat("TensorFlow logs \"",
-                                line.substr(std::min(line.size(), line.find("CreateSession"))), "\"");
+    p.last_error = absl::StrCat(
+        "TensorFlow logs \"", line.substr(std::min(line.size(), line.find("CreateSession"))), "\"");
     hb->waiting_on.push_back(std::move(p));
     ++it;
   }

@@ -44,8 +44,8 @@ TEST(TfLog, TheTableNamesTheKindAndThePeer) {
       {"step 120 loss 0.0312 rate 85.1/s", TfLogKind::kNone, "", ""},
       {"", TfLogKind::kNone, "", ""},
       {"/job:", TfLogKind::kNone, "", ""},
-      {"CreateSession still waiting for response from worker: /job:/task:", TfLogKind::kCreateSessionWaiting,
-       "", ""},
+      {"CreateSession still waiting for response from worker: /job:/task:",
+       TfLogKind::kCreateSessionWaiting, "", ""},
       {"CreateSession still waiting for response from worker: /job:ps/replica:0/task:99999999999",
        TfLogKind::kCreateSessionWaiting, "", ""},
   };
@@ -63,8 +63,8 @@ TEST(TfLog, TheTableNamesTheKindAndThePeer) {
 TEST(TfLog, TensorFlowsOwnLinesAsCaptured) {
   struct Case {
     const char* file;
-    TfLogKind kind;     // At least one line of this kind ...
-    const char* peer;   // ... naming this peer ("" = any).
+    TfLogKind kind;    // At least one line of this kind ...
+    const char* peer;  // ... naming this peer ("" = any).
   };
   const Case cases[] = {
       {"tf1-ps-never-started.chief.log", TfLogKind::kCreateSessionWaiting, "ps:1"},
@@ -90,7 +90,9 @@ TEST(TfLog, TensorFlowsOwnLinesAsCaptured) {
     }
     EXPECT_GT(found, 0) << c.file;
     // Only a CreateSession wait changes a state: no other case may read as one.
-    if (c.kind != TfLogKind::kCreateSessionWaiting) EXPECT_EQ(waits, 0) << c.file;
+    if (c.kind != TfLogKind::kCreateSessionWaiting) {
+      EXPECT_EQ(waits, 0) << c.file;
+    }
   }
   // A ps stopped for 20 s: TensorFlow says nothing the table takes for a wait.
   std::ifstream quiet(std::string(TRAINSCOPE_TF_LOGS) + "/tf1-ps-sigstop-20s.chief.log");
@@ -113,23 +115,23 @@ TEST(TfLog, AnyBytesAreBoundedAndNeverFatal) {
   }
 }
 
-const VerifiedProcess kTask{42, 0, "", 0};
+const VerifiedProcess kFollowedTask{42, 0, "", 0};
 
 // A task's /proc entry made of files: fd/2 its log (a regular file), environ its TF_CONFIG.
-class FakeTask {
+class FakeTaskProc {
  public:
-  explicit FakeTask(const std::string& tf_config)
+  explicit FakeTaskProc(const std::string& tf_config)
       : root_(::testing::TempDir() + "/tf-log-proc-" + std::to_string(getpid())) {
     std::filesystem::remove_all(root_);
     std::filesystem::create_directories(root_ + "/42/fd");
     std::ofstream(root_ + "/42/environ", std::ios::binary)
         << "PATH=/bin" << '\0' << "TF_CONFIG=" << tf_config << '\0';
-    Write("history: CreateSession still waiting for response from worker: /job:ps/replica:0/task:0\n");
+    Write(
+        "history: CreateSession still waiting for response from worker: "
+        "/job:ps/replica:0/task:0\n");
   }
-  ~FakeTask() { std::filesystem::remove_all(root_); }
-  void Write(const std::string& text) {
-    std::ofstream(root_ + "/42/fd/2", std::ios::app) << text;
-  }
+  ~FakeTaskProc() { std::filesystem::remove_all(root_); }
+  void Write(const std::string& text) { std::ofstream(root_ + "/42/fd/2", std::ios::app) << text; }
   const std::string& root() const { return root_; }
 
  private:
@@ -138,18 +140,20 @@ class FakeTask {
 
 TEST(TfLog, TheFollowerMakesTheTaskWaitOnWhomItsLogNamesAtItsOwnAddress) {
   // Its TF_CONFIG has ps:1 at a port where no ps of the cluster listens: the seeds' typo.
-  FakeTask task(R"({"cluster": {"ps": ["10.0.0.1:2222", "10.0.0.2:9999"], "worker": ["10.0.0.3:2222"]},
+  FakeTaskProc task(
+      R"({"cluster": {"ps": ["10.0.0.1:2222", "10.0.0.2:9999"], "worker": ["10.0.0.3:2222"]},
                    "task": {"type": "worker", "index": 0}})");
   TfLogFollower follower(ProcessFinder{}, task.root());
   HeartbeatInfo first;
-  follower.Follow(kTask, 1000, &first);
+  follower.Follow(kFollowedTask, 1000, &first);
   EXPECT_FALSE(first.waiting);  // What it wrote before it was followed is history.
   EXPECT_NE(first.log_path.find("42"), std::string::npos) << first.log_path;
 
-  task.Write("I master.cc:221] CreateSession still waiting for response from worker: "
-             "/job:ps/replica:0/task:1\n");
+  task.Write(
+      "I master.cc:221] CreateSession still waiting for response from worker: "
+      "/job:ps/replica:0/task:1\n");
   HeartbeatInfo waiting;
-  follower.Follow(kTask, 1001, &waiting);
+  follower.Follow(kFollowedTask, 1001, &waiting);
   ASSERT_TRUE(waiting.waiting);
   EXPECT_EQ(waiting.waiting_what, "CreateSession");
   EXPECT_DOUBLE_EQ(waiting.waiting_since_unix, 991);  // TensorFlow says it after 10 s.
@@ -163,33 +167,33 @@ TEST(TfLog, TheFollowerMakesTheTaskWaitOnWhomItsLogNamesAtItsOwnAddress) {
   // Half a line, then the rest: one line.
   task.Write("CreateSession still waiting for response from wor");
   HeartbeatInfo half;
-  follower.Follow(kTask, 1011, &half);
+  follower.Follow(kFollowedTask, 1011, &half);
   task.Write("ker: /job:ps/replica:0/task:1\n");
   HeartbeatInfo again;
-  follower.Follow(kTask, 1012, &again);
+  follower.Follow(kFollowedTask, 1012, &again);
   ASSERT_TRUE(again.waiting);
   EXPECT_DOUBLE_EQ(again.waiting_since_unix, 991);  // The same wait.
 
   // No such line for longer than TensorFlow repeats it: the wait is over.
   task.Write("step 10 loss 0.5 rate 80/s\n");
   HeartbeatInfo done;
-  follower.Follow(kTask, 1012 + TfLogFollower::kWaitFreshS + 1, &done);
+  follower.Follow(kFollowedTask, 1012 + TfLogFollower::kWaitFreshS + 1, &done);
   EXPECT_FALSE(done.waiting);
   EXPECT_TRUE(done.waiting_on.empty());
 }
 
 TEST(TfLog, AHugeLogIsReadABoundedAmountAPoll) {
-  FakeTask task(R"({"cluster": {"ps": ["10.0.0.1:2222"]}})");
+  FakeTaskProc task(R"({"cluster": {"ps": ["10.0.0.1:2222"]}})");
   TfLogFollower follower(ProcessFinder{}, task.root());
   HeartbeatInfo hb;
-  follower.Follow(kTask, 1000, &hb);
+  follower.Follow(kFollowedTask, 1000, &hb);
   task.Write(std::string(3 * kMaxLogChunk, 'x') +
              "\nCreateSession still waiting for response from worker: /job:ps/replica:0/task:0\n");
   int polls = 0;
   HeartbeatInfo seen;
   while (!seen.waiting && polls < 10) {
     seen = HeartbeatInfo{};
-    follower.Follow(kTask, 1001 + polls++, &seen);
+    follower.Follow(kFollowedTask, 1001 + polls++, &seen);
   }
   EXPECT_TRUE(seen.waiting);
   EXPECT_EQ(polls, 4);  // Three bounded reads of x, then the line.

@@ -115,8 +115,9 @@ int main(int argc, char** argv) {
   if (geteuid() != 0) {
     const char* ci = std::getenv("CI");
     if (ci != nullptr && std::string(ci) == "true") {
-      std::fprintf(stderr, "FAILED: the capture needs ptrace permission (run as root; CI=true: a "
-                           "bench that cannot run fails the run)\n");
+      std::fprintf(stderr,
+                   "FAILED: the capture needs ptrace permission (run as root; CI=true: a "
+                   "bench that cannot run fails the run)\n");
       return 1;
     }
     std::fprintf(stderr, "skipped: the capture needs ptrace permission (run as root)\n");

@@ -655,8 +655,7 @@ class PeerExchange::Impl {
   void Prove(const std::string& node, const std::string& subject, v1::OperatorProof* proof) {
     const std::string token = credential_ != nullptr ? credential_->Token() : "";
     if (token.empty()) return;
-    *proof = ProveOperator(token, node, subject,
-                           static_cast<uint64_t>(Clock().unix * 1e9));
+    *proof = ProveOperator(token, node, subject, static_cast<uint64_t>(Clock().unix * 1e9));
   }
 
   // Whether a Snapshots request about `subject` carries the operator's credential.
@@ -667,20 +666,24 @@ class PeerExchange::Impl {
 
   // Why a fresh capture of `task` asked over the exchange is refused, in words.
   std::string FreshRefusal(ProofCheck proof, const std::string& task) const {
-    const std::string who = absl::StrCat("sidecar ", core_.options().self, " refuses a fresh capture of ", task, ": ");
+    const std::string who =
+        absl::StrCat("sidecar ", core_.options().self, " refuses a fresh capture of ", task, ": ");
     switch (proof) {
       case ProofCheck::kNoTokenFile:
-        return absl::StrCat(who, "it has no --api_token_file, and fresh captures need the "
-                                 "operator's credential (give every node's sidecar the same token "
-                                 "file; docs/security.md)");
+        return absl::StrCat(who,
+                            "it has no --api_token_file, and fresh captures need the "
+                            "operator's credential (give every node's sidecar the same token "
+                            "file; docs/security.md)");
       case ProofCheck::kNoCredential:
-        return absl::StrCat(who, "the request carries no operator's credential (ask a sidecar's "
-                                 "HTTP API with Authorization: Bearer <token>: trainscopectl stacks "
-                                 "TASK --fresh --api_token_file FILE)");
+        return absl::StrCat(who,
+                            "the request carries no operator's credential (ask a sidecar's "
+                            "HTTP API with Authorization: Bearer <token>: trainscopectl stacks "
+                            "TASK --fresh --api_token_file FILE)");
       case ProofCheck::kBadToken:
-        return absl::StrCat(who, "the operator's credential does not hold here (the asking "
-                                 "sidecar's --api_token_file differs from this one's, or the proof "
-                                 "was made for another node or task)");
+        return absl::StrCat(who,
+                            "the operator's credential does not hold here (the asking "
+                            "sidecar's --api_token_file differs from this one's, or the proof "
+                            "was made for another node or task)");
       case ProofCheck::kStale:
         return absl::StrCat(who, "the operator's credential was made more than ",
                             static_cast<int>(kProofWindowS), " s from this node's time");

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "process.h"
 #include "trainscope/sidecar/exchange_keys.h"
+#include "wait.h"
 
 namespace trainscope::sidecar {
 namespace {
@@ -124,13 +125,8 @@ class Node {
 };
 
 // Waits up to 10 s for `done`.
-bool Eventually(const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return done();
+bool Within10s(const std::function<bool()>& done) {
+  return ::trainscope::testing::WaitUntil(done, std::chrono::seconds(10));
 }
 
 std::vector<std::string> Ids(int n) {
@@ -156,7 +152,7 @@ TEST(PeerExchange, RecordsAndChangesReachEveryNodeAndALeaveIsHeard) {
   nodes[1]->SetTask("worker", 0, TaskState::kUp);
   nodes[2]->SetTask("worker", 1, TaskState::kUp);
   for (auto& n : nodes) n->exchange().Poke();
-  EXPECT_TRUE(Eventually([&] {
+  EXPECT_TRUE(Within10s([&] {
     return nodes[2]->StateIn(ids[0], "ps:0") == "up" &&
            nodes[0]->StateIn(ids[1], "worker:0") == "up" &&
            nodes[1]->StateIn(ids[2], "worker:1") == "up";
@@ -165,7 +161,7 @@ TEST(PeerExchange, RecordsAndChangesReachEveryNodeAndALeaveIsHeard) {
   // A change is news: it reaches the others without waiting for anti-entropy's turn.
   nodes[0]->SetTask("ps", 0, TaskState::kHung);
   nodes[0]->exchange().Poke();
-  EXPECT_TRUE(Eventually([&] {
+  EXPECT_TRUE(Within10s([&] {
     return nodes[1]->StateIn(ids[0], "ps:0") == "hung" &&
            nodes[2]->StateIn(ids[0], "ps:0") == "hung";
   }));
@@ -176,7 +172,7 @@ TEST(PeerExchange, RecordsAndChangesReachEveryNodeAndALeaveIsHeard) {
 
   // A node that stops says so: the others hear it left, not that it died.
   nodes[2]->Stop();
-  EXPECT_TRUE(Eventually([&] {
+  EXPECT_TRUE(Within10s([&] {
     return nodes[0]->StatusOf(ids[2]) == MemberStatus::kLeft &&
            nodes[1]->StatusOf(ids[2]) == MemberStatus::kLeft;
   }));
@@ -190,8 +186,8 @@ TEST(PeerExchange, ANodeKeyedOtherwiseIsRefusedAndNeverBelieved) {
   a.SetTask("ps", 0, TaskState::kUp);
   b.SetTask("worker", 0, TaskState::kUp);
   stranger.SetTask("worker", 1, TaskState::kDead);  // A forged page, were it believed.
-  EXPECT_TRUE(Eventually([&] { return b.StateIn(ids[0], "ps:0") == "up"; }));
-  EXPECT_TRUE(Eventually([&] {
+  EXPECT_TRUE(Within10s([&] { return b.StateIn(ids[0], "ps:0") == "up"; }));
+  EXPECT_TRUE(Within10s([&] {
     const ExchangeStats s = a.exchange().stats();
     int64_t refused = 0;
     for (int64_t r : s.refused) refused += r;

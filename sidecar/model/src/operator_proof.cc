@@ -40,12 +40,18 @@ pb::OperatorProof ProveOperator(std::string_view token, std::string_view recipie
 
 std::string_view ProofRefusalName(ProofCheck check) {
   switch (check) {
-    case ProofCheck::kValid: return "";
-    case ProofCheck::kNoTokenFile: return "no_token_file";
-    case ProofCheck::kNoCredential: return "no_credential";
-    case ProofCheck::kBadToken: return "bad_token";
-    case ProofCheck::kStale: return "stale_credential";
-    case ProofCheck::kReplayed: return "replayed_credential";
+    case ProofCheck::kValid:
+      return "";
+    case ProofCheck::kNoTokenFile:
+      return "no_token_file";
+    case ProofCheck::kNoCredential:
+      return "no_credential";
+    case ProofCheck::kBadToken:
+      return "bad_token";
+    case ProofCheck::kStale:
+      return "stale_credential";
+    case ProofCheck::kReplayed:
+      return "replayed_credential";
   }
   return "bad_token";
 }

@@ -6,16 +6,16 @@
 namespace trainscope::sidecar {
 namespace {
 
-constexpr char kToken[] = "0123456789abcdef0123456789abcdef";
-constexpr char kSelf[] = "10.0.0.1:4317";
-constexpr double kNow = 1.7e9;
-constexpr uint64_t kNowNs = 1'700'000'000'000'000'000;
+constexpr char kProofToken[] = "0123456789abcdef0123456789abcdef";
+constexpr char kProofSelf[] = "10.0.0.1:4317";
+constexpr double kProofNow = 1.7e9;
+constexpr uint64_t kProofNowNs = 1'700'000'000'000'000'000;
 
 TEST(OperatorProof, HoldsOnceForItsRecipientSubjectAndTime) {
-  ProofChecker checker(kSelf);
-  const pb::OperatorProof proof = ProveOperator(kToken, kSelf, "ps:0", kNowNs);
-  EXPECT_EQ(checker.Check(proof, "ps:0", kToken, kNow), ProofCheck::kValid);
-  EXPECT_EQ(checker.Check(proof, "ps:0", kToken, kNow + 1), ProofCheck::kReplayed);
+  ProofChecker checker(kProofSelf);
+  const pb::OperatorProof proof = ProveOperator(kProofToken, kProofSelf, "ps:0", kProofNowNs);
+  EXPECT_EQ(checker.Check(proof, "ps:0", kProofToken, kProofNow), ProofCheck::kValid);
+  EXPECT_EQ(checker.Check(proof, "ps:0", kProofToken, kProofNow + 1), ProofCheck::kReplayed);
 }
 
 TEST(OperatorProof, DoesNotHoldWhenAnythingDiffers) {
@@ -27,32 +27,33 @@ TEST(OperatorProof, DoesNotHoldWhenAnythingDiffers) {
     double now;
     ProofCheck want;
   };
-  pb::OperatorProof altered = ProveOperator(kToken, kSelf, "ps:0", kNowNs);
+  pb::OperatorProof altered = ProveOperator(kProofToken, kProofSelf, "ps:0", kProofNowNs);
   altered.mutable_mac()->back() ^= 1;
-  pb::OperatorProof relabelled = ProveOperator(kToken, "10.0.0.2:4317", "ps:0", kNowNs);
-  relabelled.set_recipient(kSelf);
-  pb::OperatorProof shifted = ProveOperator(kToken, kSelf, "ps:0", kNowNs);
-  shifted.set_asked_unix_ns(kNowNs + 1);
+  pb::OperatorProof relabelled = ProveOperator(kProofToken, "10.0.0.2:4317", "ps:0", kProofNowNs);
+  relabelled.set_recipient(kProofSelf);
+  pb::OperatorProof shifted = ProveOperator(kProofToken, kProofSelf, "ps:0", kProofNowNs);
+  shifted.set_asked_unix_ns(kProofNowNs + 1);
   const Case cases[] = {
-      {"no proof", {}, "ps:0", kToken, kNow, ProofCheck::kNoCredential},
-      {"no token here", ProveOperator(kToken, kSelf, "ps:0", kNowNs), "ps:0", "", kNow,
-       ProofCheck::kNoTokenFile},
-      {"another token", ProveOperator("ffffffffffffffffffffffffffffffff", kSelf, "ps:0", kNowNs),
-       "ps:0", kToken, kNow, ProofCheck::kBadToken},
-      {"another recipient", ProveOperator(kToken, "10.0.0.2:4317", "ps:0", kNowNs), "ps:0",
-       kToken, kNow, ProofCheck::kBadToken},
-      {"recipient rewritten", relabelled, "ps:0", kToken, kNow, ProofCheck::kBadToken},
-      {"another task", ProveOperator(kToken, kSelf, "ps:1", kNowNs), "ps:0", kToken, kNow,
-       ProofCheck::kBadToken},
-      {"time rewritten", shifted, "ps:0", kToken, kNow, ProofCheck::kBadToken},
-      {"altered", altered, "ps:0", kToken, kNow, ProofCheck::kBadToken},
-      {"too old", ProveOperator(kToken, kSelf, "ps:0", kNowNs), "ps:0", kToken,
-       kNow + kProofWindowS + 1, ProofCheck::kStale},
-      {"from the future", ProveOperator(kToken, kSelf, "ps:0", kNowNs), "ps:0", kToken,
-       kNow - kProofWindowS - 1, ProofCheck::kStale},
+      {"no proof", {}, "ps:0", kProofToken, kProofNow, ProofCheck::kNoCredential},
+      {"no token here", ProveOperator(kProofToken, kProofSelf, "ps:0", kProofNowNs), "ps:0", "",
+       kProofNow, ProofCheck::kNoTokenFile},
+      {"another token",
+       ProveOperator("ffffffffffffffffffffffffffffffff", kProofSelf, "ps:0", kProofNowNs), "ps:0",
+       kProofToken, kProofNow, ProofCheck::kBadToken},
+      {"another recipient", ProveOperator(kProofToken, "10.0.0.2:4317", "ps:0", kProofNowNs),
+       "ps:0", kProofToken, kProofNow, ProofCheck::kBadToken},
+      {"recipient rewritten", relabelled, "ps:0", kProofToken, kProofNow, ProofCheck::kBadToken},
+      {"another task", ProveOperator(kProofToken, kProofSelf, "ps:1", kProofNowNs), "ps:0",
+       kProofToken, kProofNow, ProofCheck::kBadToken},
+      {"time rewritten", shifted, "ps:0", kProofToken, kProofNow, ProofCheck::kBadToken},
+      {"altered", altered, "ps:0", kProofToken, kProofNow, ProofCheck::kBadToken},
+      {"too old", ProveOperator(kProofToken, kProofSelf, "ps:0", kProofNowNs), "ps:0", kProofToken,
+       kProofNow + kProofWindowS + 1, ProofCheck::kStale},
+      {"from the future", ProveOperator(kProofToken, kProofSelf, "ps:0", kProofNowNs), "ps:0",
+       kProofToken, kProofNow - kProofWindowS - 1, ProofCheck::kStale},
   };
   for (const Case& c : cases) {
-    ProofChecker checker(kSelf);
+    ProofChecker checker(kProofSelf);
     EXPECT_EQ(checker.Check(c.proof, c.subject, c.token, c.now), c.want) << c.what;
     EXPECT_NE(ProofRefusalName(c.want), "") << c.what;
   }

@@ -15,7 +15,13 @@ namespace trainscope::sidecar::wire {
 
 inline constexpr uint32_t kMaxFrameBytes = 64u << 20;
 
-enum class Kind : uint8_t { kCapture = 1, kFindTask = 2, kFindPort = 3, kReadLog = 4, kReadEnviron = 5 };
+enum class Kind : uint8_t {
+  kCapture = 1,
+  kFindTask = 2,
+  kFindPort = 3,
+  kReadLog = 4,
+  kReadEnviron = 5
+};
 
 struct Request {
   Kind kind = Kind::kCapture;

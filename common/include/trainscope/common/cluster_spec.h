@@ -77,14 +77,12 @@ std::string DescribeSpecDifference(const ClusterSpec& a, absl::string_view a_nam
 struct TfConfig {
   ClusterSpec cluster;
   std::optional<TaskRef> task;
-  // TensorFlow's evaluator is outside the cluster on purpose: a task {"type": "evaluator"} of a
-  // cluster with no evaluator job is this, and `task` stays empty.
-  std::optional<TaskRef> outside_task;
 };
 
 // Parses TF_CONFIG JSON. With `require_task`, a missing "task" is an error; a "task" that is
-// given is always checked against the cluster, except an evaluator outside it (outside_task),
-// which only a process that need not be a task of the cluster (!require_task) may be.
+// given is always checked against the cluster, except TensorFlow's evaluator, which is outside
+// the cluster on purpose: a task {"type": "evaluator"} of a cluster with no evaluator job is
+// accepted (with `task` left empty) when !require_task, and refused, saying so, otherwise.
 absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view json, bool require_task);
 
 // Parses a comma-separated task list ("ps:0, worker:1"); every task must be in `spec`.

@@ -79,10 +79,10 @@ class TfLogFollower {
   std::string proc_root_;
   int64_t pid_ = 0;
   uint64_t start_ticks_ = 0;
-  bool found_ = false;        // The process writes its log to a file.
-  std::string shown_path_;    // What /proc/PID/fd/2 (or 1) names, for people.
+  bool found_ = false;      // The process writes its log to a file.
+  std::string shown_path_;  // What /proc/PID/fd/2 (or 1) names, for people.
   uint64_t inode_ = 0;
-  int64_t offset_ = -1;       // -1: not read yet (the first read starts at the end).
+  int64_t offset_ = -1;  // -1: not read yet (the first read starts at the end).
   double read_at_ = -1e300;
   std::string partial_;                           // A line not ended yet (bounded).
   std::map<std::string, Wait> waits_;             // Peer ("ps:1") -> its CreateSession wait.

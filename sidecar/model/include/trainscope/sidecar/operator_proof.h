@@ -47,13 +47,13 @@ class ProofChecker {
   explicit ProofChecker(std::string self) : self_(std::move(self)) {}
   // Whether `proof` holds for a request about `subject` to this node, at `now_unix`, under
   // `token` ("" when this node has none: kNoTokenFile).
-  ProofCheck Check(const pb::OperatorProof& proof, std::string_view subject,
-                   std::string_view token, double now_unix);
+  ProofCheck Check(const pb::OperatorProof& proof, std::string_view subject, std::string_view token,
+                   double now_unix);
 
  private:
   static constexpr size_t kMaxSeen = 4096;
   const std::string self_;
-  std::mutex mu_;  // Guards seen_ and order_.
+  std::mutex mu_;                                              // Guards seen_ and order_.
   std::unordered_set<std::string> seen_ ABSL_GUARDED_BY(mu_);  // MACs accepted in the window.
   std::deque<std::pair<double, std::string>> order_ ABSL_GUARDED_BY(mu_);  // (accepted, MAC).
 };
