@@ -436,8 +436,8 @@ std::string TaskTracker::OutsideUpReason() const {
   if (view_.restarts > 0) absl::StrAppend(&reason, "; restarted ", view_.restarts, "x");
   if (!hb.log_path.empty()) {
     return absl::StrCat(reason,
-                        "; steps and progress cannot be seen from outside; its waits are "
-                        "read from its log ",
+                        "; steps and progress cannot be seen from outside; its CreateSession "
+                        "waits are read from its log ",
                         hb.log_path);
   }
   return absl::StrCat(reason, kOutsideCannot);

@@ -1,7 +1,9 @@
 // forensics_capture_bench: how long a capture holds a process's threads. Starts
-// `forensics_wedge spin` (31 threads), captures it N times and prints the median and max of
-// pause_ms_max and pause_ms_total, the capture's own wall time and the formatted size.
-// Usage: forensics_capture_bench WEDGE_PATH [N=50]   (needs ptrace permission: root)
+// `forensics_wedge spin` (31 threads), or takes a running process (--pid: a TensorFlow task,
+// whose libraries hold hundreds of thousands of symbols), captures it N times and prints the
+// median and max of pause_ms_max and pause_ms_total, the capture's own wall time (symbolization
+// included) and the formatted size.
+// Usage: forensics_capture_bench WEDGE_PATH [N=50] | --pid PID [N]   (ptrace permission: root)
 
 #include <poll.h>
 #include <signal.h>
@@ -21,6 +23,7 @@ namespace {
 
 struct BenchOptions {
   std::string wedge;
+  pid_t pid = 0;  // A running process to capture instead of a wedge.
   int captures = 50;
 };
 
@@ -56,7 +59,7 @@ std::pair<double, double> MedianMax(std::vector<double> values) {
 }
 
 int Run(const BenchOptions& options) {
-  const pid_t pid = StartWedge(options.wedge);
+  const pid_t pid = options.pid > 0 ? options.pid : StartWedge(options.wedge);
   if (pid < 0) {
     std::fprintf(stderr, "cannot start %s spin\n", options.wedge.c_str());
     return 1;
@@ -84,8 +87,10 @@ int Run(const BenchOptions& options) {
     text_bytes = trainscope::forensics::FormatSnapshot(*snapshot).size();
     threads = snapshot->threads.size();
   }
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
+  if (options.pid <= 0) {  // Ours: a wedge.
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
   if (exit_code != 0) return exit_code;
   const auto [max_median, max_max] = MedianMax(pause_max);
   const auto [total_median, total_max] = MedianMax(pause_total);
@@ -101,13 +106,15 @@ int Run(const BenchOptions& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || argc > 3) {
-    std::fprintf(stderr, "usage: %s WEDGE_PATH [N=50]\n", argv[0]);
+  BenchOptions options;
+  const bool by_pid = argc >= 3 && std::string(argv[1]) == "--pid";
+  if (argc < 2 || argc > (by_pid ? 4 : 3) || (by_pid && (options.pid = std::atoi(argv[2])) <= 1)) {
+    std::fprintf(stderr, "usage: %s WEDGE_PATH [N=50] | --pid PID [N=50] (not pid 1)\n", argv[0]);
     return 2;
   }
-  BenchOptions options;
-  options.wedge = argv[1];
-  if (argc == 3) options.captures = std::atoi(argv[2]);
+  if (!by_pid) options.wedge = argv[1];
+  const int n_arg = by_pid ? 3 : 2;
+  if (argc > n_arg) options.captures = std::atoi(argv[n_arg]);
   if (options.captures < 1) {
     std::fprintf(stderr, "N must be a positive number\n");
     return 2;
