@@ -10,11 +10,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "trainscope/common/cluster_spec.h"
+#include "trainscope/common/process_identity.h"
 
 namespace trainscope {
 namespace {
 
-constexpr size_t kMaxEnvironBytesRead = 1 << 20;
 constexpr std::string_view kVariable = "TF_CONFIG=";
 
 std::string ReadBounded(const std::string& path, size_t limit) {
@@ -61,7 +61,8 @@ absl::StatusOr<FoundTfConfig> FindTfConfigInProcesses(const std::string& proc_ro
   while (dirent* entry = readdir(dir.get())) {
     if (!IsPid(entry->d_name) || std::atoi(entry->d_name) == self) continue;
     const std::string base = absl::StrCat(proc_root, "/", entry->d_name);
-    const std::string environ = ReadBounded(base + "/environ", kMaxEnvironBytesRead);
+    const std::string environ =
+        ReadProcessEnviron(std::atoi(entry->d_name), proc_root).value_or("");
     if (environ.empty()) continue;
     ++read;
     std::string text = TfConfigOf(environ);
