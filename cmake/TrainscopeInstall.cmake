@@ -51,7 +51,7 @@ install(TARGETS trainscope-sidecar trainscopectl RUNTIME DESTINATION ${CMAKE_INS
 install(FILES packaging/debian/trainscope-sidecar.service
   DESTINATION /lib/systemd/system COMPONENT sidecar)
 install(FILES packaging/debian/trainscope-sidecar.default
-  DESTINATION ${CMAKE_INSTALL_FULL_SYSCONFDIR}/default RENAME trainscope-sidecar
+  DESTINATION /etc/default RENAME trainscope-sidecar
   COMPONENT sidecar)
 install(DIRECTORY dashboards/grafana dashboards/prometheus dashboards/alertmanager
   DESTINATION ${CMAKE_INSTALL_DATADIR}/trainscope COMPONENT sidecar

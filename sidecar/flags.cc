@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "CLI/CLI.hpp"
+#include "trainscope/common/secret_file.h"
 #include "trainscope/common/tls_flags.h"
 
 namespace trainscope::sidecar {
@@ -52,9 +53,10 @@ void AddListenFlags(CLI::App& app, SidecarOptions& o) {
   AddTlsFlags(app, o.tls);
   app.add_option("--api_token_file", o.api_token_file,
                  "File holding the bearer token that actions need (a fresh capture, "
-                 "/api/v1/stacks?fresh=1): make one with openssl rand -hex 32 > FILE; read "
-                 "again when it changes (default: $TRAINSCOPE_API_TOKEN_FILE; none: actions are "
-                 "refused unless over mutual TLS, reads stay open)");
+                 "/api/v1/stacks?fresh=1): make one with openssl rand -hex 32 > FILE, mode 600 "
+                 "(one others can read is refused); read again when it changes (default: "
+                 "$TRAINSCOPE_API_TOKEN_FILE, else the systemd credential api.token; none: "
+                 "actions are refused unless over mutual TLS, reads stay open)");
   app.add_option("--http_port", o.http_port,
                  "HTTP port: /metrics, /api/v1/tasks, /api/v1/sd, /api/v1/traces, /, /healthz (0: "
                  "any free port)")
@@ -92,11 +94,13 @@ void AddPeerAndAlertFlags(CLI::App& app, SidecarOptions& o) {
   app.add_option("--peer_sidecars", o.peer_sidecars,
                  "Other sidecars' gRPC addresses, host:port,... (default: every other host of "
                  "the spec at --grpc_port; \"none\": no exchange)");
-  app.add_option("--exchange_key_file", o.exchange_key_files,
-                 "The cluster key: a file holding the same secret on every node (openssl rand "
-                 "-base64 32); every exchange message is signed with it and refused without it. "
-                 "Repeat to rotate: the first signs, each verifies (default: "
-                 "$TRAINSCOPE_EXCHANGE_KEY_FILE; none: the exchange is not authenticated)")
+  app.add_option(
+         "--exchange_key_file", o.exchange_key_files,
+         "The cluster key: a file holding the same secret on every node (openssl rand "
+         "-base64 32); every exchange message is signed with it and refused without it. "
+         "Repeat to rotate: the first signs, each verifies. Mode 600: one others can read is "
+         "refused (default: $TRAINSCOPE_EXCHANGE_KEY_FILE, else the systemd credential "
+         "exchange.key; none: the exchange is not authenticated)")
       ->envname("TRAINSCOPE_EXCHANGE_KEY_FILE");
   app.add_option("--gossip_interval_ms", o.gossip_interval_ms,
                  "The exchange's period: one probe of one peer, news to a few")
@@ -155,7 +159,19 @@ void AddSidecarFlags(CLI::App& app, SidecarOptions& o) {
   if (const char* tf = std::getenv("TF_CONFIG")) o.tf_config = tf;
   if (const char* up = std::getenv("TRAINSCOPE_OTLP_UPSTREAM")) o.otlp_upstream = up;
   if (const char* am = std::getenv("TRAINSCOPE_ALERTMANAGER_URL")) o.alertmanager_urls = {am};
-  if (const char* token = std::getenv("TRAINSCOPE_API_TOKEN_FILE")) o.api_token_file = token;
+  // Under systemd, the unit's credentials (LoadCredential=, docs/security.md): private copies the
+  // service's user can read even when the files are root's and 0600.
+  o.api_token_file = CredentialPath("api.token");
+  if (std::string key = CredentialPath("exchange.key"); !key.empty()) o.exchange_key_files = {key};
+  if (std::string cert = CredentialPath("tls.crt"), key = CredentialPath("tls.key");
+      !cert.empty() && !key.empty()) {
+    o.tls.cert_file = cert;
+    o.tls.key_file = key;
+    o.tls.ca_file = CredentialPath("ca.crt");
+  }
+  if (const char* token = std::getenv("TRAINSCOPE_API_TOKEN_FILE"); token && *token) {
+    o.api_token_file = token;
+  }
   AddWatchFlags(app, o);
   AddListenFlags(app, o);
   AddTraceFlags(app, o);

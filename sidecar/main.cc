@@ -73,7 +73,11 @@ int Run(trainscope::sidecar::SidecarOptions& o, const sigset_t& signals) {
 }
 
 // --check_config: 0 and what would be watched, or 2 and the error.
-int PrintCheckedConfig(const trainscope::sidecar::SidecarOptions& o) {
+int PrintCheckedConfig(trainscope::sidecar::SidecarOptions& o) {
+  if (absl::Status st = trainscope::sidecar::ReadExchangeKeys(o); !st.ok()) {
+    std::cerr << "trainscope-sidecar: " << st.message() << "\n";
+    return 2;
+  }
   auto summary = trainscope::sidecar::CheckConfig(o);
   if (!summary.ok()) {
     std::cerr << "trainscope-sidecar: " << summary.status().message() << "\n";

@@ -27,6 +27,7 @@
 #include "grpcpp/security/tls_credentials_options.h"
 #include "tls_material.h"
 #include "trainscope/common/rpc_error.h"
+#include "trainscope/common/secret_file.h"
 
 // gRPC's own line writer (exported by libgpr, not declared in its public headers).
 void gpr_default_log(gpr_log_func_args* args);
@@ -36,11 +37,21 @@ namespace {
 
 namespace gx = grpc::experimental;
 
+// A PEM file the flag names, with `pem_tag` in it; a private key's file (secret) must also be
+// private to its owner and group (secret_file.h).
 absl::Status CheckReadable(const std::string& flag, const std::string& path,
-                           absl::string_view pem_tag) {
-  std::ifstream in(path);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": cannot read it"));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+                           absl::string_view pem_tag, bool secret = false) {
+  constexpr size_t kMaxPemBytes = 1 << 20;
+  std::string text;
+  if (secret) {
+    auto read = ReadSecretFile(flag, path, kMaxPemBytes);
+    if (!read.ok()) return read.status();
+    text = *std::move(read);
+  } else {
+    std::ifstream in(path);
+    if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": cannot read it"));
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
   if (!absl::StrContains(text, "-----BEGIN") || !absl::StrContains(text, pem_tag)) {
     return absl::InvalidArgumentError(
         absl::StrCat(flag, " ", path, ": not a PEM file with a ", pem_tag, " in it"));
@@ -224,7 +235,7 @@ absl::Status CheckTlsFiles(const TlsFiles& tls, bool server) {
   absl::Status st = absl::OkStatus();
   if (!tls.cert_file.empty()) {
     st.Update(CheckReadable("--tls_cert_file", tls.cert_file, "CERTIFICATE"));
-    st.Update(CheckReadable("--tls_key_file", tls.key_file, "PRIVATE KEY"));
+    st.Update(CheckReadable("--tls_key_file", tls.key_file, "PRIVATE KEY", /*secret=*/true));
   }
   if (!tls.ca_file.empty()) st.Update(CheckReadable("--tls_ca_file", tls.ca_file, "CERTIFICATE"));
   return st;

@@ -10,6 +10,7 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
+#include "trainscope/common/secret_file.h"
 
 namespace trainscope {
 namespace {
@@ -110,7 +111,10 @@ absl::StatusOr<std::shared_ptr<const TlsMaterial>> ReadTlsMaterial(const TlsFile
   if (!files.cert_file.empty()) {
     const std::string key_file = files.key_file.empty() ? files.cert_file : files.key_file;
     if (absl::Status s = ReadWhole(files.cert_file, &m->cert_pem); !s.ok()) return s;
-    if (absl::Status s = ReadWhole(key_file, &m->key_pem); !s.ok()) return s;
+    auto key = ReadSecretFile("--tls_key_file", key_file, 1 << 20);
+    if (!key.ok()) return key.status();
+    if (key->empty()) return absl::InvalidArgumentError(absl::StrCat(key_file, " is empty"));
+    m->key_pem = *std::move(key);
     if (absl::Status s = ParseChain(files.cert_file, m.get()); !s.ok()) return s;
     if (absl::Status s = ParseKey(key_file, m.get()); !s.ok()) return s;
   }

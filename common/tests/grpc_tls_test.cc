@@ -4,6 +4,7 @@
 
 #include <grpc/support/log.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <fstream>
@@ -13,9 +14,10 @@
 namespace trainscope {
 namespace {
 
-std::string WriteFile(const std::string& name, const std::string& text) {
+std::string WriteFile(const std::string& name, const std::string& text, mode_t mode = 0644) {
   std::string path = ::testing::TempDir() + name;
   std::ofstream(path) << text;
+  chmod(path.c_str(), mode);
   return path;
 }
 
@@ -28,8 +30,13 @@ TEST(GrpcTlsTest, PlainTextByDefault) {
 
 TEST(GrpcTlsTest, FilesMustGoTogetherAndRead) {
   const std::string cert = WriteFile("c.pem", "-----BEGIN CERTIFICATE-----\nx\n");
-  const std::string key = WriteFile("k.pem", "-----BEGIN PRIVATE KEY-----\nx\n");
+  const std::string key = WriteFile("k.pem", "-----BEGIN PRIVATE KEY-----\nx\n", 0600);
   EXPECT_TRUE(CheckTlsFiles({cert, key, cert}, true).ok());
+  // A private key every user may read is refused, saying how to fix it (secret_file.h).
+  const std::string open_key = WriteFile("k-open.pem", "-----BEGIN PRIVATE KEY-----\nx\n", 0644);
+  absl::Status open = CheckTlsFiles({cert, open_key, cert}, true);
+  EXPECT_NE(open.message().find("--tls_key_file " + open_key), std::string::npos) << open;
+  EXPECT_NE(open.message().find("chmod 600"), std::string::npos) << open;
   absl::Status no_key = CheckTlsFiles({cert, "", cert}, false);
   EXPECT_NE(no_key.message().find("give both or neither"), std::string::npos) << no_key;
   absl::Status ca_only = CheckTlsFiles({"", "", cert}, true);

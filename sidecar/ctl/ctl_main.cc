@@ -22,6 +22,7 @@
 #include "trainscope/common/clock.h"
 #include "trainscope/common/grpc_tls.h"
 #include "trainscope/common/http_client.h"
+#include "trainscope/common/secret_file.h"
 #include "trainscope/common/tls_flags.h"
 #include "trainscope/sidecar/api.h"
 #include "trainscope/sidecar/incident_bundle.h"
@@ -168,16 +169,17 @@ int Status(std::string sidecar, bool json, const trainscope::TlsFiles& tls) {
 // file cannot be read or is empty. The token itself is never printed.
 bool AuthorizationHeader(const std::string& token_file, std::vector<std::string>* headers) {
   if (token_file.empty()) return true;
-  std::ifstream in(token_file);
-  std::stringstream text;
-  if (in) text << in.rdbuf();
-  std::string token = text.str();
+  auto text = trainscope::ReadSecretFile("--api_token_file", token_file, 4096 + 2);
+  if (!text.ok()) {
+    std::cerr << "trainscopectl: " << text.status().message() << "\n";
+    return false;
+  }
+  std::string token = *std::move(text);
   token.erase(0, token.find_first_not_of(" \t\r\n"));
   token.erase(token.find_last_not_of(" \t\r\n") + 1);
-  if (!in || token.empty() || token.find_first_of(" \t\r\n") != std::string::npos) {
+  if (token.empty() || token.find_first_of(" \t\r\n") != std::string::npos) {
     std::cerr << "trainscopectl: --api_token_file " << token_file
-              << (in ? " holds no token (one line, as the sidecar's --api_token_file)\n"
-                     : ": cannot read it\n");
+              << " holds no token (one line, as the sidecar's --api_token_file)\n";
     return false;
   }
   headers->push_back("Authorization: Bearer " + token);

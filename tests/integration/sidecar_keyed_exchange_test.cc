@@ -3,6 +3,7 @@
 // from the other node), and with it (a replay; a lie no node could tell of another). No view
 // changes, each refusal is counted by reason, and the refusals tell nothing of the cluster.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -71,6 +72,7 @@ double Counter(const std::string& metrics, const std::string& series) {
 TEST(SidecarKeyedExchange, LiesFromTheNetworkChangeNoView) {
   const std::string key_file = ::testing::TempDir() + "/exchange-" + std::to_string(getpid());
   std::ofstream(key_file) << kKey << "\n";
+  chmod(key_file.c_str(), 0600);
   Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
   auto ps = StartFakeTask(cluster["ps"][0], "ps", 0, {"--phase", "serving"});
   auto worker = StartFakeTask(cluster["worker"][0], "worker", 0,
@@ -132,6 +134,7 @@ TEST(SidecarKeyedExchange, LiesFromTheNetworkChangeNoView) {
 TEST(SidecarKeyedExchange, AnUnkeyedSidecarIsRefusedAndSaysItIsNotAuthenticated) {
   const std::string key_file = ::testing::TempDir() + "/exchange-u-" + std::to_string(getpid());
   std::ofstream(key_file) << kKey << "\n";
+  chmod(key_file.c_str(), 0600);
   Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
   auto ps = StartFakeTask(cluster["ps"][0], "ps", 0, {"--phase", "serving"});
   const std::string a = "127.0.0.1:" + std::to_string(FreePort());

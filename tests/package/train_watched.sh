@@ -49,30 +49,56 @@ fit_line=$work/build/fit_line
 read -r ps w0 w1 http grpc <<<"$(free_ports 5)"
 cluster="{\"cluster\": {\"ps\": [\"127.0.0.1:$ps\"], \"worker\": [\"127.0.0.1:$w0\", \"127.0.0.1:$w1\"]}}"
 echo "$cluster" > "$work/cluster_spec.json"
-# The API token a fresh capture needs (docs/security.md, "Credentials for actions"); readable by
-# the sidecar's user under the unit too (a test token).
+# The API token a fresh capture needs (docs/security.md, "Credentials for actions"), private as
+# the docs say: 0600, root's.
 token=$work/api.token
-od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "$token"
-chmod 644 "$token"
+(umask 077; od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "$token")
 sidecar_flags=(--cluster_spec "$work/cluster_spec.json" --cluster_name fit-line
-  --http_address 127.0.0.1 --http_port "$http" --grpc_port "$grpc" --api_token_file "$token")
+  --http_address 127.0.0.1 --http_port "$http" --grpc_port "$grpc")
 [ $# -gt 0 ] || { echo "usage: $0 EXAMPLE_SRC WORK_DIR SIDECAR_COMMAND... | [WRAPPER...] unit"; exit 2; }
+if [ "${!#}" = unit ]; then sidecar_command=(trainscope-sidecar); else sidecar_command=("$@"); fi
+
+# A secret every user may read is refused with the fix, before anything starts.
+cp "$token" "$work/open.token"
+chmod 644 "$work/open.token"
+if "${sidecar_command[@]}" "${sidecar_flags[@]}" --api_token_file "$work/open.token" \
+  --check_config > "$work/open-token.log" 2>&1; then
+  fail "the sidecar took a token every user may read: $(cat "$work/open-token.log")"
+fi
+grep -q "chmod 600 $work/open.token" "$work/open-token.log" ||
+  fail "the refusal of a token every user may read does not say how to fix it: $(cat "$work/open-token.log")"
+say "a token every user may read is refused: $(head -c 160 "$work/open-token.log")..."
+
 if [ "${!#}" = unit ]; then
   wrapper=("${@:1:$#-1}")
-  # As systemd would: the unit's environment file, then its ExecStart, $ARGS split on spaces.
-  mkdir -p /etc/trainscope
+  # As a user would, with the folders the package made: the spec, then the secrets (the same
+  # files on every node, 0600, root's) in /etc/trainscope/credentials.
+  [ "$(stat -c %a /etc/trainscope/credentials)" = 700 ] ||
+    fail "the package did not make /etc/trainscope/credentials 0700: $(ls -ld /etc/trainscope/credentials 2>&1)"
   cp "$work/cluster_spec.json" /etc/trainscope/cluster_spec.json
   sidecar_flags[1]=/etc/trainscope/cluster_spec.json
-  cp "$token" /etc/trainscope/api.token
-  token=/etc/trainscope/api.token
-  sidecar_flags[11]=$token
+  install -m 600 "$token" /etc/trainscope/credentials/api.token
+  (umask 077; od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > /etc/trainscope/credentials/exchange.key)
+  token=/etc/trainscope/credentials/api.token
   sed -i "s|^ARGS=.*|ARGS=\"${sidecar_flags[*]}\"|" /etc/default/trainscope-sidecar
+  # As the unit's LoadCredential=trainscope:/etc/trainscope/credentials does: a private copy of
+  # each file, trainscope_NAME, readable by the service's user only, in $CREDENTIALS_DIRECTORY.
+  grep -qx 'LoadCredential=trainscope:/etc/trainscope/credentials' \
+    /lib/systemd/system/trainscope-sidecar.service || fail "the unit loads no credentials"
+  credentials=$work/credentials
+  mkdir -p "$credentials"
+  for f in /etc/trainscope/credentials/*; do
+    install -m 400 -o 65534 -g 65534 "$f" "$credentials/trainscope_$(basename "$f")"
+  done
+  chown 65534:65534 "$credentials"
+  chmod 500 "$credentials"
   exec_start=$(sed -n 's/^ExecStart=//p' /lib/systemd/system/trainscope-sidecar.service)
-  say "sidecar as its unit starts it: ${wrapper[*]} $exec_start, with $(grep '^ARGS=' /etc/default/trainscope-sidecar)"
+  say "sidecar as its unit starts it: ${wrapper[*]} $exec_start, with $(grep '^ARGS=' /etc/default/trainscope-sidecar), credentials $(ls "$credentials" | tr '\n' ' ')"
   (set -a; . /etc/default/trainscope-sidecar; set +a
+   export CREDENTIALS_DIRECTORY=$credentials
    eval "exec \"\${wrapper[@]}\" $exec_start") > "$work/sidecar.log" 2>&1 &
 else
-  (exec "$@" "${sidecar_flags[@]}") > "$work/sidecar.log" 2>&1 &
+  (exec "$@" "${sidecar_flags[@]}" --api_token_file "$token") > "$work/sidecar.log" 2>&1 &
 fi
 pids+=($!)
 sidecar_pid=$!
@@ -118,6 +144,12 @@ capeff=$(awk '/^CapEff:/ { print $2 }' "/proc/$sidecar_pid/status")
 helpers=$(cat "/proc/$sidecar_pid/task/$sidecar_pid/children" 2>/dev/null || true)
 say "the sidecar's CapEff: $capeff; its helpers': $(for h in $helpers; do
   awk '/^CapEff:/ { printf "%s ", $2 }' "/proc/$h/status"; done)"
+
+if [ -n "${credentials:-}" ]; then
+  grep -q "the exchange is signed with the cluster key" "$work/sidecar.log" ||
+    fail "the sidecar did not take exchange.key from its credentials"
+  say "the sidecar took api.token (the fresh capture above) and exchange.key from \$CREDENTIALS_DIRECTORY"
+fi
 
 # SIGUSR1: finish training now (the runtime's signal), so the run is short whatever the machine.
 kill -USR1 "$pid_worker_0" "$pid_worker_1"

@@ -4,18 +4,15 @@
 #include <openssl/crypto.h>
 #include <openssl/hmac.h>
 #include <openssl/sha.h>
-#include <sys/stat.h>
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
-#include "spdlog/spdlog.h"
+#include "trainscope/common/secret_file.h"
 #include "trainscope/sidecar/v1/sidecar.pb.h"
 
 namespace trainscope::sidecar {
@@ -87,23 +84,14 @@ std::string Mac(const google::protobuf::Message& m, const std::string& secret) {
 }  // namespace
 
 absl::StatusOr<std::string> ReadExchangeKeyFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--exchange_key_file ", path, ": cannot read it (", std::strerror(errno), ")"));
-  }
-  std::ostringstream content;
-  content << in.rdbuf();
-  std::string key(absl::StripAsciiWhitespace(content.str()));
+  constexpr size_t kMaxKeyFileBytes = 64 << 10;
+  auto content = ReadSecretFile("--exchange_key_file", path, kMaxKeyFileBytes);
+  if (!content.ok()) return content.status();
+  std::string key(absl::StripAsciiWhitespace(*content));
   if (key.size() < kMinKeyBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--exchange_key_file ", path, ": the key is ", key.size(), " bytes, at least ",
         kMinKeyBytes, " are needed (make one with: openssl rand -base64 32 > ", path, ")"));
-  }
-  struct stat st {};
-  if (stat(path.c_str(), &st) == 0 && (st.st_mode & S_IROTH) != 0) {
-    spdlog::warn("--exchange_key_file {} is readable by every user of this machine: chmod o-r it",
-                 path);
   }
   return key;
 }

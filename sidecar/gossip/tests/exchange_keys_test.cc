@@ -2,6 +2,7 @@
 #include "trainscope/sidecar/exchange_keys.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -87,6 +88,8 @@ TEST(ExchangeKeys, KeyFilesAreCheckedAtStart) {
   const std::string shortf = dir + "/short.key", good = dir + "/good.key";
   std::ofstream(shortf) << "tooshort\n";
   std::ofstream(good) << kKey << "\n";
+  chmod(shortf.c_str(), 0600);
+  chmod(good.c_str(), 0600);
   auto keys = ExchangeKeys::Load({shortf});
   ASSERT_FALSE(keys.ok());
   EXPECT_NE(keys.status().message().find("openssl rand -base64 32"), std::string::npos);
@@ -98,6 +101,11 @@ TEST(ExchangeKeys, KeyFilesAreCheckedAtStart) {
   v1::PingRequest req = Ping();
   (*keys)->Sign(&req, kNow);
   EXPECT_TRUE(Keys({kKey})->Verify(req, kNow).ok()) << "the trailing newline is not the key";
+  // A key every user of the machine can read is refused, saying how to fix it.
+  chmod(good.c_str(), 0644);
+  keys = ExchangeKeys::Load({good});
+  ASSERT_FALSE(keys.ok());
+  EXPECT_NE(keys.status().message().find("chmod 600 " + good), std::string::npos) << keys.status();
   unlink(shortf.c_str());
   unlink(good.c_str());
 }

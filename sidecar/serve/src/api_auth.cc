@@ -3,13 +3,11 @@
 
 #include <sys/stat.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 #include "trainscope/common/clock.h"
+#include "trainscope/common/secret_file.h"
 
 namespace trainscope::sidecar {
 namespace {
@@ -34,12 +32,9 @@ std::string FileVersion(const std::string& path) {
 }
 
 absl::StatusOr<std::string> ReadToken(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
-  std::string text(kMaxTokenLength + 2, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
-  auto token = ParseToken(text);
+  auto text = ReadSecretFile("--api_token_file", path, kMaxTokenLength + 2);
+  if (!text.ok()) return text.status();
+  auto token = ParseToken(*text);
   if (!token.ok())
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", token.status().message()));
   return token;
@@ -96,16 +91,7 @@ absl::StatusOr<std::unique_ptr<ApiAuth>> ApiAuth::Create(ApiAuthOptions options)
   const std::string& path = auth->options_.token_file;
   if (path.empty()) return auth;
   auto token = ReadToken(path);
-  if (!token.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--api_token_file: ", token.status().message()));
-  }
-  struct stat st {};
-  if (stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
-    spdlog::warn(
-        "trainscope-sidecar: --api_token_file {} can be read by others than its owner "
-        "(chmod 600 it)",
-        path);
-  }
+  if (!token.ok()) return token.status();
   std::lock_guard lock(auth->mu_);
   auth->token_ = *std::move(token);
   auth->file_version_ = FileVersion(path);

@@ -4,6 +4,7 @@
 #include "trainscope/sidecar/api_auth.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -30,6 +31,7 @@ class ApiAuthTest : public ::testing::Test {
   // Replaces the file by a new one (a new inode, as a rotation by rename).
   void Write(const std::string& text) {
     std::ofstream(path_ + ".new") << text;
+    chmod((path_ + ".new").c_str(), 0600);
     std::filesystem::rename(path_ + ".new", path_);
   }
   static HttpServer::Request Asking(const std::string& authorization, bool cert = false) {
@@ -110,6 +112,25 @@ TEST_F(ApiAuthTest, BadTokenFilesAreRefusedAtStartNamingTheFile) {
   auto missing = ApiAuth::Create({path_ + ".none", 0});
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("cannot read"), std::string::npos);
+}
+
+// A token every user of the machine can read would let any of them pause any task: refused at
+// start with the fix, and a rotation to such a file keeps the last good token.
+TEST_F(ApiAuthTest, ATokenOthersCanReadIsRefusedSayingHowToFixIt) {
+  chmod(path_.c_str(), 0644);
+  auto open = ApiAuth::Create({path_, 0});
+  ASSERT_FALSE(open.ok());
+  EXPECT_NE(open.status().message().find("--api_token_file " + path_), std::string::npos)
+      << open.status();
+  EXPECT_NE(open.status().message().find("chmod 600 " + path_), std::string::npos) << open.status();
+  chmod(path_.c_str(), 0600);
+  auto auth = ApiAuth::Create({path_, 0});
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  std::ofstream(path_ + ".new") << kOther << "\n";
+  chmod((path_ + ".new").c_str(), 0644);
+  std::filesystem::rename(path_ + ".new", path_);
+  EXPECT_TRUE((*auth)->Refusal(Asking(std::string("Bearer ") + kOther), "x"));
+  EXPECT_FALSE((*auth)->Refusal(Asking(std::string("Bearer ") + kToken), "x"));
 }
 
 TEST(SameToken, ComparesWholeTokens) {
