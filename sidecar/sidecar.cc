@@ -24,6 +24,7 @@
 #include "trainscope/common/grpc_tls.h"
 #include "trainscope/common/http_server.h"
 #include "trainscope/common/http_tls.h"
+#include "trainscope/common/resolve.h"
 #include "trainscope/common/tf_config_env.h"
 #include "trainscope/sidecar/alert_notifier.h"
 #include "trainscope/sidecar/api_auth.h"
@@ -131,6 +132,7 @@ struct Plan {
   // Each task of the spec -> the node id expected to watch it (this node's where none is known).
   std::shared_ptr<const std::map<TaskRef, std::string>> expected_nodes;
   std::vector<std::string> bind;  // Addresses HTTP and gRPC listen on.
+  SpanSenders span_senders;       // Who may send spans besides loopback (TraceReceiver).
 };
 
 // Where HTTP and gRPC listen: --http_address when given, else those addresses of this node's
@@ -319,6 +321,27 @@ std::shared_ptr<const std::map<TaskRef, std::string>> ExpectedNodes(const Plan& 
   return nodes;
 }
 
+// This node as a sender of spans: its interfaces' addresses, where it listens, and the
+// addresses of its own tasks' hosts.
+SpanSenders SpanSendersOf(const Plan& plan) {
+  SpanSenders senders;
+  auto add = [&senders](const std::string& a) {
+    if (!a.empty() && a != "0.0.0.0" && a != "::" &&
+        std::find(senders.addresses.begin(), senders.addresses.end(), a) ==
+            senders.addresses.end()) {
+      senders.addresses.push_back(a);
+    }
+  };
+  const LocalHosts machine;
+  for (const std::string& a : machine.addresses()) add(a);
+  for (const std::string& a : plan.bind) add(a);
+  for (const WatchedTask& t : plan.tasks) {
+    auto hp = ParseHostPort(t.address);
+    if (t.local && hp.ok()) add(NumericAddress(hp->host));
+  }
+  return senders;
+}
+
 absl::StatusOr<Plan> MakePlan(const SidecarOptions& o) {
   if (absl::Status s = Validate(o); !s.ok()) return s;
   Plan plan;
@@ -329,6 +352,7 @@ absl::StatusOr<Plan> MakePlan(const SidecarOptions& o) {
   SpecHosts scan = ScanSpecHosts(plan.config.cluster, hosts);
   if (absl::Status s = PlanTasks(o, hosts, std::move(scan.local_tasks), plan); !s.ok()) return s;
   plan.bind = BindAddresses(o, plan.tasks, hosts);
+  plan.span_senders = SpanSendersOf(plan);
   if (absl::Status s = PlanSelf(o, bound, scan.first_local_host, plan); !s.ok()) return s;
   if (absl::Status s = PlanPeers(o, scan.remote_hosts, plan); !s.ok()) return s;
   plan.expected_nodes = ExpectedNodes(plan);
@@ -385,7 +409,8 @@ class Sidecar::Impl {
       }
       forwarder_ = std::move(*f);
     }
-    trace_receiver_ = std::make_unique<TraceReceiver>(&trace_store_, forwarder_.get());
+    trace_receiver_ =
+        std::make_unique<TraceReceiver>(&trace_store_, forwarder_.get(), plan_.span_senders);
     BuildKeeper();
     if (absl::Status s = BuildIncidents(); !s.ok()) return s;
     AddRoutes();
@@ -723,6 +748,7 @@ class Sidecar::Impl {
     ServeStats stats;
     if (notifier_) stats.alerts = notifier_->stats();
     stats.api_refused = auth_->refused();
+    stats.api_refused["otlp_not_local"] = trace_receiver_->stats().refused;
     stats.incidents = incidents_->Now();
     if (writer_) stats.store_ok = writer_->error().empty();
     return RenderMetrics(ObservedFamilies(*local, view), local->views, stats, view);

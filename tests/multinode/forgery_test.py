@@ -12,7 +12,10 @@ Alertmanager on n4, whose webhook records every page. From n4 (trainscope_testin
      alive, no page was sent, and each sidecar counted its refusals
      (trainscope_sidecar_exchange_refused_total{reason="unsigned"}) and logged them once a
      minute per address; its open file descriptors and RSS stayed within bounds.
-  2. a real fault still pages: worker:1 killed, paged once (the silence above means something).
+  2. spans from n4 (an OTLP Export of a 30 s ps request) to each sidecar's gRPC port: refused
+     (PERMISSION_DENIED), counted (trainscope_sidecar_api_refused_total{reason="otlp_not_local"}),
+     and nowhere in /api/v1/traces/slow or /errors; the nodes' own tasks' spans still arrive.
+  3. a real fault still pages: worker:1 killed, paged once (the silence above means something).
 
 Usage: forgery_test.py --bin build/bin [--src .] [--keep_logs]. Exit 0 passed, 1 failed, 77
 skipped (no root or no network namespaces; one line says why).
@@ -67,14 +70,14 @@ def sidecar_pid_stats(t, node):
     return fds, rss
 
 
-def forge(c, t, to_node, as_node):
-    """Runs every forgery ROUNDS times from the attacker's node; returns its output lines."""
+def forge(c, t, to_node, as_node, kind="all"):
+    """Runs forgeries of `kind` ROUNDS times from the attacker's node; returns its output lines."""
     grpc_to = f"{c.address(to_node)}:{t.grpc_ports[c.node(to_node)]}"
     grpc_as = f"{c.address(as_node)}:{t.grpc_ports[c.node(as_node)]}"
     tasks = ",".join(x for x, n in t.task_node.items() if n == c.node(as_node))
     argv = c.exec_argv(ATTACKER, [sys.executable, "-m", "trainscope_testing.forge",
                                   "--to", grpc_to, "--as", grpc_as, "--cluster", t.name,
-                                  "--count", str(ROUNDS), "--tasks", tasks])
+                                  "--count", str(ROUNDS), "--tasks", tasks, "--kind", kind])
     env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "py"))
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, f"the forger failed: {out.stderr[-2000:]}"
@@ -160,6 +163,24 @@ def main():
             got = pages(hook_file, t0)
             assert not got, f"pages sent: {[p['labels'] for p in got]}"
             log("ok: no page")
+
+            log(f"--- from n{ATTACKER}: {ROUNDS} OTLP Exports of a forged 30 s ps request to "
+                "each sidecar")
+            for n in NODES:
+                received = metric(t, n, "trainscope_sidecar_traces_spans_received_total")
+                answers = forge(c, t, n, n, kind="spans")
+                refused = [a for a in answers if a.startswith("spans -> PERMISSION_DENIED")]
+                assert len(refused) == ROUNDS == len(answers), f"n{n}: {answers[:3]}"
+                counted = metric(t, n, 'trainscope_sidecar_api_refused_total'
+                                       '{reason="otlp_not_local"}')
+                assert counted == ROUNDS, f"n{n} counted {counted} OTLP refusals"
+                for path in ("/api/v1/traces/slow", "/api/v1/traces/errors"):
+                    status, body = t.http_get(n, t.sidecar_url(n, path))
+                    assert status == 200 and b"forged-slow-request" not in body, \
+                        f"n{n}'s {path} shows the forged span (HTTP {status})"
+                wait_for(f"n{n}: its own tasks' spans still arrive", lambda: metric(
+                    t, n, "trainscope_sidecar_traces_spans_received_total") > received, 20)
+                log(f"ok: n{n}: {len(refused)} refused, counted {counted:.0f}; e.g. {answers[0]}")
 
             log("--- a real fault still pages: kill -9 worker:1")
             t1 = time.time()

@@ -157,12 +157,16 @@ void AddAlertFamilies(const ServeStats& stats, std::vector<MetricFamily>& out) {
                       "First-hand alerts this sidecar says are firing now.", stats.alerts.firing);
 }
 
-// Requests to the HTTP API refused for want of a credential, by reason (every reason present).
+// Requests refused for want of a credential, over HTTP and gRPC, by reason (every reason
+// present).
 void AddApiFamilies(const ServeStats& stats, std::vector<MetricFamily>& out) {
-  auto refused = MakeFamily(names::kSidecarApiRefused,
-                            "Requests to the HTTP API refused, by reason: no_credential and "
-                            "bad_token (401), no_token_file (403: no --api_token_file set).",
-                            MetricType::Counter);
+  auto refused = MakeFamily(
+      names::kSidecarApiRefused,
+      "Requests refused for want of a credential, over HTTP and gRPC, first-hand or relayed, by "
+      "reason: no_credential and bad_token (401), no_token_file (403: no --api_token_file set), "
+      "stale_credential and replayed_credential (a relayed operator's proof), otlp_not_local "
+      "(spans from outside this node without mutual TLS).",
+      MetricType::Counter);
   for (const auto& [reason, n] : stats.api_refused) {
     AddMetric(refused, {{std::string(names::kLabelReason), reason}}).counter.value =
         static_cast<double>(n);

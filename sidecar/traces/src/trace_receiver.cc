@@ -1,6 +1,9 @@
 // OTLP Export on the sidecar: validation, conversion and forwarding; see trace_receiver.h.
 #include "trainscope/sidecar/trace_receiver.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -8,6 +11,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 #include "grpcpp/grpcpp.h"
 #include "spdlog/spdlog.h"
 #include "trainscope/common/backoff.h"
@@ -294,12 +299,65 @@ OtlpForwarder::Stats OtlpForwarder::stats() const {
           failures_.load(std::memory_order_relaxed)};
 }
 
-TraceReceiver::TraceReceiver(TraceStore* store, OtlpForwarder* forwarder)
-    : store_(store), forwarder_(forwarder) {}
+bool IsNodeLocalPeer(const std::string& peer, const SpanSenders& senders) {
+  absl::string_view rest(peer);
+  if (absl::StartsWith(rest, "unix:") || absl::StartsWith(rest, "unix-abstract:")) return true;
+  std::string host;
+  if (absl::ConsumePrefix(&rest, "ipv4:")) {
+    const size_t colon = rest.rfind(':');
+    if (colon == absl::string_view::npos) return false;
+    host = std::string(rest.substr(0, colon));
+  } else if (absl::ConsumePrefix(&rest, "ipv6:")) {
+    std::string decoded = absl::StrReplaceAll(
+        std::string(rest), {{"%5B", "["}, {"%5D", "]"}, {"%5b", "["}, {"%5d", "]"}, {"%25", "%"}});
+    const size_t close = decoded.rfind(']');
+    if (decoded.empty() || decoded[0] != '[' || close == std::string::npos) return false;
+    host = decoded.substr(1, close - 1);
+    if (const size_t zone = host.find('%'); zone != std::string::npos) host.resize(zone);
+    // An IPv4 client of a dual-stack listener: judge its IPv4 address.
+    if (absl::StartsWithIgnoreCase(host, "::ffff:") && host.find('.') != std::string::npos) {
+      host = host.substr(7);
+    }
+  } else {
+    return false;
+  }
+  in_addr v4{};
+  in6_addr v6{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) {
+    if ((ntohl(v4.s_addr) >> 24) == 127) return true;
+  } else if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+  } else {
+    return false;
+  }
+  return std::find(senders.addresses.begin(), senders.addresses.end(), host) !=
+         senders.addresses.end();
+}
 
-grpc::Status TraceReceiver::Export(grpc::ServerContext*,
+TraceReceiver::TraceReceiver(TraceStore* store, OtlpForwarder* forwarder, SpanSenders senders)
+    : store_(store), forwarder_(forwarder), senders_(std::move(senders)) {}
+
+grpc::Status TraceReceiver::Export(grpc::ServerContext* context,
                                    const otlp::ExportTraceServiceRequest* request,
                                    otlp::ExportTraceServiceResponse* response) {
+  const std::string peer = context->peer();
+  if (!IsNodeLocalPeer(peer, senders_)) {
+    const auto auth = context->auth_context();
+    if (auth == nullptr || !auth->IsPeerAuthenticated()) {
+      refused_.fetch_add(1, std::memory_order_relaxed);
+      const double now = MonotonicSeconds();
+      double logged = refusal_logged_at_.load(std::memory_order_relaxed);
+      if (now - logged >= 60 && refusal_logged_at_.compare_exchange_strong(logged, now)) {
+        spdlog::warn(
+            "trainscope-sidecar: refused OTLP spans from {}: not this node, and no verified "
+            "client certificate (not repeated for a minute)",
+            peer);
+      }
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          "this trainscope sidecar takes spans only from its own node (loopback, "
+                          "its addresses, its tasks) or over mutual TLS (docs/security.md)");
+    }
+  }
   requests_.fetch_add(1, std::memory_order_relaxed);
   ConvertResult c = ConvertExport(*request);
   received_.fetch_add(c.total, std::memory_order_relaxed);
@@ -315,7 +373,7 @@ grpc::Status TraceReceiver::Export(grpc::ServerContext*,
 
 TraceReceiver::Stats TraceReceiver::stats() const {
   return {requests_.load(std::memory_order_relaxed), received_.load(std::memory_order_relaxed),
-          invalid_.load(std::memory_order_relaxed)};
+          invalid_.load(std::memory_order_relaxed), refused_.load(std::memory_order_relaxed)};
 }
 
 }  // namespace trainscope::sidecar

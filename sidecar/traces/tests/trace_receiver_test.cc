@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "grpcpp/grpcpp.h"
+
 namespace trainscope::sidecar {
 namespace {
 
@@ -96,20 +98,66 @@ TEST(TraceReceiver, SkipsSpansWithBadIds) {
   EXPECT_EQ(c.first_error, "span skipped: trace_id of 0 bytes (want 16)");
 }
 
+// Export as a client on this node reaches it: over a real gRPC server on loopback.
 TEST(TraceReceiver, ExportAnswersPartialSuccessAndStores) {
   TraceStore store;
-  TraceReceiver receiver(&store, nullptr);
+  TraceReceiver receiver(&store, nullptr, SpanSenders{});
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&receiver);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  auto stub = otlp::TraceService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   otlp::ExportTraceServiceRequest req;
   AddSpan(req, std::string(16, '\x07'), std::string(8, '\x09'))
       ->set_kind(otlp_trace::Span::SPAN_KIND_CLIENT);
   AddSpan(req, "bad", std::string(8, '\x09'));
   otlp::ExportTraceServiceResponse resp;
-  grpc::ServerContext ctx;
-  EXPECT_TRUE(receiver.Export(&ctx, &req, &resp).ok());
+  grpc::ClientContext ctx;
+  const grpc::Status status = stub->Export(&ctx, req, &resp);
+  EXPECT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(resp.partial_success().rejected_spans(), 1);
   EXPECT_EQ(receiver.stats().spans_received, 2);
   EXPECT_EQ(receiver.stats().spans_invalid, 1);
+  EXPECT_EQ(receiver.stats().refused, 0);
   EXPECT_EQ(store.stats().spans_kept, 1);
+  server->Shutdown();
+}
+
+// Who counts as this node: a table of gRPC peer strings (refusals from another node on real
+// sockets: tests/multinode/forgery_test.py).
+TEST(TraceReceiver, OnlyThisNodeSendsSpans) {
+  const SpanSenders senders{{"10.213.5.1", "fd00::5"}};
+  struct Case {
+    const char* peer;
+    bool local;
+  };
+  const Case cases[] = {
+      {"ipv4:127.0.0.1:4000", true},
+      {"ipv4:127.0.0.9:1", true},
+      {"ipv4:10.213.5.1:5", true},
+      {"ipv4:10.213.5.2:5", false},
+      {"ipv4:10.213.5.10:5", false},
+      {"ipv6:[::1]:5", true},
+      {"ipv6:%5B::1%5D:5", true},
+      {"ipv6:[fd00::5]:5", true},
+      {"ipv6:%5Bfd00::5%5D:5", true},
+      {"ipv6:[fd00::6]:5", false},
+      {"ipv6:[::ffff:127.0.0.1]:5", true},
+      {"ipv6:[::ffff:10.213.5.1]:5", true},
+      {"ipv6:[::ffff:10.213.5.3]:5", false},
+      {"ipv6:[fe80::1%25eth0]:5", false},
+      {"unix:/run/trainscope.sock", true},
+      {"", false},
+      {"ipv4:", false},
+      {"ipv4:garbage", false},
+      {"ipv4:999.1.1.1:5", false},
+      {"ipv6:::1:5", false},
+      {"inproc:x", false},
+  };
+  for (const Case& c : cases) EXPECT_EQ(IsNodeLocalPeer(c.peer, senders), c.local) << c.peer;
 }
 
 TEST(TraceReceiver, ForwarderRejectsBadEndpointsAndDropsWhenFull) {

@@ -9,7 +9,9 @@ prints one line per message sent: `KIND -> CODE: details`, and exits 0 whatever 
 Kinds: silent, suspect, left (a MemberUpdate about --as, as from --as, with a generation from
 the future and a huge incarnation), dead_record (--as's record calling its tasks dead, dated an
 hour ahead), stranger (members and records of nodes of no list), pingreq (a probe of arbitrary
-targets: a unix socket, a far address), all (each of them).
+targets: a unix socket, a far address), all (each of them). And, not part of "all" (another
+service on the same port): spans (an OTLP TraceService/Export of a 30 s ps request named
+"forged-slow-request", as the node's tasks send theirs).
 """
 
 import argparse
@@ -19,6 +21,7 @@ import time
 
 ALIVE, SUSPECT, SILENT, LEFT = 1, 2, 3, 4
 KINDS = ("silent", "suspect", "left", "dead_record", "stranger", "pingreq")
+OTLP_EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 
 def varint(n):
@@ -107,9 +110,24 @@ def messages(kind, cluster, sender, to, tasks):
     raise ValueError(kind)
 
 
+def field_fixed64(num, n):
+    return varint((num << 3) | 1) + struct.pack("<Q", n)
+
+
+def forged_spans():
+    """An ExportTraceServiceRequest of one client span, 30 s long, ending now."""
+    now = int(time.time() * 1e9)
+    span = (field_bytes(1, bytes(range(1, 17))) + field_bytes(2, bytes(range(1, 9)))
+            + field_bytes(5, "forged-slow-request") + field_varint(6, 3)
+            + field_fixed64(7, now - 30 * 10**9) + field_fixed64(8, now))
+    return field_bytes(1, field_bytes(2, field_bytes(2, span)))
+
+
 def send(channel, method, payload, timeout=3.0):
     import grpc  # Debian's python3-grpc; imported here so that the encoders need nothing
-    call = channel.unary_unary(f"/trainscope.sidecar.v1.Exchange/{method}",
+    path = (method if method.startswith("/")
+            else f"/trainscope.sidecar.v1.Exchange/{method}")
+    call = channel.unary_unary(path,
                                request_serializer=lambda b: b,
                                response_deserializer=lambda b: b)
     try:
@@ -124,7 +142,7 @@ def main(argv=None):
     ap.add_argument("--to", required=True, help="host:port of a sidecar's gRPC port")
     ap.add_argument("--as", dest="sender", required=True, help="the node id to speak as")
     ap.add_argument("--cluster", required=True)
-    ap.add_argument("--kind", default="all", choices=(*KINDS, "all"))
+    ap.add_argument("--kind", default="all", choices=(*KINDS, "all", "spans"))
     ap.add_argument("--count", type=int, default=10)
     ap.add_argument("--tasks", default="worker:0",
                     help="role:index,... the forged record calls dead")
@@ -141,6 +159,10 @@ def main(argv=None):
         channel = grpc.insecure_channel(args.to)
     with channel:
         for _ in range(args.count):
+            if args.kind == "spans":
+                code, details = send(channel, OTLP_EXPORT, forged_spans())
+                print(f"spans -> {code}: {details}", flush=True)
+                continue
             for kind in kinds:
                 for method, payload in messages(kind, args.cluster, args.sender, args.to, tasks):
                     code, details = send(channel, method, payload)

@@ -23,6 +23,8 @@ class LocalHosts {
 
   bool IsLocal(const std::string& host) const;
   const std::string& hostname() const { return hostname_; }
+  // The local interfaces' addresses (numeric), or the one bound address.
+  const std::vector<std::string>& addresses() const { return addresses_; }
 
  private:
   bool IsLocalAddress(const std::string& literal) const;

@@ -79,11 +79,23 @@ class OtlpForwarder {
 };
 
 // The TraceService implementation. Thread-safe (gRPC calls Export from its threads).
+// Who may send spans: this node itself (a unix socket, loopback, or one of `addresses`: the
+// node's interfaces and its tasks' hosts, numeric), or a client whose certificate the server
+// verified (mutual TLS). Spans from anywhere else could fill the slow-request list with lies.
+struct SpanSenders {
+  std::vector<std::string> addresses;
+};
+
+// Whether the gRPC peer string `peer` ("ipv4:10.0.0.1:5", "ipv6:[::1]:5", "ipv6:%5B::1%5D:5",
+// "unix:/path") is this node as `senders` says; false for anything it cannot parse.
+bool IsNodeLocalPeer(const std::string& peer, const SpanSenders& senders);
+
 class TraceReceiver final : public otlp::TraceService::Service {
  public:
   using Stats = ReceiverStats;
-  // `store` must outlive this; `forwarder` may be null.
-  TraceReceiver(TraceStore* store, OtlpForwarder* forwarder);
+  // `store` must outlive this; `forwarder` may be null. Export from a peer that is not this node
+  // and has no verified certificate is refused (PERMISSION_DENIED, counted in stats().refused).
+  TraceReceiver(TraceStore* store, OtlpForwarder* forwarder, SpanSenders senders);
 
   grpc::Status Export(grpc::ServerContext* context, const otlp::ExportTraceServiceRequest* request,
                       otlp::ExportTraceServiceResponse* response) override;
@@ -92,6 +104,9 @@ class TraceReceiver final : public otlp::TraceService::Service {
  private:
   TraceStore* store_;
   OtlpForwarder* forwarder_;
+  const SpanSenders senders_;
+  std::atomic<int64_t> refused_{0};
+  std::atomic<double> refusal_logged_at_{-1e9};
   std::atomic<int64_t> requests_{0};
   std::atomic<int64_t> received_{0};
   std::atomic<int64_t> invalid_{0};

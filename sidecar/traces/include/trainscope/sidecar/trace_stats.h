@@ -11,6 +11,7 @@ struct ReceiverStats {
   int64_t requests = 0;
   int64_t spans_received = 0;
   int64_t spans_invalid = 0;
+  int64_t refused = 0;  // Export requests from elsewhere than this node, without mutual TLS.
 };
 
 // OtlpForwarder's: spans sent upstream, spans dropped (queue full, or the upstream refused them),
