@@ -46,6 +46,7 @@
 #include "trainscope/sidecar/trace_metrics.h"
 #include "trainscope/sidecar/trace_receiver.h"
 #include "trainscope/sidecar/trace_store.h"
+#include "trainscope/telemetry/metrics.h"
 
 namespace trainscope::sidecar {
 namespace {
@@ -133,6 +134,8 @@ struct Plan {
   std::shared_ptr<const std::map<TaskRef, std::string>> expected_nodes;
   std::vector<std::string> bind;  // Addresses HTTP and gRPC listen on.
   SpanSenders span_senders;       // Who may send spans besides loopback (TraceReceiver).
+  // Why there is no exchange though the spec has other nodes: no cluster key, no mutual TLS.
+  std::string exchange_closed;
 };
 
 // Where HTTP and gRPC listen: --http_address when given, else those addresses of this node's
@@ -176,6 +179,16 @@ absl::Status PlanPeers(const SidecarOptions& o, const std::set<std::string>& rem
     }
   }
   plan.exchange = true;
+  const bool keyed = !o.exchange_key_files.empty() || !o.exchange_keys.empty();
+  const bool mutual_tls = !o.tls.cert_file.empty() && !o.tls.ca_file.empty();
+  if (!plan.peers.empty() && !keyed && !mutual_tls) {
+    // Secure by default: an exchange nobody authenticates would let anyone who reaches the
+    // gRPC port speak for any node. This node then watches its own tasks only, and says so.
+    plan.exchange = false;
+    plan.exchange_closed =
+        "no cluster key (--exchange_key_file, or the credential exchange.key) and no mutual TLS";
+    return absl::OkStatus();
+  }
   if (o.grpc_port == 0 && !plan.peers.empty()) {
     return absl::InvalidArgumentError(
         "--grpc_port 0 (any free port) cannot be told to peer sidecars: give a port");
@@ -371,6 +384,8 @@ std::string Summary(const Plan& plan, const SidecarOptions& o) {
       " tasks; cluster ", o.cluster_name, "; this node ", plan.exchange ? plan.self : plan.hostname,
       " watches ", watched.empty() ? "none" : absl::StrJoin(watched, ", "),
       "; peers: ", plan.peers.empty() ? "none" : absl::StrJoin(plan.peers, ", "),
+      plan.exchange_closed.empty() ? ""
+                                   : absl::StrCat(" (EXCHANGE CLOSED: ", plan.exchange_closed, ")"),
       "; alerts to: ", alertmanagers.empty() ? "none" : absl::StrJoin(alertmanagers, ", "),
       "; listens on ", absl::StrJoin(plan.bind, ", "));
 }
@@ -401,6 +416,14 @@ class Sidecar::Impl {
     BuildWatcher();
     if (plan_.exchange) {
       if (absl::Status s = MakeExchange(); !s.ok()) return s;
+    } else if (!plan_.exchange_closed.empty()) {
+      spdlog::error(
+          "trainscope-sidecar: THE EXCHANGE WITH THE OTHER NODES' SIDECARS IS CLOSED: {}. This "
+          "sidecar watches only this node's tasks; the others show as not watched here. Give "
+          "every sidecar the same cluster key: umask 077; openssl rand -base64 32 > "
+          "/etc/trainscope/credentials/exchange.key, copied to every node (the unit loads it), "
+          "or --exchange_key_file FILE (docs/security.md)",
+          plan_.exchange_closed);
     }
     if (!options_.otlp_upstream.empty()) {
       auto f = OtlpForwarder::Create(options_.otlp_upstream, options_.otlp_queue_bytes);
@@ -709,6 +732,7 @@ class Sidecar::Impl {
     in.self = plan_.exchange ? plan_.self : "";
     in.self_hostname = plan_.hostname;
     in.has_peers = !plan_.peers.empty();
+    in.exchange_closed = plan_.exchange_closed;
     in.expected_nodes = plan_.expected_nodes;
     in.now_unix = UnixSeconds();
     in.worker_ps_map = options_.worker_ps_map;
@@ -731,12 +755,18 @@ class Sidecar::Impl {
     AddWatcherFamilies(local, local.pauses, &out);
     AddSnapshotFamilies(keeper_->stats(), &out);
     ExchangeStats exchange;
+    exchange.authenticated = true;  // No exchange: no one can speak for a node.
     std::vector<Member> members;
     if (exchange_) {
       exchange = exchange_->stats();
       members = exchange_->snapshot()->members;
     }
     AddExchangeFamilies(exchange, members, &out);
+    telemetry::AddGauge(&out, names::kSidecarExchangeClosed,
+                        "1: the spec has other nodes, but this sidecar's exchange with theirs is "
+                        "closed for want of a cluster key (--exchange_key_file) or mutual TLS: "
+                        "it watches its own node's tasks only.",
+                        plan_.exchange_closed.empty() ? 0 : 1);
     AddTraceFamilies(trace_receiver_->stats(), trace_store_.stats(),
                      forwarder_ ? forwarder_->stats() : ForwarderStats{}, &out);
     return out;

@@ -16,7 +16,8 @@ privileged, the sidecar drops ALL capabilities and adds only SYS_PTRACE, DAC_REA
 on a read-only root, the task runs as non-root with none; every trainscope container names the
 image kustomization.yaml's one `images:` entry maps; $(VAR) references are defined (Kubernetes
 would pass them on as text); cluster name and TF_CONFIG come from the downward API and the
-cluster-spec ConfigMap.
+cluster-spec ConfigMap; the sidecar's CREDENTIALS_DIRECTORY is a mounted Secret (the cluster
+key, the token), not readable by every user.
 examples/systemd/*.service: `systemd-analyze verify` in a scratch root (no warning allowed).
 dashboards/grafana/provisioning/**: parses, apiVersion 1, the provider points at the dashboards.
 
@@ -54,7 +55,7 @@ KNOWN = {
 KUSTOMIZATION = "kustomization.yaml"
 WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"}
 # Objects the examples reference that the user creates by hand (the comments say how).
-CREATED_BY_HAND = set()
+CREATED_BY_HAND = {("Secret", "trainscope-credentials")}  # kustomization.yaml's command
 
 
 def check_kubernetes(src, promtool, errors):
@@ -127,6 +128,13 @@ def check_kubernetes(src, promtool, errors):
                 cm = (v.get("configMap") or {}).get("name")
                 if cm and ("ConfigMap", cm) not in objects | CREATED_BY_HAND:
                     errors.append(f"{where}: volume uses ConfigMap {cm}, not defined")
+                secret = (v.get("secret") or {}).get("secretName")
+                if secret and ("Secret", secret) not in objects | CREATED_BY_HAND:
+                    errors.append(f"{where}: volume uses Secret {secret}, not defined")
+                mode = (v.get("secret") or {}).get("defaultMode", 0o644)
+                if secret and mode & 0o007:
+                    errors.append(f"{where}: Secret {secret} mounted readable by every user "
+                                  f"(defaultMode {mode:o}): the sidecar refuses it")
             sa = pod.get("serviceAccountName")
             if sa and ("ServiceAccount", sa) not in objects:
                 errors.append(f"{where}: serviceAccountName {sa} not defined")
@@ -379,6 +387,7 @@ def check_pod_security(src, docs, pod_templates, errors):
                                      else "shareProcessNamespace") + " must be true")
                 env = {e.get("name"): e for e in c.get("env") or []}
                 check_downward_api(cwhere, env, errors)
+                check_sidecar_credentials(cwhere, c, pod, env, errors)
             else:
                 if caps.get("add"):
                     errors.append(f"{cwhere}: a task needs no capability: add {caps['add']}")
@@ -388,6 +397,17 @@ def check_pod_security(src, docs, pod_templates, errors):
                 check_downward_api(cwhere, env, errors)
     if not sidecars:
         errors.append(f"examples/kubernetes: no container named {SIDECAR}")
+
+
+def check_sidecar_credentials(cwhere, c, pod, env, errors):
+    """Secure by default: the sidecar's CREDENTIALS_DIRECTORY is a mounted Secret (its cluster
+    key and token), else it would open no exchange with the other pods' sidecars."""
+    where = (env.get("CREDENTIALS_DIRECTORY") or {}).get("value")
+    secret_volumes = {v.get("name") for v in pod.get("volumes") or [] if v.get("secret")}
+    mounted = {vm.get("mountPath"): vm.get("name") for vm in c.get("volumeMounts") or []}
+    if not where or mounted.get(where) not in secret_volumes:
+        errors.append(f"{cwhere}: CREDENTIALS_DIRECTORY must be a mounted Secret (the cluster "
+                      f"key and the API token): {where!r}")
 
 
 def check_downward_api(cwhere, env, errors):

@@ -453,10 +453,11 @@ int main(int argc, char** argv) {
   app.add_option("--start_gap_s", setup.start_gap_s,
                  "Between two sidecars' starts (0: all at once, which starves 40 on 2 cores)")
       ->capture_default_str();
-  std::string key = "off";
+  std::string key = "on";
   app.add_option("--key", key,
-                 "The exchange's cluster key: off, on, or both (each size unkeyed, then keyed, "
-                 "with their ratios)")
+                 "The exchange's cluster key: on, off, or both (with their ratios). Without a key "
+                 "a sidecar opens no exchange (secure by default): off measures sidecars that "
+                 "each watch their own node only")
       ->check(CLI::IsMember({"off", "on", "both"}))
       ->capture_default_str();
   std::string map = "on";

@@ -17,6 +17,7 @@
 #include "sidecar_harness.h"
 #include "skip.h"
 #include "trainscope/common/http_client.h"
+#include "trainscope/sidecar/exchange_keys.h"
 #include "trainscope/sidecar/operator_proof.h"
 #include "trainscope/sidecar/v1/sidecar.grpc.pb.h"
 #include "wait.h"
@@ -227,6 +228,10 @@ grpc::Status AskFresh(const std::string& to, const std::string& as, const std::s
   req.set_task(task);
   req.set_fresh(true);
   if (proof != nullptr) *req.mutable_operator_proof() = *proof;
+  // Signed with the cluster key: the asker holds the cluster's configuration (a node, or anyone
+  // who read the key on one), and still needs the operator's credential.
+  auto keys = sidecar::ExchangeKeys::FromSecrets({HarnessKey()});
+  if (keys.ok()) (*keys)->Sign(&req, UnixNow());
   auto stub = v1::Snapshots::NewStub(grpc::CreateChannel(to, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + seconds(20));
@@ -234,9 +239,9 @@ grpc::Status AskFresh(const std::string& to, const std::string& as, const std::s
   return stub->Stacks(&ctx, req, &resp);
 }
 
-// Two sidecars on loopback with the package's defaults (no cluster key, no token), ps:0 on A and
-// worker:0 on B, and a process of the node that asks A's gRPC port for fresh captures of ps:0
-// as if it were B: each is refused and counted, and ps:0 is never paused.
+// Two sidecars on loopback with the cluster key (the harness's) and no token, ps:0 on A and
+// worker:0 on B, and a process that holds the cluster key and asks A's gRPC port for fresh
+// captures of ps:0 as if it were B: each is refused and counted, and ps:0 is never paused.
 struct TwoNodes {
   explicit TwoNodes(std::vector<std::string> flags = {})
       : cluster{{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}},

@@ -15,7 +15,9 @@
 
 #include "grpcpp/grpcpp.h"
 #include "sidecar_harness.h"
+#include "trainscope/common/clock.h"
 #include "trainscope/common/http_client.h"
+#include "trainscope/sidecar/exchange_keys.h"
 #include "trainscope/sidecar/v1/sidecar.grpc.pb.h"
 #include "wait.h"
 
@@ -266,7 +268,11 @@ TEST(SidecarBadInput, PeersThatAreNoSidecarOrSpeakNonsense) {
   // A real gRPC client that says the wrong things.
   auto stub = sidecar::v1::Exchange::NewStub(grpc::CreateChannel(
       "127.0.0.1:" + std::to_string(grpc_port), grpc::InsecureChannelCredentials()));
-  auto ping = [&](const sidecar::v1::PingRequest& request) {
+  // Signed with the cluster key: nonsense from a node that holds it.
+  auto keys = sidecar::ExchangeKeys::FromSecrets({HarnessKey()});
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  auto ping = [&](sidecar::v1::PingRequest request) {
+    (*keys)->Sign(&request, trainscope::UnixSeconds());
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
     sidecar::v1::PingResponse response;

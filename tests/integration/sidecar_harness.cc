@@ -26,15 +26,36 @@ std::string WriteSpecFile(const Cluster& cluster) {
   return tmpl;
 }
 
+const std::string& HarnessKey() {
+  static const std::string key =
+      "harness-cluster-key-" + std::to_string(getpid()) + "-0123456789abcdef";
+  return key;
+}
+
+const std::string& HarnessKeyFile() {
+  static const std::string path = [] {
+    char tmpl[] = "/tmp/trainscope-exchange-key-XXXXXX";
+    const int fd = mkstemp(tmpl);  // 0600, as the docs ask.
+    close(fd);
+    std::ofstream(tmpl) << HarnessKey() << "\n";
+    return std::string(tmpl);
+  }();
+  return path;
+}
+
 Sidecar::Sidecar(const Cluster& cluster, std::vector<std::string> extra_args) {
   spec_path_ = WriteSpecFile(cluster);
   http_port_ = FreePort();
   std::vector<std::pair<std::string, std::string>> defaults = {
-      {"--cluster_spec", spec_path_},
-      {"--http_port", std::to_string(http_port_)},
-      {"--http_address", "127.0.0.1"},
-      {"--grpc_port", std::to_string(FreePort())},
-      {"--peer_sidecars", "none"}};
+      {"--cluster_spec", spec_path_},  {"--http_port", std::to_string(http_port_)},
+      {"--http_address", "127.0.0.1"}, {"--grpc_port", std::to_string(FreePort())},
+      {"--peer_sidecars", "none"},     {"--exchange_key_file", HarnessKeyFile()}};
+  // kNoExchangeKey: this sidecar gets no key (a user who set none).
+  if (auto it = std::find(extra_args.begin(), extra_args.end(), kNoExchangeKey);
+      it != extra_args.end()) {
+    extra_args.erase(it);
+    defaults.pop_back();
+  }
   std::vector<std::string> args;
   for (const auto& [flag, value] : defaults) {
     if (std::find(extra_args.begin(), extra_args.end(), flag) != extra_args.end()) continue;

@@ -22,7 +22,15 @@ std::string FreeAddress();
 // Writes the cluster (no task part) as TF_CONFIG JSON to a temporary file; returns its path.
 std::string WriteSpecFile(const Cluster& cluster);
 
-// A running trainscope-sidecar on free ports.
+// The cluster key every harness sidecar is given (--exchange_key_file, 0600), as the docs ask:
+// without a key (or mutual TLS) a sidecar does not open its exchange.
+const std::string& HarnessKeyFile();
+const std::string& HarnessKey();  // The secret in it.
+// Among a Sidecar's extra_args: start it without the harness's key.
+inline constexpr char kNoExchangeKey[] = "--harness:no-exchange-key";
+
+// A running trainscope-sidecar on free ports, with the harness's cluster key unless extra_args
+// hold kNoExchangeKey or an --exchange_key_file of their own.
 class Sidecar {
  public:
   Sidecar(const Cluster& cluster, std::vector<std::string> extra_args);

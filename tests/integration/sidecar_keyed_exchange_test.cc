@@ -130,37 +130,51 @@ TEST(SidecarKeyedExchange, LiesFromTheNetworkChangeNoView) {
   unlink(key_file.c_str());
 }
 
-// A sidecar without the key and one with it do not take each other's word, and say why.
-TEST(SidecarKeyedExchange, AnUnkeyedSidecarIsRefusedAndSaysItIsNotAuthenticated) {
-  const std::string key_file = ::testing::TempDir() + "/exchange-u-" + std::to_string(getpid());
-  std::ofstream(key_file) << kKey << "\n";
-  chmod(key_file.c_str(), 0600);
+// Secure by default: a sidecar given no key (and no mutual TLS) opens no exchange. It watches
+// its own node, says so in its log, /metrics and the page's API, names why for the other nodes'
+// tasks, and nothing sent to its gRPC port as the exchange is taken; the keyed peer never hears
+// from it and says so.
+TEST(SidecarKeyedExchange, WithoutAKeyTheExchangeIsClosedAndSaysWhy) {
   Cluster cluster = {{"ps", {FreeAddress()}}, {"worker", {FreeAddress()}}};
   auto ps = StartFakeTask(cluster["ps"][0], "ps", 0, {"--phase", "serving"});
+  auto worker = StartFakeTask(cluster["worker"][0], "worker", 0,
+                              {"--phase", "training", "--steps_per_s", "20"});
   const std::string a = "127.0.0.1:" + std::to_string(FreePort());
   const std::string b = "127.0.0.1:" + std::to_string(FreePort());
   auto port = [](const std::string& id) { return id.substr(id.rfind(':') + 1); };
-  Sidecar keyed(cluster, {"--grpc_port", port(a), "--local_tasks", "ps:0", "--peer_sidecars", b,
-                          "--exchange_key_file", key_file});
-  Sidecar open(cluster,
-               {"--grpc_port", port(b), "--local_tasks", "worker:0", "--peer_sidecars", a});
-  std::string metrics;
-  for (int i = 0; i < 100; ++i) {
-    metrics = keyed.Get("/metrics");
-    if (Counter(metrics, "trainscope_sidecar_exchange_refused_total{reason=\"unsigned\"}") > 0) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  EXPECT_GT(Counter(metrics, "trainscope_sidecar_exchange_refused_total{reason=\"unsigned\"}"), 0)
-      << metrics;
-  EXPECT_EQ(Counter(open.Get("/metrics"), "trainscope_sidecar_exchange_authenticated"), 0);
-  EXPECT_NE(open.process().Output().find("THE EXCHANGE IS NOT AUTHENTICATED"), std::string::npos);
+  Sidecar keyed(cluster, {"--grpc_port", port(a), "--local_tasks", "ps:0", "--peer_sidecars", b});
+  Sidecar closed(cluster, {"--grpc_port", port(b), "--local_tasks", "worker:0", "--peer_sidecars",
+                           a, kNoExchangeKey});
+  ASSERT_TRUE(closed.WaitForState("worker:0", TaskState::kUp, seconds(20))) << closed.Describe();
+  auto ps_there = closed.WaitForState("ps:0", TaskState::kUnreachable, seconds(10),
+                                      "the exchange, which is closed here");
+  ASSERT_TRUE(ps_there) << closed.Describe();
+  EXPECT_NE(ps_there->reason.find("no cluster key (--exchange_key_file"), std::string::npos)
+      << ps_there->reason;
+  EXPECT_NE(closed.process().Output().find("THE EXCHANGE WITH THE OTHER NODES' SIDECARS IS CLOSED"),
+            std::string::npos)
+      << closed.process().Output();
+  const std::string metrics = closed.Get("/metrics");
+  EXPECT_EQ(Counter(metrics, "trainscope_sidecar_exchange_closed"), 1) << metrics;
+  EXPECT_EQ(Counter(metrics, "trainscope_sidecar_exchange_authenticated"), 1) << metrics;
+  EXPECT_EQ(Counter(keyed.Get("/metrics"), "trainscope_sidecar_exchange_closed"), 0);
   // The page's banner says it from the API.
-  EXPECT_NE(open.Get("/api/v1/tasks").find("\"exchange_unauthenticated\":true"), std::string::npos);
-  EXPECT_NE(keyed.Get("/api/v1/tasks").find("\"exchange_unauthenticated\":false"),
+  EXPECT_NE(closed.Get("/api/v1/tasks").find("\"exchange_closed\":\"no cluster key"),
             std::string::npos);
-  unlink(key_file.c_str());
+  EXPECT_NE(keyed.Get("/api/v1/tasks").find("\"exchange_closed\":\"\""), std::string::npos);
+
+  // A lie sent to the closed sidecar's port as the exchange: nothing there takes it.
+  for (int i = 0; i < 5; ++i) {
+    grpc::Status s = Send(b, Lie(a, b));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED) << s.error_message();
+  }
+  auto still = closed.Task("worker:0");
+  ASSERT_TRUE(still);
+  EXPECT_EQ(still->state, TaskState::kUp) << still->reason;
+  // The keyed sidecar never hears the closed one: its task is unreachable, and why.
+  auto unheard =
+      keyed.WaitForState("worker:0", TaskState::kUnreachable, seconds(20), "has never answered");
+  EXPECT_TRUE(unheard) << keyed.Describe();
 }
 
 }  // namespace

@@ -121,6 +121,12 @@ void MergeRecords(Merge& m) {
 
 // Tasks that no node reports on: say whose sidecar should have, and what is known of it.
 std::string UnreportedReason(const Merge& m, const TaskRef& t) {
+  if (!m.in.exchange_closed.empty()) {
+    return absl::StrCat(
+        "not watched by this sidecar: its node's sidecar reports to the others "
+        "over the exchange, which is closed here (",
+        m.in.exchange_closed, ")");
+  }
   if (!m.in.has_peers) return "not watched by this sidecar, and no peer sidecar is configured";
   std::string node;
   if (m.in.expected_nodes != nullptr) {
@@ -651,6 +657,7 @@ ClusterView BuildClusterView(const ClusterViewInputs& in) {
   view.self_hostname = in.self_hostname;
   view.isolated_since = m.isolated_since;
   view.exchange_unauthenticated = in.exchange != nullptr && !in.exchange->stats.authenticated;
+  view.exchange_closed = in.exchange_closed;
   FindPartitions(m, view);
   ApplySlowLinks(m, view);
   ApplyStarvedNodes(m);
@@ -682,6 +689,7 @@ pb::TaskList ToTaskList(const std::string& cluster, const ClusterView& view, boo
   list.set_node(CleanText(view.self));
   list.set_isolated(view.isolated_since.has_value());
   list.set_exchange_unauthenticated(view.exchange_unauthenticated);
+  list.set_exchange_closed(CleanText(view.exchange_closed));
   for (const TaskView& v : view.tasks) {
     if (local_only && std::find(view.local.begin(), view.local.end(), v.task) == view.local.end()) {
       continue;

@@ -62,8 +62,9 @@ class ClusterViewTest : public ::testing::Test {
     return exchange_->members[0];
   }
 
-  ClusterView Build() {
+  ClusterView Build(const std::string& exchange_closed = "") {
     ClusterViewInputs in;
+    in.exchange_closed = exchange_closed;
     in.cluster = "c";
     in.spec = &spec_;
     in.local = local_;
@@ -75,6 +76,7 @@ class ClusterViewTest : public ::testing::Test {
         std::make_shared<const std::map<TaskRef, std::string>>(std::map<TaskRef, std::string>{
             {{"ps", 0}, "n1:4317"}, {{"worker", 0}, "n2:4317"}, {{"worker", 1}, "n3:4317"}});
     in.now_unix = 100;
+    if (!exchange_closed.empty()) in.exchange = nullptr;  // As the wiring has it: none opened.
     return BuildClusterView(in);
   }
 
@@ -167,6 +169,24 @@ TEST_F(ClusterViewTest, FirstHandPlusRecordsAndWhyATaskIsUnknown) {
   EXPECT_EQ(fresh.reason,
             "no sidecar reports on it yet: this sidecar has not asked the sidecar of its node n3 "
             "(n3:4317) yet (it has just started)");
+}
+
+// No cluster key and no mutual TLS: no exchange. This node's tasks are first-hand; the others
+// are not watched here, and say why, and the view and API carry the reason for the page.
+TEST_F(ClusterViewTest, AClosedExchangeSaysWhyTheOtherNodesTasksAreNotWatched) {
+  const ClusterView view = Build("no cluster key (--exchange_key_file) and no mutual TLS");
+  EXPECT_EQ(Find(view, "ps:0").state, TaskState::kUp);
+  for (const char* other : {"worker:0", "worker:1"}) {
+    const TaskView& v = Find(view, other);
+    EXPECT_EQ(v.state, TaskState::kUnreachable) << other;
+    EXPECT_NE(v.reason.find("the exchange, which is closed here (no cluster key "
+                            "(--exchange_key_file) and no mutual TLS)"),
+              std::string::npos)
+        << v.reason;
+  }
+  EXPECT_EQ(ToTaskList("c", view, false).exchange_closed(),
+            "no cluster key (--exchange_key_file) and no mutual TLS");
+  EXPECT_EQ(ToTaskList("c", Build(), false).exchange_closed(), "");
 }
 
 // The incidents other nodes own come from their records, each with its owner; this node's own

@@ -57,9 +57,10 @@ void AddExchangeFamilies(const ExchangeStats& x, const std::vector<Member>& memb
                         "Node records from other sidecars that made no sense.",
                         static_cast<double>(x.records_refused));
   telemetry::AddGauge(out, names::kSidecarExchangeAuthenticated,
-                      "1: every exchange message is signed with the cluster key and checked "
-                      "(--exchange_key_file); 0: anyone who reaches the gRPC port can speak for a "
-                      "node.",
+                      "1: no one without the cluster key (--exchange_key_file) or a verified "
+                      "certificate can speak for a node (every exchange message is signed and "
+                      "checked, or there is no exchange); 0: anyone who reaches the gRPC port "
+                      "can.",
                       x.authenticated ? 1 : 0);
   auto refused = MakeFamily(names::kSidecarExchangeRefused,
                             "Exchange messages refused before they were read, by reason "

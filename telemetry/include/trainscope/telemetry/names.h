@@ -194,6 +194,7 @@ inline constexpr char kSidecarRecordsRefused[] =
     "trainscope_sidecar_exchange_records_refused_total";
 inline constexpr char kSidecarExchangeRefused[] = "trainscope_sidecar_exchange_refused_total";
 inline constexpr char kSidecarExchangeAuthenticated[] = "trainscope_sidecar_exchange_authenticated";
+inline constexpr char kSidecarExchangeClosed[] = "trainscope_sidecar_exchange_closed";
 // 1 while this node is cut off from every other node.
 inline constexpr char kSidecarIsolated[] = "trainscope_sidecar_isolated";
 // First-hand alerts posted to --alertmanager_url: alerts (firing or resolved) by `status`, ok

@@ -61,6 +61,7 @@ struct ClusterView {
   WorkerPsMap worker_ps;                  // Every worker-to-ps edge reported, and the slow links.
   std::optional<double> isolated_since;   // This node is cut off from every other, since then.
   bool exchange_unauthenticated = false;  // Its exchange runs without a cluster key.
+  std::string exchange_closed;            // Why it has no exchange though it has peers.
   std::vector<TaskRef> local;             // The tasks this node watches first-hand.
   std::vector<PeerIncident> peer_incidents;  // The others' own open incidents, from their records.
   std::string self;
@@ -76,6 +77,9 @@ struct ClusterViewInputs {
   std::string self;  // This node's id and host name.
   std::string self_hostname;
   bool has_peers = false;
+  // Why the exchange is closed though the spec has other nodes ("" = not closed): no cluster
+  // key and no mutual TLS. The other nodes' tasks are then unwatched here, and say why.
+  std::string exchange_closed;
   // The id of the node expected to watch each task (from its host in the spec), for the reason
   // of a task nobody reports on; a task not in it: unknown.
   std::shared_ptr<const std::map<TaskRef, std::string>> expected_nodes;
