@@ -896,10 +896,11 @@ class Sidecar::Impl {
     builder.SetMaxReceiveMessageSize(options_.otlp_max_request_bytes);
     // Bounds on what peers and tasks can make this server hold: 32 calls at once on one
     // connection (more wait in the client), 64 threads serving calls (more are refused with
-    // RESOURCE_EXHAUSTED), 256 MiB of buffers (64 OTLP requests of the largest size).
+    // RESOURCE_EXHAUSTED), 128 MiB of buffers (32 OTLP requests of the largest size): below
+    // the memory limits the unit (MemoryMax=256M) and the Kubernetes example (192Mi) set.
     builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 32);
     grpc::ResourceQuota quota("trainscope-sidecar");
-    quota.SetMaxThreads(64).Resize(256 << 20);
+    quota.SetMaxThreads(64).Resize(128 << 20);
     builder.SetResourceQuota(quota);
     AcceptKeepalive(&builder);
     builder.RegisterService(trace_receiver_.get());
