@@ -18,7 +18,8 @@ image kustomization.yaml's one `images:` entry maps; $(VAR) references are defin
 would pass them on as text); cluster name and TF_CONFIG come from the downward API and the
 cluster-spec ConfigMap; the sidecar's CREDENTIALS_DIRECTORY is a mounted Secret (the cluster
 key, the token), not readable by every user.
-examples/systemd/*.service: `systemd-analyze verify` in a scratch root (no warning allowed).
+examples/systemd/*.service: `systemd-analyze verify` in a scratch root (no warning allowed); the
+sidecar's unit has the packaged unit's settings (only its paths differ).
 dashboards/grafana/provisioning/**: parses, apiVersion 1, the provider points at the dashboards.
 
 Usage: check_examples.py SOURCE_DIR [--promtool PATH]
@@ -442,10 +443,43 @@ def check_var_refs(cwhere, c, errors):
                     errors.append(f"{cwhere}: {part} {arg!r} uses $({var}), not in its env")
 
 
+# What may differ between the example's sidecar unit and the packaged one: where things are.
+UNIT_LOCAL_KEYS = ("Documentation", "EnvironmentFile", "ExecStart", "ConditionPathExists")
+
+
+def unit_settings(path):
+    """[(section, key=value)] of a unit file, comments and keys of UNIT_LOCAL_KEYS left out."""
+    out, section = [], None
+    for line in open(path):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("["):
+            section = line
+            continue
+        if line.split("=", 1)[0] not in UNIT_LOCAL_KEYS:
+            out.append((section, line))
+    return out
+
+
+def check_same_sandbox(src, errors):
+    """examples/systemd/trainscope-sidecar.service runs the sidecar as the package does: the same
+    capabilities, sandbox, state directory and credentials (only paths differ)."""
+    example = os.path.join(src, "examples/systemd/trainscope-sidecar.service")
+    packaged = os.path.join(src, "packaging/debian/trainscope-sidecar.service")
+    a, b = unit_settings(example), unit_settings(packaged)
+    if a != b:
+        missing = [x for x in b if x not in a]
+        extra = [x for x in a if x not in b]
+        errors.append(f"examples/systemd/trainscope-sidecar.service differs from the packaged "
+                      f"unit: missing {missing}, extra {extra}")
+
+
 def check_systemd(src, errors):
     units = sorted(glob.glob(os.path.join(src, "examples/systemd/*.service")))
     if not units:
         errors.append("no examples/systemd/*.service")
+    check_same_sandbox(src, errors)
     analyze = shutil.which("systemd-analyze")
     for u in units:
         text = open(u).read()
