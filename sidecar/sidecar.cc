@@ -32,6 +32,7 @@
 #include "trainscope/sidecar/cluster_view.h"
 #include "trainscope/sidecar/detect_metrics.h"
 #include "trainscope/sidecar/gossip_metrics.h"
+#include "trainscope/sidecar/hook_reports.h"
 #include "trainscope/sidecar/http_routes.h"
 #include "trainscope/sidecar/local_hosts.h"
 #include "trainscope/sidecar/metrics.h"
@@ -500,6 +501,15 @@ class Sidecar::Impl {
     w.hostname = plan_.hostname;
     w.start_unix = UnixSeconds();
     w.credentials = channel_credentials_;
+    // Hooked programs (a TensorFlow task with python/trainscope) report on this node's tasks.
+    std::vector<TaskRef> local;
+    for (const WatchedTask& t : plan_.tasks) {
+      if (t.local) local.push_back(t.task);
+    }
+    hook_reports_ = std::make_shared<HookReports>(std::move(local));
+    hook_service_ =
+        std::make_unique<HookReportService>(hook_reports_.get(), plan_.span_senders.addresses);
+    w.hooks = hook_reports_;
     if (const std::shared_ptr<CaptureHelper> helper = options_.capture_helper) {
       w.finder.find_task = [helper](int64_t pid, const std::string& host, int port) {
         return helper->FindTask(pid, host, port);
@@ -779,6 +789,7 @@ class Sidecar::Impl {
     if (notifier_) stats.alerts = notifier_->stats();
     stats.api_refused = auth_->refused();
     stats.api_refused["otlp_not_local"] = trace_receiver_->stats().refused;
+    stats.api_refused["report_not_local"] = hook_service_->refused();
     stats.incidents = incidents_->Now();
     if (writer_) stats.store_ok = writer_->error().empty();
     return RenderMetrics(ObservedFamilies(*local, view), local->views, stats, view);
@@ -904,6 +915,7 @@ class Sidecar::Impl {
     builder.SetResourceQuota(quota);
     AcceptKeepalive(&builder);
     builder.RegisterService(trace_receiver_.get());
+    builder.RegisterService(hook_service_.get());
     if (exchange_) builder.RegisterService(exchange_->service());
     if (exchange_) builder.RegisterService(exchange_->snapshots_service());
     // A completion queue the health service's async machinery may use; a thread drains it.
@@ -953,6 +965,8 @@ class Sidecar::Impl {
   mutable TraceStore trace_store_;    // Thread-safe; its stats() is not const.
   std::unique_ptr<OtlpForwarder> forwarder_;
   std::unique_ptr<TraceReceiver> trace_receiver_;
+  std::shared_ptr<HookReports> hook_reports_;
+  std::unique_ptr<HookReportService> hook_service_;
   std::unique_ptr<AlertNotifier> notifier_;
   HttpRoutes routes_;
   std::unique_ptr<HttpTls> http_tls_;  // Outlives http_, which uses it.

@@ -5,6 +5,12 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
+
 namespace trainscope {
 
 std::string NumericAddress(const std::string& host) {
@@ -26,6 +32,40 @@ std::string NumericAddress(const std::string& host) {
   }
   freeaddrinfo(result);
   return v4.empty() ? v6 : v4;
+}
+
+bool IsNodeLocalPeer(const std::string& peer, const std::vector<std::string>& addresses) {
+  absl::string_view rest(peer);
+  if (absl::StartsWith(rest, "unix:") || absl::StartsWith(rest, "unix-abstract:")) return true;
+  std::string host;
+  if (absl::ConsumePrefix(&rest, "ipv4:")) {
+    const size_t colon = rest.rfind(':');
+    if (colon == absl::string_view::npos) return false;
+    host = std::string(rest.substr(0, colon));
+  } else if (absl::ConsumePrefix(&rest, "ipv6:")) {
+    std::string decoded = absl::StrReplaceAll(
+        std::string(rest), {{"%5B", "["}, {"%5D", "]"}, {"%5b", "["}, {"%5d", "]"}, {"%25", "%"}});
+    const size_t close = decoded.rfind(']');
+    if (decoded.empty() || decoded[0] != '[' || close == std::string::npos) return false;
+    host = decoded.substr(1, close - 1);
+    if (const size_t zone = host.find('%'); zone != std::string::npos) host.resize(zone);
+    // An IPv4 client of a dual-stack listener: judge its IPv4 address.
+    if (absl::StartsWithIgnoreCase(host, "::ffff:") && host.find('.') != std::string::npos) {
+      host = host.substr(7);
+    }
+  } else {
+    return false;
+  }
+  in_addr v4{};
+  in6_addr v6{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) {
+    if ((ntohl(v4.s_addr) >> 24) == 127) return true;
+  } else if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+  } else {
+    return false;
+  }
+  return std::find(addresses.begin(), addresses.end(), host) != addresses.end();
 }
 
 }  // namespace trainscope

@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -38,6 +39,14 @@ def parse_args():
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--learning_rate", type=float, default=0.001,
                    help="small, so that the loss falls over some thousand steps, not a hundred")
+    p.add_argument("--hook", action="store_true",
+                   help="add trainscope's hook (python/trainscope: hooks=[trainscope.StepHook()])")
+    p.add_argument("--noop_hook", action="store_true",
+                   help="add a SessionRunHook that does nothing (what TensorFlow's hook calls "
+                        "cost by themselves: tests/bench/tf_hook_cost.py)")
+    p.add_argument("--wedge_at_step", type=int, default=0,
+                   help="at this step of this task, the training loop blocks forever (a wedged "
+                        "loop: the process and its threads live on); 0: never")
     return p.parse_args()
 
 
@@ -103,14 +112,23 @@ def main():
     is_chief = task_type == "chief"
     if not is_chief:
         wait_for_chief(server.target, config)
+    hooks = []
+    if args.hook:
+        import trainscope  # the one line a user adds: hooks=[trainscope.StepHook()]
+        hooks.append(trainscope.StepHook())
+    if args.noop_hook:
+        hooks.append(tf.compat.v1.train.SessionRunHook())
     with tf.compat.v1.train.MonitoredTrainingSession(
             master=server.target, is_chief=is_chief, config=config, checkpoint_dir=None,
             save_checkpoint_secs=None, save_summaries_steps=None, save_summaries_secs=None,
-            log_step_count_steps=0) as sess:
+            log_step_count_steps=0, hooks=hooks) as sess:
         step, since, since_step = 0, time.monotonic(), 0
         while step < args.steps and not sess.should_stop():
             _, loss_value, job_step = sess.run([train_op, loss, global_step])
             step += 1
+            if step == args.wedge_at_step:
+                print(f"step {step}: wedged (--wedge_at_step)", flush=True)
+                threading.Event().wait()
             if step % args.log_every == 0 or step == args.steps:
                 now = time.monotonic()
                 rate = (step - since_step) / max(now - since, 1e-9)

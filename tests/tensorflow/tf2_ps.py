@@ -41,6 +41,9 @@ def parse_args():
     p.add_argument("--threads", type=int, default=1,
                    help="intra-op and inter-op parallelism threads (default 1; a worker's "
                         "inter-op threads at least 2, else its steps hang)")
+    p.add_argument("--hook", action="store_true",
+                   help="report steps through trainscope's hook (python/trainscope: "
+                        "trainscope.step(n) after each batch the coordinator joins)")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--learning_rate", type=float, default=0.001,
                    help="small, so that the loss falls over some thousand steps, not a hundred")
@@ -108,6 +111,9 @@ def train(resolver, args):
         results = [coordinator.schedule(train_step) for _ in range(batch)]
         coordinator.join()
         step += batch
+        if args.hook:
+            import trainscope  # the one line of a custom loop: trainscope.step(n)
+            trainscope.step(batch)
         rate = batch / max(time.monotonic() - since, 1e-9)
         loss_value = float(results[-1].fetch())
         print(f"step {step} loss {loss_value:.4g} rate {rate:.1f}/s", flush=True)

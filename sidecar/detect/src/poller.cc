@@ -32,6 +32,7 @@
 #include "trainscope/common/proc.h"
 #include "trainscope/common/process_identity.h"
 #include "trainscope/common/rpc_error.h"
+#include "trainscope/sidecar/hook_reports.h"
 #include "trainscope/sidecar/tf_log.h"
 #include "trainscope/v1/runtime.grpc.pb.h"
 
@@ -310,6 +311,34 @@ PollResult OutsideAnswer(const std::string& address, bool local, PortOwnerCache&
   return r;
 }
 
+// What a hooked program reported of itself (hook_reports.h), into an answer made from outside:
+// only when the reporting pid is the verified holder of the task's port.
+void MergeHookReport(const HookReports* hooks, const TaskRef& task, double now_s,
+                     HeartbeatInfo* hb) {
+  if (hooks == nullptr || !hb->pid_verified) return;
+  std::optional<HookReports::Latest> latest = hooks->Find(task, hb->pid, hb->ns_pid);
+  if (!latest) return;
+  const HeartbeatInfo h = Convert(latest->report);
+  hb->outside = false;
+  hb->hooked = true;
+  hb->task = task;
+  hb->phase = h.phase;
+  hb->steps = h.steps;
+  hb->last_step_seconds = h.last_step_seconds;
+  hb->expects_progress = h.expects_progress;
+  hb->peers = h.peers;
+  hb->metrics_address = h.metrics_address;
+  if (h.waiting) {
+    hb->waiting = true;
+    hb->waiting_what = h.waiting_what;
+    hb->waiting_since_unix = h.waiting_since_unix;
+    hb->waiting_on = h.waiting_on;
+  }
+  if (!h.inflight.empty()) hb->inflight = h.inflight;
+  const double age = now_s - latest->received_s;
+  hb->hook_silent_s = age > HookReports::kStaleS ? age : 0;
+}
+
 // Whether `code` is the server's own answer (it spoke gRPC over HTTP/2), rather than a failure
 // to reach it or a deadline that passed on the way.
 bool FromTheServer(grpc::StatusCode code) {
@@ -468,6 +497,7 @@ struct HeartbeatPoller::Impl {
   std::unique_ptr<DeathWatch> deaths;
   int deadline_ms = 2000;
   ProcessFinder finder;
+  const HookReports* hooks = nullptr;
   rpb::HeartbeatRequest request;
   bool shut_down = false;
 
@@ -479,8 +509,10 @@ struct HeartbeatPoller::Impl {
     const bool server_answered = s.ok() || FromTheServer(s.error_code());
     if (server_answered) slot.spoke_grpc = true;
     if (outside) {
-      return OutsideAnswer(slot.target.address, slot.target.local, slot.owner, slot.log, finder,
-                           call->sent_s, now_s);
+      PollResult r = OutsideAnswer(slot.target.address, slot.target.local, slot.owner, slot.log,
+                                   finder, call->sent_s, now_s);
+      if (r.ok) MergeHookReport(hooks, slot.target.task, now_s, &r.heartbeat);
+      return r;
     }
     if (s.ok()) {
       PollResult r = DecodeAnswer(call->response, call->sent_s, now_s);
@@ -573,10 +605,11 @@ struct HeartbeatPoller::Impl {
 
 HeartbeatPoller::HeartbeatPoller(std::vector<Target> targets, int deadline_ms, std::string watcher,
                                  std::shared_ptr<grpc::ChannelCredentials> credentials,
-                                 ProcessFinder finder)
+                                 ProcessFinder finder, const HookReports* hooks)
     : impl_(std::make_unique<Impl>()) {
   if (!credentials) credentials = grpc::InsecureChannelCredentials();
   impl_->finder = std::move(finder);
+  impl_->hooks = hooks;
   impl_->deadline_ms = deadline_ms;
   impl_->request.set_watcher(watcher);
   // No keepalive: a heartbeat goes out every tick with a short deadline. A heartbeat is a few

@@ -319,7 +319,12 @@ std::optional<TaskTracker::Decision> TaskTracker::DecideStalled(double now_s, do
         TaskState::kStalled,
         absl::StrCat("steps stuck at ", hb.steps, " for ", HumanDuration(now_s - last_progress_s_),
                      " while ", hb.phase.empty() ? "training" : hb.phase,
-                     " (answers heartbeats, makes no progress)")};
+                     hb.hooked ? (hb.hook_silent_s > 0
+                                      ? absl::StrCat(" (its trainscope hook has not reported for ",
+                                                     HumanDuration(hb.hook_silent_s), ")")
+                                      : std::string(" (its process lives and its trainscope hook "
+                                                    "reports, its loop makes no progress)"))
+                               : std::string(" (answers heartbeats, makes no progress)"))};
   }
   // A call this task serves (a ps's Pull) that has run as long as a stall: its serving is stuck,
   // and the callers wait behind it; the blame is this task's.
@@ -376,6 +381,9 @@ std::string TaskTracker::AnsweringUpReason() const {
   std::string reason = absl::StrCat(what, ", answers every ", HumanDuration(detector_.MeanGap()),
                                     " (latency ", HumanDuration(view_.latency_seconds), ")");
   if (hb.steps > 0) absl::StrAppend(&reason, ", step ", hb.steps);
+  if (hb.hooked) {
+    absl::StrAppend(&reason, "; its phase and steps from its trainscope hook, ", ProcessWords());
+  }
   if (view_.restarts > 0) absl::StrAppend(&reason, "; restarted ", view_.restarts, "x");
   if (local_ && !hb.identity_error.empty()) {
     absl::StrAppend(&reason, "; its process is not read here: ", hb.identity_error);

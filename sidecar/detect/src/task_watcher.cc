@@ -102,9 +102,11 @@ void TaskWatcher::Publish(std::vector<TaskView> views, std::vector<TaskCounters>
 
 void TaskWatcher::Loop() {
   std::vector<HeartbeatPoller::Target> targets;
-  for (const WatchedTask& t : options_.tasks) targets.push_back({t.address, t.local, t.black_box});
+  for (const WatchedTask& t : options_.tasks) {
+    targets.push_back({t.address, t.local, t.black_box, t.task});
+  }
   HeartbeatPoller poller(targets, options_.heartbeat_deadline_ms, options_.watcher_name,
-                         options_.credentials, options_.finder);
+                         options_.credentials, options_.finder, options_.hooks.get());
   const double interval = options_.tracker.interval_s;
   const double pause_threshold = std::max(1.0, 10 * interval);
   const int relax_ticks = RelaxTicks(interval);

@@ -165,7 +165,8 @@ void AddApiFamilies(const ServeStats& stats, std::vector<MetricFamily>& out) {
       "Requests refused for want of a credential, over HTTP and gRPC, first-hand or relayed, by "
       "reason: no_credential and bad_token (401), no_token_file (403: no --api_token_file set), "
       "stale_credential and replayed_credential (a relayed operator's proof), otlp_not_local "
-      "(spans from outside this node without mutual TLS).",
+      "and report_not_local (spans, and hooked programs' reports, from outside this node "
+      "without mutual TLS).",
       MetricType::Counter);
   for (const auto& [reason, n] : stats.api_refused) {
     AddMetric(refused, {{std::string(names::kLabelReason), reason}}).counter.value =

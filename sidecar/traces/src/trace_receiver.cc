@@ -1,9 +1,6 @@
 // OTLP Export on the sidecar: validation, conversion and forwarding; see trace_receiver.h.
 #include "trainscope/sidecar/trace_receiver.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,12 +8,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
-#include "absl/strings/strip.h"
 #include "grpcpp/grpcpp.h"
 #include "spdlog/spdlog.h"
 #include "trainscope/common/backoff.h"
 #include "trainscope/common/clock.h"
+#include "trainscope/common/resolve.h"
 
 namespace trainscope::sidecar {
 namespace {
@@ -300,38 +296,7 @@ OtlpForwarder::Stats OtlpForwarder::stats() const {
 }
 
 bool IsNodeLocalPeer(const std::string& peer, const SpanSenders& senders) {
-  absl::string_view rest(peer);
-  if (absl::StartsWith(rest, "unix:") || absl::StartsWith(rest, "unix-abstract:")) return true;
-  std::string host;
-  if (absl::ConsumePrefix(&rest, "ipv4:")) {
-    const size_t colon = rest.rfind(':');
-    if (colon == absl::string_view::npos) return false;
-    host = std::string(rest.substr(0, colon));
-  } else if (absl::ConsumePrefix(&rest, "ipv6:")) {
-    std::string decoded = absl::StrReplaceAll(
-        std::string(rest), {{"%5B", "["}, {"%5D", "]"}, {"%5b", "["}, {"%5d", "]"}, {"%25", "%"}});
-    const size_t close = decoded.rfind(']');
-    if (decoded.empty() || decoded[0] != '[' || close == std::string::npos) return false;
-    host = decoded.substr(1, close - 1);
-    if (const size_t zone = host.find('%'); zone != std::string::npos) host.resize(zone);
-    // An IPv4 client of a dual-stack listener: judge its IPv4 address.
-    if (absl::StartsWithIgnoreCase(host, "::ffff:") && host.find('.') != std::string::npos) {
-      host = host.substr(7);
-    }
-  } else {
-    return false;
-  }
-  in_addr v4{};
-  in6_addr v6{};
-  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) {
-    if ((ntohl(v4.s_addr) >> 24) == 127) return true;
-  } else if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
-    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
-  } else {
-    return false;
-  }
-  return std::find(senders.addresses.begin(), senders.addresses.end(), host) !=
-         senders.addresses.end();
+  return trainscope::IsNodeLocalPeer(peer, senders.addresses);
 }
 
 TraceReceiver::TraceReceiver(TraceStore* store, OtlpForwarder* forwarder, SpanSenders senders)

@@ -22,6 +22,8 @@ class ChannelCredentials;
 
 namespace trainscope::sidecar {
 
+class HookReports;
+
 // Decodes a heartbeat answer as it comes off the wire (a serialized HeartbeatResponse) the way
 // the poller takes it: bytes that do not parse, or an answer without identity, are kBadAnswer;
 // otherwise a HeartbeatInfo with the sizes of everything from the wire bounded. Exposed for the
@@ -37,12 +39,14 @@ class HeartbeatPoller {
     // Watched from outside whatever it answers: any gRPC status from the server (not only
     // UNIMPLEMENTED, which makes any task watched from outside) proves it serves.
     bool black_box = false;
+    TaskRef task;  // Whose reports (hook_reports.h) may complete an answer from outside.
   };
   // `credentials`: of every channel (plain text when null). `finder`: how local tasks'
   // processes are found (process_identity.h; empty members: this process's /proc).
+  // `hooks`: the reports of hooked programs (may be null; must outlive this).
   HeartbeatPoller(std::vector<Target> targets, int deadline_ms, std::string watcher,
                   std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
-                  ProcessFinder finder = {});
+                  ProcessFinder finder = {}, const HookReports* hooks = nullptr);
   ~HeartbeatPoller();
 
   // Starts a call to target `i` unless one is in flight. `now_s` is monotonic seconds.

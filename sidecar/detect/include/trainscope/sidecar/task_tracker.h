@@ -77,6 +77,12 @@ struct HeartbeatInfo : TaskReport {
   // pid 0 and `identity_error` says why: the reported pid is never read as the task.
   bool pid_verified = false;
   int64_t ns_pid = 0;
+  // An outside task whose program reported through trainscope's hook (hook_reports.h): its
+  // phase, steps, waits and calls are the hook's, so it is judged as a runtime task (outside is
+  // then false). `hook_silent_s`: seconds since the last report when the reporter went silent
+  // (its steps then stand still), else 0.
+  bool hooked = false;
+  double hook_silent_s = 0;
 };
 
 enum class FailureKind {

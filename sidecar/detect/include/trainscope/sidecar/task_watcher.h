@@ -21,6 +21,8 @@ class ChannelCredentials;
 
 namespace trainscope::sidecar {
 
+class HookReports;
+
 struct WatchedTask {
   TaskRef task;
   std::string address;
@@ -41,6 +43,8 @@ struct WatcherOptions {
   // How local tasks' processes are found (the capture helper's, once the sidecar has dropped
   // its capabilities); empty members: this process's /proc.
   ProcessFinder finder;
+  // Reports of hooked programs (hook_reports.h), merged into their tasks' answers; may be null.
+  std::shared_ptr<const HookReports> hooks;
 };
 
 // What the watcher decided at its last tick.
