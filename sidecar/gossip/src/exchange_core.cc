@@ -279,17 +279,19 @@ std::string ExchangeCore::OnPing(const v1::PingRequest& request, v1::PingRespons
   return "";
 }
 
-std::string ExchangeCore::OnPingReq(const v1::PingReqRequest& request, Now now) {
+std::string ExchangeCore::OnPingReq(const v1::PingReqRequest& request, Now now, std::string* dial) {
   stats_.messages_received++;
   stats_.bytes_received += static_cast<int64_t>(request.ByteSizeLong());
   if (std::string why = Refuse(request.header(), request.ByteSizeLong(), now); !why.empty())
     return why;
   if (request.target().empty() || request.target().size() > 256) return "sent no probe target";
   // Only members are probed on another's behalf: a PingReq cannot make this node dial anywhere.
-  if (membership_.Find(Canonical(request.target())) == nullptr) {
+  const Member* target = membership_.Find(Canonical(request.target()));
+  if (target == nullptr) {
     return absl::StrCat("sidecar ", options_.self, " probes only members of its cluster, and ",
                         CleanText(request.target(), 80), " is not one");
   }
+  if (dial != nullptr) *dial = target->id;
   const std::string from = Canonical(request.header().node());
   membership_.OnContact(WithNode(request.header(), from), now.s, /*reply=*/false);
   ApplyGossip(request.gossip(), from, now);
@@ -377,7 +379,10 @@ void ExchangeCore::Contact(const v1::Header& h, const std::string& target, doubl
     log_.push_back(absl::StrCat(
         "peer sidecar at ", target, " calls itself ", CleanText(h.node(), 80), ": using ", target,
         " (start it with --advertise_address ", target, " or list it by its own name)"));
-    aliases_[h.node()] = target;
+    // One name per member (a peer that keeps renaming itself replaces its alias, it cannot
+    // grow the map), and no more names than members.
+    std::erase_if(aliases_, [&](const auto& a) { return a.second == target; });
+    if (aliases_.size() < membership_.members().size() + 1) aliases_[h.node()] = target;
   }
   membership_.OnContact(WithNode(h, target), now_s);
 }

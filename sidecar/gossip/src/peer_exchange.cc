@@ -819,12 +819,13 @@ class PeerExchange::Impl {
   void ServePingReq(const v1::PingReqRequest& req, v1::PingReqResponse* resp,
                     grpc::ServerUnaryReactor* reactor, const grpc::ServerContextBase& ctx) {
     int timeout_ms = 0;
+    std::string dial;  // The member's own id: never the string the request gave.
     const Verdict verdict = Authenticate(req, Clock());
     {
       std::lock_guard lock(mu_);
       const Now now = Clock();
       std::string why = Admit(verdict, req.header(), ctx.peer(), now, &ctx);
-      if (why.empty()) why = core_.OnPingReq(req, now);
+      if (why.empty()) why = core_.OnPingReq(req, now, &dial);
       Log();
       if (core_.dirty()) Poke();
       if (!why.empty()) {
@@ -839,7 +840,7 @@ class PeerExchange::Impl {
       ++indirect_serving_;
       timeout_ms = std::clamp<int>(static_cast<int>(req.timeout_ms()), 50, 2000);
     }
-    SendPing(req.target(), Kind::kForIndirect, timeout_ms, reactor, resp);
+    SendPing(dial, Kind::kForIndirect, timeout_ms, reactor, resp);
   }
 
   const LocalViews local_;

@@ -132,6 +132,28 @@ TEST(ExchangeCore, AProbeThatFailsAfterTheMemberWasHeardIsNoFailure) {
   EXPECT_EQ(core.membership().Find("y:1")->direct_failures, 1);
 }
 
+// A member that answers under a new name every time (a key holder gone bad) replaces its one
+// alias: the map of names stays bounded by the members, and the member keeps its own id.
+TEST(ExchangeCore, APeerThatKeepsRenamingItselfCannotGrowTheAliases) {
+  ExchangeOptions o;
+  o.cluster = "a";
+  o.self = "x:1";
+  o.peers = {"y:1", "z:1"};
+  ExchangeCore core(o, 1, Now{0, 1.7e9});
+  for (int i = 0; i < 1000; ++i) {
+    v1::PingResponse resp;
+    resp.mutable_header()->set_protocol_version(kExchangeProtocolVersion);
+    resp.mutable_header()->set_cluster("a");
+    resp.mutable_header()->set_node("name-" + std::to_string(i) + ":1");
+    const double t = 1 + i * 0.01;
+    core.OnPingDone("y:1", false, "", resp, Now{t, 1.7e9 + t});
+  }
+  EXPECT_LE(core.alias_count(), 1u);
+  EXPECT_NE(core.membership().Find("y:1"), nullptr);
+  EXPECT_EQ(core.membership().members().size(), 2u);
+  EXPECT_LE(core.TakeLog().size(), 1000u);
+}
+
 }  // namespace
 }  // namespace trainscope::sidecar
 
@@ -201,7 +223,9 @@ TEST(ExchangeCore, LiesInGossipChangeNothing) {
   probe.set_target("unix:/run/something.sock");
   EXPECT_NE(core.OnPingReq(probe, Now{4, kUnix}).find("is not one"), std::string::npos);
   probe.set_target("m:1");
-  EXPECT_EQ(core.OnPingReq(probe, Now{4, kUnix}), "");
+  std::string dial;
+  EXPECT_EQ(core.OnPingReq(probe, Now{4, kUnix}, &dial), "");
+  EXPECT_EQ(dial, "m:1");
 }
 
 // A node told it is silent or suspect refutes it, whatever generation the doubt names; others

@@ -135,9 +135,13 @@ class ExchangeCore {
 
   // Server side: "" when the request was taken, else why it is refused (FAILED_PRECONDITION).
   std::string OnPing(const v1::PingRequest& request, v1::PingResponse* response, Now now);
-  // A PingReq taken: the transport then pings request.target and calls FillPingReqAnswer.
-  std::string OnPingReq(const v1::PingReqRequest& request, Now now);
+  // A PingReq taken: the transport then pings `*dial` (the member's own id, never the string the
+  // request gave) and calls FillPingReqAnswer.
+  std::string OnPingReq(const v1::PingReqRequest& request, Now now, std::string* dial = nullptr);
   void FillPingReqAnswer(bool reached, const std::string& error, v1::PingReqResponse* response);
+  // Names peers call themselves by, other than the address they were reached at (bounded by the
+  // members: one per member).
+  size_t alias_count() const { return aliases_.size(); }
   std::string OnSync(const v1::SyncRequest& request, v1::SyncResponse* response, Now now);
 
   // Why a peer's header is not for this node, in words; "" when it is. The words never say
