@@ -18,6 +18,9 @@ image kustomization.yaml's one `images:` entry maps; $(VAR) references are defin
 would pass them on as text); cluster name and TF_CONFIG come from the downward API and the
 cluster-spec ConfigMap; the sidecar's CREDENTIALS_DIRECTORY is a mounted Secret (the cluster
 key, the token), not readable by every user.
+examples/kubernetes/tfjob: a Kubeflow TFJob whose every replica runs the program in `tensorflow`
+and the sidecar beside it in one process namespace, reading the operator's TF_CONFIG (it sets
+none), with the sidecar's security and credentials and the same image mapping.
 examples/systemd/*.service: `systemd-analyze verify` in a scratch root (no warning allowed); the
 sidecar's unit has the packaged unit's settings (only its paths differ).
 dashboards/grafana/provisioning/**: parses, apiVersion 1, the provider points at the dashboards.
@@ -400,6 +403,90 @@ def check_pod_security(src, docs, pod_templates, errors):
         errors.append(f"examples/kubernetes: no container named {SIDECAR}")
 
 
+def check_tfjob(src, errors):
+    """examples/kubernetes/tfjob: a Kubeflow TFJob whose every replica runs the program in a
+    `tensorflow` container and trainscope's sidecar beside it, in one process namespace (the
+    sidecar reads the operator's TF_CONFIG from the program's process, so it sets none), with
+    the sidecar's capabilities, security and credentials of the Indexed Job example, and the same
+    image mapping."""
+    folder = os.path.join(src, "examples/kubernetes/tfjob")
+    rel_k = "examples/kubernetes/tfjob/kustomization.yaml"
+    try:
+        k = yaml.safe_load(open(os.path.join(folder, KUSTOMIZATION)))
+        main_k = yaml.safe_load(open(os.path.join(src, "examples/kubernetes", KUSTOMIZATION)))
+    except (OSError, yaml.YAMLError) as e:
+        errors.append(f"{rel_k}: {e}")
+        return
+    if (k.get("images") or []) != (main_k.get("images") or []):
+        errors.append(f"{rel_k}: images {k.get('images')} differ from ../{KUSTOMIZATION}'s")
+    jobs = 0
+    for r in k.get("resources") or []:
+        rel = f"examples/kubernetes/tfjob/{r}"
+        try:
+            docs = [d for d in yaml.safe_load_all(open(os.path.join(folder, r))) if d]
+        except (OSError, yaml.YAMLError) as e:
+            errors.append(f"{rel}: {e}")
+            continue
+        for d in docs:
+            if (d.get("apiVersion"), d.get("kind")) != ("kubeflow.org/v1", "TFJob"):
+                errors.append(f"{rel}: {d.get('apiVersion')} {d.get('kind')}, not a TFJob")
+                continue
+            jobs += 1
+            replicas = (d.get("spec") or {}).get("tfReplicaSpecs") or {}
+            if not {"PS", "Worker"} <= set(replicas):
+                errors.append(f"{rel}: a parameter-server TFJob has PS and Worker replicas")
+            for rtype, spec in replicas.items():
+                check_tfjob_pod(f"{rel}: {rtype}", ((spec.get("template") or {}).get("spec")
+                                                     or {}), errors)
+    if not jobs:
+        errors.append(f"{rel_k}: no TFJob")
+
+
+def check_tfjob_pod(where, pod, errors):
+    if pod.get("shareProcessNamespace") is not True:
+        errors.append(f"{where}: shareProcessNamespace must be true (the sidecar reads the "
+                      "program's TF_CONFIG and sees its processes)")
+    containers = pod.get("containers") or []
+    if not any(c.get("name") == "tensorflow" for c in containers):
+        errors.append(f"{where}: no container named tensorflow (the operator's name)")
+    sidecars = [c for c in pod.get("initContainers") or [] if c.get("name") == SIDECAR]
+    if len(sidecars) != 1:
+        errors.append(f"{where}: needs one initContainer {SIDECAR} (a native sidecar)")
+        return
+    c = sidecars[0]
+    cwhere = f"{where} container {SIDECAR}"
+    if c.get("restartPolicy") != "Always" or c.get("image") != "trainscope":
+        errors.append(f"{cwhere}: restartPolicy Always and image trainscope (kustomization's)")
+    sc = c.get("securityContext") or {}
+    caps = sc.get("capabilities") or {}
+    if caps.get("drop") != ["ALL"] or sorted(caps.get("add") or []) != sorted(SIDECAR_CAPS):
+        errors.append(f"{cwhere}: capabilities drop [ALL], add exactly {sorted(SIDECAR_CAPS)}")
+    if sc.get("privileged") or sc.get("allowPrivilegeEscalation") is not False or \
+            sc.get("readOnlyRootFilesystem") is not True:
+        errors.append(f"{cwhere}: not privileged, no privilege escalation, read-only root")
+    env = {e.get("name"): e for e in c.get("env") or []}
+    if "TF_CONFIG" in env:
+        errors.append(f"{cwhere}: sets TF_CONFIG; it takes the operator's from the program")
+    field = ((env.get("TRAINSCOPE_CLUSTER") or {}).get("valueFrom") or {}).get("fieldRef") or {}
+    if field.get("fieldPath") != "metadata.labels['training.kubeflow.org/job-name']":
+        errors.append(f"{cwhere}: TRAINSCOPE_CLUSTER must be the TFJob's name (its pod label)")
+    check_sidecar_credentials(cwhere, c, pod, env, errors)
+    volumes = {v.get("name"): v for v in pod.get("volumes") or []}
+    for cont in containers + [c]:
+        for vm in cont.get("volumeMounts") or []:
+            if vm.get("name") not in volumes:
+                errors.append(f"{where} container {cont.get('name')}: mounts unknown volume "
+                              f"{vm.get('name')}")
+        if cont is not c and ((cont.get("securityContext") or {}).get("capabilities")
+                              or {}).get("add"):
+            errors.append(f"{where} container {cont.get('name')}: the program needs no "
+                          "capability")
+    for v in volumes.values():
+        mode = (v.get("secret") or {}).get("defaultMode", 0o644)
+        if v.get("secret") and mode & 0o007:
+            errors.append(f"{where}: Secret volume {v.get('name')} readable by every user")
+
+
 def check_sidecar_credentials(cwhere, c, pod, env, errors):
     """Secure by default: the sidecar's CREDENTIALS_DIRECTORY is a mounted Secret (its cluster
     key and token), else it would open no exchange with the other pods' sidecars."""
@@ -540,6 +627,7 @@ def main():
     docs, pod_templates = check_kubernetes(src, promtool, errors)
     check_operator(src, docs, pod_templates, promtool, errors)
     check_pod_security(src, docs, pod_templates, errors)
+    check_tfjob(src, errors)
     check_systemd(src, errors)
     check_provisioning(src, errors)
     for e in errors:
