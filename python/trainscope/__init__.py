@@ -8,8 +8,9 @@ own runtime's: stalled when its loop is wedged, slow, its goodput and incidents.
     callbacks=[trainscope.KerasCallback()]        # Model.fit
     trainscope.step()                             # a custom loop: after each step
 
-The task's role and index come from TF_CONFIG; the sidecar from $TRAINSCOPE_SIDECAR (host:port
-of its gRPC port), else 127.0.0.1:4317. Reports go out from one thread, twice a second; a
+The task's role and index come from TF_CONFIG; the sidecar from $TRAINSCOPE_REPORT_ENDPOINT
+(host:port of its gRPC port), else $OTEL_EXPORTER_OTLP_ENDPOINT's http://host:port (the same
+port takes spans), else 127.0.0.1:4317. Reports go out from one thread, twice a second; a
 sidecar that is not there costs nothing but a failed call, and never an exception in training.
 """
 

@@ -15,6 +15,18 @@ REPORT = "/trainscope.v1.TaskReports/Report"
 log = logging.getLogger("trainscope")
 
 
+def endpoint_from_environment():
+    """host:port of the sidecar's gRPC port: $TRAINSCOPE_REPORT_ENDPOINT, else the OTLP endpoint
+    the program's spans go to (the node's sidecar takes both), else 127.0.0.1:4317."""
+    explicit = os.environ.get("TRAINSCOPE_REPORT_ENDPOINT")
+    if explicit:
+        return explicit
+    otlp = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+    if otlp.startswith("http://"):
+        return otlp[len("http://"):].rstrip("/")
+    return "127.0.0.1:4317"
+
+
 class Reporter:
     def __init__(self, target=None, interval_s=0.5, tf_config=None):
         raw = tf_config if tf_config is not None else os.environ.get("TF_CONFIG", "")
@@ -24,7 +36,7 @@ class Reporter:
         self.index = int(task.get("index", 0))
         addresses = (cfg.get("cluster") or {}).get(self.role) or []
         self.listen_address = addresses[self.index] if self.index < len(addresses) else ""
-        self.target = target or os.environ.get("TRAINSCOPE_SIDECAR", "127.0.0.1:4317")
+        self.target = target or endpoint_from_environment()
         self.interval_s = interval_s
         self.phase = "starting"
         self.steps = 0

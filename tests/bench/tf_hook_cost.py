@@ -57,7 +57,7 @@ def main():
     sidecar = Proc("sidecar", [os.path.join(args.bin, "trainscope-sidecar"), "--http_port",
                                str(http), "--grpc_port", str(grpc_port)], d,
                    {"TF_CONFIG": json.dumps(spec)}).start()
-    env = {"PYTHONPATH": HOOK, "TRAINSCOPE_SIDECAR": f"127.0.0.1:{grpc_port}"}
+    env = {"PYTHONPATH": HOOK, "TRAINSCOPE_REPORT_ENDPOINT": f"127.0.0.1:{grpc_port}"}
     with_hook, without = [], []
     try:
         with tensorflow_jobs.Job("tf1", cluster, f"{d}/tf1", python=python, env=env) as job:

@@ -2,7 +2,7 @@
 """trainscope's one-line hook in a real TensorFlow program (python/trainscope): tf1_ps.py with
 `hooks=[trainscope.StepHook()]` on its chief and worker (1 ps, 1 worker, a chief on loopback),
 and a real trainscope-sidecar given the evaluator's TF_CONFIG and its ports only (the default
---stall_after_s). The hook reports to the sidecar's gRPC port ($TRAINSCOPE_SIDECAR).
+--stall_after_s). The hook reports to the sidecar's gRPC port ($TRAINSCOPE_REPORT_ENDPOINT).
 
 1. The chief and the worker are `up`, `training`, with steps that grow, from their hook; the ps
    (no hook) stays watched from outside.
@@ -95,7 +95,7 @@ def run(args, d, python):
                                str(http), "--grpc_port", str(grpc_port)], d,
                    {"TF_CONFIG": json.dumps(evaluator)}).start()
     url = f"http://127.0.0.1:{http}/api/v1/tasks"
-    env = {"PYTHONPATH": HOOK, "TRAINSCOPE_SIDECAR": f"127.0.0.1:{grpc_port}"}
+    env = {"PYTHONPATH": HOOK, "TRAINSCOPE_REPORT_ENDPOINT": f"127.0.0.1:{grpc_port}"}
     try:
         with tensorflow_jobs.Job("tf1", cluster, f"{d}/tf1", log_every=100, python=python,
                                  env=env) as job:
