@@ -9,6 +9,8 @@ and a real trainscope-sidecar given the evaluator's TF_CONFIG and its ports only
 2. The worker's loop wedges at step 300 (--wedge_at_step: its process and threads live on):
    `stalled`, steps stuck, saying its hook reports and its loop makes no progress. The chief
    goes on.
+   `trainscopectl incidents` shows the stall as an open incident, and the job's goodput counts
+   the hooked tasks' training.
 3. A report naming a task the sidecar does not watch is refused (INVALID_ARGUMENT), and
    reports naming the worker from other pids (a forger on the node) change nothing.
 States and reasons are asserted, never timings.
@@ -20,6 +22,7 @@ Usage: tf_hook_test.py --bin BUILD/bin [--keep]. Exit 0 when every check passed;
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -123,6 +126,23 @@ def run(args, d, python):
                   f"worker:0's steps stand at most at {WEDGE_AT}: {v and v.get('steps')}")
             with open(job.log_path("worker:0"), errors="replace") as f:
                 check("wedged" in f.read(), "worker:0 logged that it wedged")
+            # The incident and the job's goodput, as trainscopectl shows them.
+            ctl = [os.path.join(args.bin, "trainscopectl"), "incidents", "--sidecar",
+                   f"127.0.0.1:{http}"]
+            try:
+                table = wait_for("an open stalled incident of worker:0", lambda: (lambda out: (
+                    out if re.search(r"open\s+stalled\s+worker:0", out) else None))(
+                        subprocess.run(ctl, capture_output=True, text=True, timeout=20).stdout),
+                    60, log=log)
+            except HarnessError:
+                table = subprocess.run(ctl, capture_output=True, text=True, timeout=20).stdout
+            check(re.search(r"open\s+stalled\s+worker:0", table) is not None,
+                  "trainscopectl incidents: worker:0 stalled, open: " +
+                  next((x.strip() for x in table.splitlines() if "stalled" in x), table[-300:]))
+            goodput = http_json(f"http://127.0.0.1:{http}/api/v1/incidents").get("goodput", {})
+            check(goodput.get("productive_seconds", 0) > 0 and 0 < goodput.get("goodput", 0) < 1,
+                  f"the job's goodput counts the hooked tasks' training and the stall: "
+                  f"{json.dumps({k: goodput.get(k) for k in ('goodput', 'productive_seconds', 'lost_by_kind')})}")
             v = view(url, "chief:0")
             check(v is not None and v["state"] == "up", said("chief:0 goes on", v))
 
