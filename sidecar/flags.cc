@@ -113,6 +113,15 @@ void AddPeerAndAlertFlags(CLI::App& app, SidecarOptions& o) {
                  "off), within a second of knowing: host:port or http(s)://host:port[/prefix]; "
                  "repeatable or comma-separated (default: $TRAINSCOPE_ALERTMANAGER_URL; none: only "
                  "Prometheus's rules page)");
+  app.add_option("--alertmanager_basic_auth_file", o.alertmanager_basic_auth_file,
+                 "File holding user:password for Alertmanagers that require basic auth (mode "
+                 "600; default: the systemd credential alertmanager.auth)");
+  app.add_option("--alertmanager_bearer_token_file", o.alertmanager_bearer_token_file,
+                 "File holding the bearer token Alertmanagers require (mode 600; default: the "
+                 "systemd credential alertmanager.token)");
+  app.add_option("--alertmanager_header", o.alertmanager_headers,
+                 "A header field of every post to Alertmanager, \"Name: value\" (e.g. "
+                 "\"X-Scope-OrgID: team-a\" for a multi-tenant one); repeatable");
   app.add_option("--alert_resend_interval_s", o.alert_resend_interval_s,
                  "Re-send a firing alert this often; it expires 4 intervals after the last send")
       ->capture_default_str();
@@ -163,6 +172,8 @@ void AddSidecarFlags(CLI::App& app, SidecarOptions& o) {
   // service's user can read even when the files are root's and 0600.
   o.api_token_file = CredentialPath("api.token");
   if (std::string key = CredentialPath("exchange.key"); !key.empty()) o.exchange_key_files = {key};
+  o.alertmanager_basic_auth_file = CredentialPath("alertmanager.auth");
+  o.alertmanager_bearer_token_file = CredentialPath("alertmanager.token");
   if (std::string cert = CredentialPath("tls.crt"), key = CredentialPath("tls.key");
       !cert.empty() && !key.empty()) {
     o.tls.cert_file = cert;

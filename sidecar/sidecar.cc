@@ -73,6 +73,10 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return ss.str();
 }
 
+AlertmanagerAuth AlertmanagerAuthOf(const SidecarOptions& o) {
+  return {o.alertmanager_basic_auth_file, o.alertmanager_bearer_token_file, o.alertmanager_headers};
+}
+
 absl::Status Validate(const SidecarOptions& o) {
   if (o.heartbeat_interval_ms < 5 || o.heartbeat_interval_ms > 60000) {
     return absl::InvalidArgumentError("--heartbeat_interval_ms must be within 5..60000");
@@ -113,6 +117,9 @@ absl::Status Validate(const SidecarOptions& o) {
   }
   if (o.alert_resend_interval_s < 1 || o.alert_resend_interval_s > 3600) {
     return absl::InvalidArgumentError("--alert_resend_interval_s must be within 1..3600");
+  }
+  if (auto headers = AlertmanagerHeaders(AlertmanagerAuthOf(o)); !headers.ok()) {
+    return headers.status();
   }
   return AlertNotifier::ParseUrls(o.alertmanager_urls).status();
 }
@@ -562,6 +569,7 @@ class Sidecar::Impl {
     n.urls = *AlertNotifier::ParseUrls(options_.alertmanager_urls);  // Validated by MakePlan.
     n.tls = options_.tls;
     if (n.urls.empty()) return;
+    n.headers = AlertmanagerHeaders(AlertmanagerAuthOf(options_)).value_or(n.headers);
     const std::string host = IsWildcard(plan_.bind.front()) ? plan_.hostname : plan_.bind.front();
     n.generator_url =
         absl::StrCat(http_tls_ ? "https://" : "http://", JoinHostPort(host, http_->port()), "/");

@@ -264,9 +264,10 @@ absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::st
 
 absl::StatusOr<HttpResponse> HttpPost(const std::string& host_port, const std::string& path,
                                       const std::string& content_type, const std::string& body,
-                                      int timeout_ms, size_t max_bytes, const TlsFiles& tls) {
+                                      int timeout_ms, size_t max_bytes, const TlsFiles& tls,
+                                      const std::vector<std::string>& headers) {
   return Send(http::verb::post, host_port, path, &content_type, &body, timeout_ms, max_bytes, tls,
-              {});
+              headers);
 }
 
 }  // namespace trainscope

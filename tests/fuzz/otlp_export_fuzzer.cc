@@ -54,7 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   otlp::ExportTraceServiceRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
   TraceStore store;
-  trainscope::sidecar::TraceReceiver receiver(&store, /*forwarder=*/nullptr);
+  trainscope::sidecar::TraceReceiver receiver(&store, /*forwarder=*/nullptr,
+                                              trainscope::sidecar::SpanSenders{});
   otlp::ExportTraceServiceResponse response;
   (void)receiver.Export(/*context=*/nullptr, &request, &response);
   ReadStore(store, request);

@@ -7,15 +7,93 @@
 #include <set>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "spdlog/spdlog.h"
 #include "trainscope/common/clock.h"
 #include "trainscope/common/cluster_spec.h"
 #include "trainscope/common/http_client.h"
+#include "trainscope/common/secret_file.h"
+#include "trainscope/sidecar/api.h"
 
 namespace trainscope::sidecar {
+
+namespace {
+
+// One line of a credential file, without its line end; InvalidArgument when there is none.
+absl::StatusOr<std::string> OneLine(const std::string& flag, const std::string& path,
+                                    const std::string& shape) {
+  auto text = ReadSecretFile(flag, path, 4096);
+  if (!text.ok()) return text.status();
+  std::string line(absl::StripTrailingAsciiWhitespace(*text));
+  if (line.empty() || line.find_first_of("\r\n") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", path, ": holds no single line (", shape, ")"));
+  }
+  return line;
+}
+
+bool TokenChar(char c) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+         std::string("!#$%&'*+-.^_`|~").find(c) != std::string::npos;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> AlertmanagerHeaders(const AlertmanagerAuth& auth) {
+  std::vector<std::string> out;
+  if (!auth.basic_auth_file.empty() && !auth.bearer_token_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--alertmanager_basic_auth_file and --alertmanager_bearer_token_file: give one of them");
+  }
+  if (!auth.basic_auth_file.empty()) {
+    auto line = OneLine("--alertmanager_basic_auth_file", auth.basic_auth_file, "user:password");
+    if (!line.ok()) return line.status();
+    if (line->find(':') == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("--alertmanager_basic_auth_file ",
+                                                     auth.basic_auth_file, ": not user:password"));
+    }
+    out.push_back(absl::StrCat("Authorization: Basic ", absl::Base64Escape(*line)));
+  }
+  if (!auth.bearer_token_file.empty()) {
+    auto line = OneLine("--alertmanager_bearer_token_file", auth.bearer_token_file, "the token");
+    if (!line.ok()) return line.status();
+    if (line->find_first_of(" \t") != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--alertmanager_bearer_token_file ", auth.bearer_token_file, ": a token has no spaces"));
+    }
+    out.push_back(absl::StrCat("Authorization: Bearer ", *line));
+  }
+  if (auth.headers.size() > 32) {
+    return absl::InvalidArgumentError("--alertmanager_header: at most 32");
+  }
+  for (const std::string& h : auth.headers) {
+    const size_t colon = h.find(':');
+    const std::string name = colon == std::string::npos ? "" : h.substr(0, colon);
+    const std::string value(
+        absl::StripAsciiWhitespace(colon == std::string::npos ? "" : h.substr(colon + 1)));
+    const bool name_ok =
+        !name.empty() && name.size() <= 128 && std::all_of(name.begin(), name.end(), TokenChar);
+    const bool value_ok = value.size() <= 4096 &&
+                          std::none_of(value.begin(), value.end(),
+                                       [](char c) { return c == '\r' || c == '\n' || c == '\0'; });
+    if (!name_ok || !value_ok) {
+      return absl::InvalidArgumentError(absl::StrCat("--alertmanager_header ", CleanText(h, 80),
+                                                     ": not \"Name: value\" (e.g. ",
+                                                     "\"X-Scope-OrgID: team-a\")"));
+    }
+    if (absl::EqualsIgnoreCase(name, "authorization")) {
+      return absl::InvalidArgumentError(
+          "--alertmanager_header: no Authorization here; keep the credential in a file "
+          "(--alertmanager_basic_auth_file or --alertmanager_bearer_token_file)");
+    }
+    out.push_back(absl::StrCat(name, ": ", value));
+  }
+  return out;
+}
 
 // One Alertmanager: its queue of alerts by key, and the thread that posts them.
 class AlertNotifier::Endpoint : public std::enable_shared_from_this<Endpoint> {
@@ -105,8 +183,8 @@ class AlertNotifier::Endpoint : public std::enable_shared_from_this<Endpoint> {
     for (const auto& [key, a] : batch) alerts.push_back(a);
     const std::string body = AlertsToJson(alerts, options_.generator_url, UnixSeconds(),
                                           options_.ttl_intervals * options_.resend_interval_s);
-    auto r =
-        HttpPost(host_port_, path_, "application/json", body, options_.timeout_ms, 1 << 20, tls_);
+    auto r = HttpPost(host_port_, path_, "application/json", body, options_.timeout_ms, 1 << 20,
+                      tls_, options_.headers);
     const int64_t n = static_cast<int64_t>(alerts.size());
     if (r.ok() && r->status >= 200 && r->status < 300) {
       sent += n;

@@ -4,8 +4,12 @@
 
 #include <civetweb.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -279,6 +283,49 @@ TEST(AlertsToJson, FiringExpiresResolvedEndsNow) {
   EXPECT_EQ(body[1]["endsAt"], "2023-11-14T22:13:25.000Z");
   EXPECT_EQ(body[0]["generatorURL"], "http://me/");
   EXPECT_EQ(body[0]["labels"]["alertname"], "X");
+}
+
+// Credentials for Alertmanagers that require them: a table of files and headers, each taken or
+// refused with the flag and the fix (the files are secrets: one every user may read is refused).
+TEST(AlertmanagerHeaders, FilesAndHeadersTakenOrRefusedWithTheFix) {
+  const std::string dir = ::testing::TempDir() + "/am-auth-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text, mode_t mode = 0600) {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path) << text;
+    chmod(path.c_str(), mode);
+    return path;
+  };
+  auto basic = AlertmanagerHeaders({write("basic", "trainscope:s3cret\n"), "", {}});
+  ASSERT_TRUE(basic.ok()) << basic.status();
+  EXPECT_EQ(*basic, std::vector<std::string>{"Authorization: Basic dHJhaW5zY29wZTpzM2NyZXQ="});
+  auto bearer = AlertmanagerHeaders({"", write("token", "abc.def\n"), {"X-Scope-OrgID: team-a"}});
+  ASSERT_TRUE(bearer.ok()) << bearer.status();
+  EXPECT_EQ(*bearer,
+            (std::vector<std::string>{"Authorization: Bearer abc.def", "X-Scope-OrgID: team-a"}));
+  EXPECT_TRUE(AlertmanagerHeaders({}).ok());
+  struct Bad {
+    AlertmanagerAuth auth;
+    std::string says;
+  };
+  const std::vector<Bad> bad = {
+      {{write("open", "u:p\n", 0644), "", {}}, "chmod 600"},
+      {{dir + "/missing", "", {}}, "cannot read it"},
+      {{write("nocolon", "justone\n"), "", {}}, "not user:password"},
+      {{write("two", "u:p\nv:q\n"), "", {}}, "no single line"},
+      {{"", write("spaced", "a b\n"), {}}, "no spaces"},
+      {{write("b2", "u:p"), write("t2", "t"), {}}, "give one of them"},
+      {{"", "", {"NoColon"}}, "not \"Name: value\""},
+      {{"", "", {"Bad Name: x"}}, "not \"Name: value\""},
+      {{"", "", {"X-Ok: line\r\nInjected: 1"}}, "not \"Name: value\""},
+      {{"", "", {"authorization: Bearer x"}}, "keep the credential in a file"},
+      {{"", "", std::vector<std::string>(33, "X-A: b")}, "at most 32"},
+  };
+  for (const Bad& b : bad) {
+    auto r = AlertmanagerHeaders(b.auth);
+    ASSERT_FALSE(r.ok()) << b.says;
+    EXPECT_NE(r.status().message().find(b.says), std::string::npos) << r.status();
+  }
 }
 
 TEST(AlertNotifier, ParsesUrls) {

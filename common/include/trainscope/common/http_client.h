@@ -37,6 +37,7 @@ absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::st
 absl::StatusOr<HttpResponse> HttpPost(const std::string& host_port, const std::string& path,
                                       const std::string& content_type, const std::string& body,
                                       int timeout_ms = 3000, size_t max_bytes = 1 << 20,
-                                      const TlsFiles& tls = {});
+                                      const TlsFiles& tls = {},
+                                      const std::vector<std::string>& headers = {});
 
 }  // namespace trainscope

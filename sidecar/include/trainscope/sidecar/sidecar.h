@@ -88,6 +88,11 @@ struct SidecarOptions {
   // firing alert is sent again every alert_resend_interval_s, and expires 4 intervals after the
   // last send.
   std::vector<std::string> alertmanager_urls;
+  // How to authenticate to them (an Alertmanager behind basic auth, a bearer token, a tenant
+  // header): files read at start, as secrets (see AlertmanagerAuth in alert_notifier.h).
+  std::string alertmanager_basic_auth_file;
+  std::string alertmanager_bearer_token_file;
+  std::vector<std::string> alertmanager_headers;
   double alert_resend_interval_s = 10;
   // Snapshots of stuck local tasks (every thread's stack, with ptrace): taken when a task turns
   // hung or stalled (blocked after snapshot_blocked_after_s) and on demand; the last

@@ -37,6 +37,9 @@ struct NotifierOptions {
   // For https:// ones: the CA that verifies them (else the system's CAs) and the certificate
   // presented when they ask for one.
   TlsFiles tls;
+  // More header fields of every post, "Name: value": the Authorization of basic auth or a
+  // bearer token, a tenant's X-Scope-OrgID (AlertmanagerHeaders).
+  std::vector<std::string> headers;
   std::string generator_url;  // This sidecar's page.
   double resend_interval_s = 10;
   double ttl_intervals = 4;  // endsAt of a firing alert = now + ttl_intervals * resend.
@@ -45,6 +48,21 @@ struct NotifierOptions {
   int timeout_ms = 2000;       // Of one post's answer.
   size_t max_queued = 2000;    // Distinct alerts waiting per Alertmanager; more are dropped.
 };
+
+// How the sidecar authenticates to Alertmanagers that require it, as Prometheus's alerting
+// config does (basic_auth, authorization, http_headers).
+struct AlertmanagerAuth {
+  std::string basic_auth_file;       // One line, "user:password".
+  std::string bearer_token_file;     // One line, the token.
+  std::vector<std::string> headers;  // "Name: value", e.g. "X-Scope-OrgID: team-a".
+};
+
+// The header fields of `auth`: the files read (secrets: secret_file.h, so one every user may
+// read is refused) and each header checked. InvalidArgument, naming the flag and the fix, when
+// a file cannot be read or holds no one-line credential, when both files are given, when a
+// header is not "Name: value" (a token name, no line break) or names Authorization (use the
+// files), or when there are more than 32 headers.
+absl::StatusOr<std::vector<std::string>> AlertmanagerHeaders(const AlertmanagerAuth& auth);
 
 struct NotifierStats {
   int64_t sent = 0;     // Alerts (firing or resolved) an Alertmanager accepted.

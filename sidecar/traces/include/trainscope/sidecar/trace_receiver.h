@@ -94,7 +94,8 @@ class TraceReceiver final : public otlp::TraceService::Service {
  public:
   using Stats = ReceiverStats;
   // `store` must outlive this; `forwarder` may be null. Export from a peer that is not this node
-  // and has no verified certificate is refused (PERMISSION_DENIED, counted in stats().refused).
+  // and has no verified certificate is refused (PERMISSION_DENIED, counted in stats().refused);
+  // a null context is an in-process call (the fuzzer), taken.
   TraceReceiver(TraceStore* store, OtlpForwarder* forwarder, SpanSenders senders);
 
   grpc::Status Export(grpc::ServerContext* context, const otlp::ExportTraceServiceRequest* request,
