@@ -152,11 +152,17 @@ void TaskTracker::ObservePace(const HeartbeatInfo& hb, double t) {
 }
 
 void TaskTracker::ApplyHeartbeat(const HeartbeatInfo& hb, double t) {
-  if (answered_ && hb.incarnation != last_hb_.incarnation) {
+  // An answer from outside whose process was not read this time (its port's new holder not
+  // found yet) has no incarnation: it is neither a restart nor the end of one. A restart is
+  // counted once, between the last known incarnation and the next.
+  const bool unknown = hb.outside && hb.incarnation == 0;
+  const bool restarted =
+      !unknown && known_incarnation_ && hb.incarnation != last_known_incarnation_;
+  if (restarted) {
     view_.restarts++;
     events_.push_back(absl::StrCat(view_.task.ShortName(), " (", view_.task.FullName(),
-                                   ") restarted: incarnation ", last_hb_.incarnation, " -> ",
-                                   hb.incarnation, ", pid ", last_hb_.pid, " -> ", hb.pid));
+                                   ") restarted: incarnation ", last_known_incarnation_, " -> ",
+                                   hb.incarnation, ", pid ", last_known_pid_, " -> ", hb.pid));
     last_steps_ = -1;
     usual_step_ = -1;
     expecting_ = false;
@@ -164,6 +170,11 @@ void TaskTracker::ApplyHeartbeat(const HeartbeatInfo& hb, double t) {
     serve_samples_.clear();
     usual_serve_ = -1;
     serve_calls_seen_ = 0;
+  }
+  if (!unknown) {
+    known_incarnation_ = true;
+    last_known_incarnation_ = hb.incarnation;
+    last_known_pid_ = hb.pid;
   }
   ApplyServing(hb, t);
   detector_.Heartbeat(t, skipped_s_);

@@ -316,6 +316,26 @@ TEST_F(TrackerTest, RestartIsAnEventAndACounter) {
   EXPECT_TRUE(logged);
 }
 
+// A task watched from outside, killed and started again on its port: the first answers of the
+// new process may come before its holder of the port is found (no pid, no incarnation). That is
+// no restart of its own: one restart is counted, old to new (sidecar_outside_tasks saw two).
+TEST_F(TrackerTest, AnOutsideRestartSeenThroughAnUnknownMomentCountsOnce) {
+  outside_ = true;
+  incarnation_ = 7;
+  Run(1, true);
+  incarnation_ = 0;  // The new process answers; its port's holder is not found yet.
+  Run(0.3, true);
+  EXPECT_EQ(Evaluate().restarts, 0);
+  incarnation_ = 9;
+  Run(0.3, true);
+  EXPECT_EQ(Evaluate().restarts, 1);
+  incarnation_ = 0;
+  Run(0.2, true);
+  incarnation_ = 9;  // The same process, read again.
+  Run(0.2, true);
+  EXPECT_EQ(Evaluate().restarts, 1);
+}
+
 // A ps restarted with its checkpoint: up, and the reason says from which step (the fire drill's
 // ps-kill-restore reads it).
 TEST_F(TrackerTest, RestartedPsSaysWhichCheckpointItRestored) {

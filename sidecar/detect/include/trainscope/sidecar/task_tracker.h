@@ -234,6 +234,10 @@ class TaskTracker {
   std::vector<double> recent_latency_;
   double usual_latency_ = -1;
   int latency_samples_ = 0;
+  // The last incarnation known (an answer from outside may have none for a moment).
+  bool known_incarnation_ = false;
+  uint64_t last_known_incarnation_ = 0;
+  int64_t last_known_pid_ = 0;
   // Steps.
   int64_t last_steps_ = -1;
   double last_progress_s_ = 0;
