@@ -1,6 +1,8 @@
 // Keepalive and reconnection settings of channels and servers; see grpc_channel.h.
 #include "trainscope/common/grpc_channel.h"
 
+#include <algorithm>
+
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/server_credentials.h"
 
@@ -15,7 +17,9 @@ grpc::ChannelArguments MakeChannelArguments(const ChannelOptions& o) {
     args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   }
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, o.min_reconnect_ms);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, o.min_reconnect_ms);
+  // gRPC's "minimum reconnect backoff" is the least time a connection attempt is given.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+              std::max(o.min_reconnect_ms, o.connect_timeout_ms));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, o.max_reconnect_ms);
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
   if (o.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);

@@ -766,6 +766,9 @@ class PeerExchange::Impl {
         ChannelOptions channel;
         channel.max_receive_bytes = static_cast<int>(std::max<int64_t>(max_bytes, 1 << 20));
         channel.keepalive_without_calls = false;
+        // One call an operator waits on: a busy node's first answer may take longer than the
+        // backoff's 100 ms (a refused connection still fails at once).
+        channel.connect_timeout_ms = 2000;
         slot = v1::Snapshots::NewStub(MakeChannel(node, channel, credentials_));
       }
       stub = slot.get();

@@ -31,6 +31,10 @@ struct ChannelOptions {
   // down (its SYN lost) holds the calls made after the network is back for up to that long.
   int min_reconnect_ms = 100;
   int max_reconnect_ms = 1000;
+  // The least time one connection attempt is given (TCP, TLS, the server's first HTTP/2
+  // frame), when longer than min_reconnect_ms; 0: min_reconnect_ms. For one-shot calls an
+  // operator waits on, whose peer may be busy: a first attempt cut short fails the call.
+  int connect_timeout_ms = 0;
   // A connection of its own, not shared with other channels to the same address: a new channel
   // then means a new connection attempt (gRPC's local subchannel pool).
   bool own_connection = false;
