@@ -16,7 +16,6 @@
 #include "absl/strings/str_split.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "incident_ticker.h"
 #include "spdlog/spdlog.h"
 #include "trainscope/common/clock.h"
 #include "trainscope/common/cluster_spec.h"
@@ -39,6 +38,7 @@
 #include "trainscope/sidecar/names.h"
 #include "trainscope/sidecar/node_load_watch.h"
 #include "trainscope/sidecar/peer_exchange.h"
+#include "trainscope/sidecar/picture.h"
 #include "trainscope/sidecar/stack_keeper.h"
 #include "trainscope/sidecar/state_store.h"
 #include "trainscope/sidecar/store_writer.h"
@@ -458,7 +458,7 @@ class Sidecar::Impl {
                  grpc_port_ >= 0 ? std::to_string(grpc_port_) : "off");
     watcher_->Start();
     keeper_->Start();
-    incidents_->Start();
+    picture_->Start();
     if (exchange_) exchange_->Start();
     if (notifier_) notifier_->Start();
   }
@@ -471,7 +471,7 @@ class Sidecar::Impl {
     spdlog::info("trainscope-sidecar: stopping");
     if (notifier_) notifier_->Stop();
     if (exchange_) exchange_->Stop();
-    if (incidents_) incidents_->Stop();
+    if (picture_) picture_->Stop();
     if (keeper_) keeper_->Stop();
     if (watcher_) watcher_->Stop();
     if (grpc_server_) {
@@ -533,7 +533,7 @@ class Sidecar::Impl {
     }
     watcher_ = std::make_unique<TaskWatcher>(std::move(w), [this] {
       if (exchange_) exchange_->Poke();
-      if (notifier_) notifier_->Poke();
+      if (picture_) picture_->Poke();  // Which pokes the notifier once it is drawn.
     });
   }
 
@@ -557,7 +557,8 @@ class Sidecar::Impl {
     limits.slow_queue_timeout_ms = 10000;
     auto http = HttpServer::Start(
         ForPort(plan_.bind, options_.http_port), options_.http_port,
-        [this](const HttpServer::Request& r) { return routes_.Serve(r); }, http_tls_.get(), limits);
+        [routes = &routes_](const HttpServer::Request& r) { return routes->Serve(r); },
+        http_tls_.get(), limits);
     if (!http.ok()) return http.status();
     http_ = std::move(*http);
     return absl::OkStatus();
@@ -575,10 +576,11 @@ class Sidecar::Impl {
         absl::StrCat(http_tls_ ? "https://" : "http://", JoinHostPort(host, http_->port()), "/");
     n.resend_interval_s = options_.alert_resend_interval_s;
     AlertContext context{options_.cluster_name, n.generator_url, nullptr};
-    notifier_ = std::make_unique<AlertNotifier>(std::move(n), [this, context] {
+    notifier_ = std::make_unique<AlertNotifier>(std::move(n), [picture = picture_.get(), context] {
+      const std::shared_ptr<const Picture> p = picture->Now();
       AlertContext now = context;
-      now.incidents = incidents_->Now();
-      return FirstHandAlerts(CurrentView(), now);
+      now.incidents = p->incidents;
+      return FirstHandAlerts(p->view, now);
     });
   }
 
@@ -637,18 +639,9 @@ class Sidecar::Impl {
     exchange_ = std::make_unique<PeerExchange>(
         std::move(x), [this] { return ExplainedLocal(ViewInputs()); }, channel_credentials_);
     exchange_->SetOperatorCredential(auth_.get());
-    exchange_->SetLoadProvider([this] { return node_load_.Get(MonotonicSeconds()); });
-    // The incidents this node owns go out in its record; the others take their ids.
-    exchange_->SetIncidentsProvider([this] {
-      std::shared_ptr<const IncidentsNow> now = incidents_ ? incidents_->Now() : nullptr;
-      return now ? OwnedIncidents(*now, plan_.self, UnixSeconds())
-                 : std::vector<v1::OwnedIncident>{};
-    });
+    exchange_->SetLoadProvider([load = &node_load_] { return load->Get(MonotonicSeconds()); });
     exchange_->SetEvidenceProvider([this](const std::string& id, double from, double to) {
       return EvidenceHere(id, from, to);
-    });
-    exchange_->SetOnChange([this] {
-      if (notifier_) notifier_->Poke();
     });
     return absl::OkStatus();
   }
@@ -670,8 +663,9 @@ class Sidecar::Impl {
     keeper_ = std::make_unique<StackKeeper>(
         std::move(k), [w = watcher_.get()] { return w->snapshot()->views; }, std::move(capture));
     if (exchange_) {
-      exchange_->SetStacksProvider(
-          [this](const std::string& task, bool fresh) { return keeper_->Stacks(task, fresh); });
+      exchange_->SetStacksProvider([keeper = keeper_.get()](const std::string& task, bool fresh) {
+        return keeper->Stacks(task, fresh);
+      });
     }
   }
 
@@ -684,10 +678,10 @@ class Sidecar::Impl {
           "name a task: /api/v1/stacks?task=worker:0 (&fresh=1 takes a snapshot now, "
           "&format=text gives text)");
     }
-    ClusterView view = CurrentView();
+    const std::shared_ptr<const Picture> picture = picture_->Now();
     const TaskView* found = nullptr;
     std::vector<std::string> names;
-    for (const TaskView& v : view.tasks) {
+    for (const TaskView& v : picture->view.tasks) {
       names.push_back(v.task.ShortName());
       if (v.task.ShortName() == task) found = &v;
     }
@@ -709,8 +703,8 @@ class Sidecar::Impl {
   pb::NodeEvidence EvidenceHere(const std::string& id, double from, double to) const {
     pb::NodeEvidence e;
     e.set_node(!plan_.self.empty() ? plan_.self : plan_.hostname);
-    std::shared_ptr<const IncidentsNow> now = incidents_ ? incidents_->Now() : nullptr;
-    if (const pb::Incident* in = now ? FindIncident(now->incidents, id) : nullptr) {
+    std::shared_ptr<const Picture> now = picture_ ? picture_->Now() : nullptr;
+    if (const pb::Incident* in = now ? FindIncident(now->incidents->incidents, id) : nullptr) {
       e.set_held(true);
       *e.mutable_incident() = *in;
     }
@@ -759,8 +753,6 @@ class Sidecar::Impl {
     return in;
   }
 
-  ClusterView CurrentView() const { return BuildClusterView(ViewInputs()); }
-
   // The observers' own families (detect, gossip, traces), each as its part builds them; zeros
   // for a part not running (no exchange, no upstream).
   std::vector<prometheus::MetricFamily> ObservedFamilies(const LocalSnapshot& local,
@@ -792,25 +784,27 @@ class Sidecar::Impl {
 
   std::string Metrics() const {
     const std::shared_ptr<const LocalSnapshot> local = watcher_->snapshot();
-    const ClusterView view = CurrentView();
+    const std::shared_ptr<const Picture> picture = picture_->Now();
+    const ClusterView& view = picture->view;
     ServeStats stats;
     if (notifier_) stats.alerts = notifier_->stats();
     stats.api_refused = auth_->refused();
     stats.api_refused["otlp_not_local"] = trace_receiver_->stats().refused;
     stats.api_refused["report_not_local"] = hook_service_->refused();
-    stats.incidents = incidents_->Now();
+    stats.incidents = picture->incidents;
     if (writer_) stats.store_ok = writer_->error().empty();
     return RenderMetrics(ObservedFamilies(*local, view), local->views, stats, view);
   }
 
-  // The incident book, advanced on a tick of its own from the values of the moment, and (with
-  // --state_dir) its store: what it kept is put back, what changes is written every second (what
-  // a failed write did not take, again with the next; store_writer.h).
+  // The picture every reader shares, drawn on a tick of its own from the values of the moment
+  // (picture.h), with the incident book and (with --state_dir) its store: what it kept is put
+  // back, what changes is written every second (what a failed write did not take, again with the
+  // next; store_writer.h). The first picture is drawn here, before anyone reads.
   absl::Status BuildIncidents() {
-    IncidentTickerOptions t;
+    PictureTickerOptions t;
     t.cluster = options_.cluster_name;
     t.inputs = [this] { return ViewInputs(); };
-    t.on_held_change = [this] {
+    t.on_news = [this] {
       if (notifier_) notifier_->Poke();
     };
     if (!options_.state_dir.empty()) {
@@ -835,16 +829,25 @@ class Sidecar::Impl {
         Keep(changed, ledger);
       };
     }
-    incidents_ = std::make_unique<IncidentTicker>(std::move(t));
+    picture_ = std::make_unique<PictureTicker>(std::move(t));
     if (store_) {
       std::vector<Ledger::Row> rows;
       for (const LedgerRow& r : store_->Ledger(options_.cluster_name)) {
         rows.push_back({r.task, r.outcome, r.seconds});
       }
       std::vector<pb::Incident> kept = store_->Incidents(1000);
-      incidents_->Restore(kept, rows);
+      picture_->Restore(kept, rows);
       spdlog::info("trainscope-sidecar: {} incidents kept in {}", kept.size(), store_->path());
     }
+    if (exchange_) {
+      // The incidents this node owns go out in its record; the others take their ids. News
+      // from another node is drawn into the picture at once.
+      exchange_->SetIncidentsProvider([picture = picture_.get(), self = plan_.self] {
+        return OwnedIncidents(*picture->Now()->incidents, self, UnixSeconds());
+      });
+      exchange_->SetOnChange([picture = picture_.get()] { picture->Poke(); });
+    }
+    picture_->Tick();
     return absl::OkStatus();
   }
 
@@ -866,11 +869,10 @@ class Sidecar::Impl {
     ApiSources api;
     api.cluster_name = options_.cluster_name;
     api.node = plan_.exchange ? plan_.self : "";
-    api.incidents = [this] { return incidents_->Now(); };
-    if (writer_) api.store_error = [this] { return writer_->error(); };
+    if (writer_) api.store_error = [writer = writer_.get()] { return writer->error(); };
     api.slow_window_s = options_.slow_window_s;
     api.slow_per_key = options_.slow_per_key;
-    api.view = [this] { return CurrentView(); };
+    api.picture = picture_.get();
     api.metrics = [this] { return Metrics(); };
     api.traces = &trace_store_;
     api.stacks = [this](const std::string& task, bool fresh, std::function<bool()> cancelled) {
@@ -963,10 +965,10 @@ class Sidecar::Impl {
   const std::string summary_;
   std::unique_ptr<TaskWatcher> watcher_;
   std::unique_ptr<StackKeeper> keeper_;
-  std::unique_ptr<StateStore> store_;    // With --state_dir; outlives incidents_, which writes it.
-  std::unique_ptr<StoreWriter> writer_;  // Writes store_; outlives incidents_, which calls it.
+  std::unique_ptr<StateStore> store_;    // With --state_dir; outlives picture_, which writes it.
+  std::unique_ptr<StoreWriter> writer_;  // Writes store_; outlives picture_, which calls it.
   double last_prune_ = 0;
-  std::unique_ptr<IncidentTicker> incidents_;
+  std::unique_ptr<PictureTicker> picture_;
   std::unique_ptr<ApiAuth> auth_;
   std::unique_ptr<PeerExchange> exchange_;
   mutable SharedNodeLoad node_load_;  // This node's, for its record and its own view.

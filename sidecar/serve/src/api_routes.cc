@@ -53,9 +53,18 @@ int HttpStatusOf(const absl::Status& s) {
   }
 }
 
+// The newest picture; an empty one before the wiring's first tick.
+std::shared_ptr<const Picture> PictureOf(const ApiSources& s) {
+  static const auto* const kNone = new std::shared_ptr<const Picture>(std::make_shared<Picture>(
+      Picture{.view = {}, .incidents = std::make_shared<const IncidentsNow>()}));
+  std::shared_ptr<const Picture> now = s.picture->Now();
+  return now ? now : *kNone;
+}
+
 // /api/v1/tasks: the cluster view's tasks (?local=1: this node's), or only ?task=NAME.
 HttpServer::Response ServeTasks(const ApiSources& s, const HttpServer::Request& r) {
-  pb::TaskList list = ToTaskList(s.cluster_name, s.view(), QueryParam(r.query, "local") == "1");
+  pb::TaskList list =
+      ToTaskList(s.cluster_name, PictureOf(s)->view, QueryParam(r.query, "local") == "1");
   const std::string task = QueryParam(r.query, "task");
   if (!task.empty()) {
     auto* tasks = list.mutable_tasks();
@@ -134,14 +143,14 @@ HttpServer::Response ServeIncidents(const ApiSources& s, const HttpServer::Reque
   if (int asked = 0; absl::SimpleAtoi(QueryParam(r.query, "limit"), &asked)) {
     limit = std::clamp(asked, 0, 1000);
   }
-  if (auto now = s.incidents ? s.incidents() : nullptr) {
-    *list.mutable_goodput() = now->goodput;
-    for (const pb::Incident& in : now->incidents) {
-      if (list.incidents_size() >= limit) break;
-      pb::Incident* out = list.add_incidents();
-      *out = in;
-      for (pb::IncidentEvidence& e : *out->mutable_evidence()) e.clear_snapshot();
-    }
+  const std::shared_ptr<const Picture> picture = PictureOf(s);
+  const IncidentsNow& now = *picture->incidents;
+  *list.mutable_goodput() = now.goodput;
+  for (const pb::Incident& in : now.incidents) {
+    if (list.incidents_size() >= limit) break;
+    pb::Incident* out = list.add_incidents();
+    *out = in;
+    for (pb::IncidentEvidence& e : *out->mutable_evidence()) e.clear_snapshot();
   }
   return Json(ApiJson(list));
 }
@@ -150,13 +159,12 @@ HttpServer::Response ServeIncidents(const ApiSources& s, const HttpServer::Reque
 // took its owner's (an alert posted before still links to it); 404 naming what is kept.
 HttpServer::Response ServeIncident(const ApiSources& s, const HttpServer::Request& r) {
   const std::string id = r.path.substr(names::kPathIncidentsPrefix.size());
-  if (auto now = s.incidents ? s.incidents() : nullptr) {
-    if (const pb::Incident* in = FindIncident(now->incidents, id)) {
-      if (Authorized(s, r)) return Json(ApiJson(*in));
-      pb::Incident stripped = *in;
-      StripEvidence(&stripped);
-      return Json(ApiJson(stripped));
-    }
+  const std::shared_ptr<const Picture> picture = PictureOf(s);
+  if (const pb::Incident* in = FindIncident(picture->incidents->incidents, id)) {
+    if (Authorized(s, r)) return Json(ApiJson(*in));
+    pb::Incident stripped = *in;
+    StripEvidence(&stripped);
+    return Json(ApiJson(stripped));
   }
   return HttpServer::Response{404, "text/plain; charset=utf-8",
                               absl::StrCat("no incident ", CleanText(id, 64),
@@ -197,8 +205,7 @@ void AddApiRoutes(ApiSources sources, HttpRoutes* routes) {
   routes->Exact(std::string(names::kPathTasks),
                 [s](const HttpServer::Request& r) { return ServeTasks(*s, r); });
   routes->Exact(std::string(names::kPathSd), [s](const HttpServer::Request& r) {
-    ClusterView view = s->view();
-    return Json(SdJson(view.tasks, QueryParam(r.query, "local") == "1"));
+    return Json(SdJson(PictureOf(*s)->view.tasks, QueryParam(r.query, "local") == "1"));
   });
   routes->Exact(std::string(names::kPathTracesSlow), [s](const HttpServer::Request& r) {
     return Json(ApiJson(ToRequestList(s->traces->Slow(FilterFrom(r.query), MonotonicSeconds()),

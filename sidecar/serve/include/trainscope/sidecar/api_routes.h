@@ -13,6 +13,7 @@
 #include "trainscope/sidecar/cluster_view.h"
 #include "trainscope/sidecar/http_routes.h"
 #include "trainscope/sidecar/incidents.h"
+#include "trainscope/sidecar/picture.h"
 #include "trainscope/sidecar/trace_store.h"
 
 namespace trainscope::sidecar {
@@ -23,7 +24,9 @@ struct ApiSources {
   std::string node;          // This sidecar's node id ("" without an exchange).
   double slow_window_s = 0;  // What /api/v1/traces/slow says of its window.
   int slow_per_key = 0;
-  std::function<ClusterView()> view;     // The whole cluster as this node sees it now.
+  // The cluster as this node sees it, with the incidents, as of the wiring's last tick. Must
+  // outlive the routes.
+  const PictureSource* picture = nullptr;
   std::function<std::string()> metrics;  // The text of /metrics.
   TraceStore* traces = nullptr;          // Must outlive the routes.
   // A task's snapshots (kept here, or fetched from the node that watches it); a status whose code
@@ -32,8 +35,6 @@ struct ApiSources {
   std::function<absl::StatusOr<pb::StackList>(const std::string& task, bool fresh,
                                               std::function<bool()> cancelled)>
       stacks;
-  // The incidents and the ledger as of the wiring's last tick (null until its first).
-  std::function<std::shared_ptr<const IncidentsNow>()> incidents;
   // Why the state store (--state_dir) takes no writes now ("" while it does); null without one.
   std::function<std::string()> store_error;
   // What the sidecar of `node` ("": this one) holds of the incident `id`, with the requests it
