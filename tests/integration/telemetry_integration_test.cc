@@ -160,18 +160,22 @@ TEST(TelemetryIntegration, TaskMetricsCoverCallsDeadlinesProcessAndTraining) {
   }
 
   // Slow the ps past the worker's 300 ms deadline: both sides count DEADLINE_EXCEEDED.
+  // Waited for as asserted: an attempt's families are recorded one after another, so a scrape
+  // may see its DEADLINE_EXCEEDED in one (message sizes) before the duration.
   InjectDelay(jobs.at("ps")[0], 400);
+  const std::regex deadline_exceeded(
+      "grpc_client_attempt_duration_seconds_count\\{grpc_method=\"trainscope.v1."
+      "ParameterService/(Pull|Push)\",grpc_status=\"DEADLINE_EXCEEDED\",peer_role=\"ps\"\\} "
+      "[1-9]");
   w = WaitForMetrics(
       worker_metrics,
-      [](const std::string& m) {
-        return m.find("grpc_status=\"DEADLINE_EXCEEDED\"") != std::string::npos;
+      [&](const std::string& m) {
+        return std::regex_search(m, deadline_exceeded) &&
+               SumSamples(m, "trainscope_rpc_peer_errors_total{") > 0 &&
+               SumSamples(m, "trainscope_rpc_peer_deadline_exceeded_total{") > 0;
       },
       20s);
-  EXPECT_TRUE(std::regex_search(
-      w, std::regex("grpc_client_attempt_duration_seconds_count\\{grpc_method=\"trainscope.v1."
-                    "ParameterService/(Pull|Push)\",grpc_status=\"DEADLINE_EXCEEDED\",peer_role="
-                    "\"ps\"\\} [1-9]")))
-      << w;
+  EXPECT_TRUE(std::regex_search(w, deadline_exceeded)) << w;
   EXPECT_GT(SumSamples(w, "trainscope_rpc_peer_errors_total{"), 0);
   EXPECT_GT(SumSamples(w, "trainscope_rpc_peer_deadline_exceeded_total{"), 0);
   std::string p = WaitForMetrics(
