@@ -25,9 +25,7 @@ import base64
 import http.server
 import json
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import urllib.error
 import urllib.request
@@ -38,22 +36,17 @@ with warnings.catch_warnings():
     import crypt  # bcrypt through libxcrypt, for Alertmanager's basic_auth_users
 
 from trainscope_testing import monitoring
+from trainscope_testing.checks import Checks
 from trainscope_testing.logs import logger
 from trainscope_testing.ports import free_port
 from trainscope_testing.processes import ProcGroup
 from trainscope_testing.waiting import HarnessError, wait_for
 from trainscope_testing.web import http_text
 
-FAILURES = []
 log = logger()
+check = Checks(log)
 USER, PASSWORD, TOKEN, TENANT = "trainscope", "am-s3cret-pass", "tok-0123456789abcdef", "team-a"
 BASIC = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-
-
-def check(ok, what):
-    log(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        FAILURES.append(what)
 
 
 def secret(path, text):
@@ -204,18 +197,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bin", required=True, help="the build's bin folder")
     args = parser.parse_args()
-    d = tempfile.mkdtemp(prefix="am-auth-")
-    try:
-        run(args, d)
-    except (HarnessError, monitoring.RenderError, OSError) as e:
-        check(False, str(e))
-    finally:
-        if FAILURES:
-            log(f"logs kept in {d}")
-        else:
-            shutil.rmtree(d, ignore_errors=True)
-    log(f"{len(FAILURES)} failure(s)" + "".join(f"\n  {f}" for f in FAILURES))
-    return 1 if FAILURES else 0
+    return check.run("am-auth-", lambda d: run(args, d),
+                     errors=(HarnessError, monitoring.RenderError, OSError))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.parse
@@ -37,19 +36,14 @@ import urllib.request
 from trainscope_testing import skips
 from trainscope_testing.certs import issue_pem, make_pem_certs, pem_context
 from trainscope_testing.cluster_spec import tf_config
+from trainscope_testing.checks import Checks
 from trainscope_testing.logs import logger
 from trainscope_testing.ports import free_port
 from trainscope_testing.processes import ProcGroup
 from trainscope_testing.waiting import HarnessError, wait_for
 
-FAILURES = []
 log = logger()
-
-
-def check(ok, what):
-    log(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        FAILURES.append(what)
+check = Checks(log)
 
 
 def https_get(ctx, port, path, host="127.0.0.1", timeout=5):
@@ -295,19 +289,8 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
     a = ap.parse_args()
-    d = tempfile.mkdtemp(prefix="trainscope-http-tls-")
-    try:
-        run(os.path.abspath(a.bin), d)
-    finally:
-        if a.keep or FAILURES:
-            log(f"files and logs in {d}")
-        else:
-            shutil.rmtree(d, ignore_errors=True)
-    if FAILURES:
-        log(f"{len(FAILURES)} check(s) failed")
-        return 1
-    log("all checks passed")
-    return 0
+    return check.run("trainscope-http-tls-", lambda d: run(os.path.abspath(a.bin), d),
+                     keep=a.keep, errors=())
 
 
 if __name__ == "__main__":

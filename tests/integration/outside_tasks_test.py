@@ -25,28 +25,21 @@ import argparse
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 
 from trainscope_testing import outside_servers
+from trainscope_testing.checks import Checks
 from trainscope_testing.logs import logger
 from trainscope_testing.ports import free_port
 from trainscope_testing.processes import ProcGroup
 from trainscope_testing.waiting import HarnessError, wait_for
 from trainscope_testing.web import http_json, http_text
 
-FAILURES = []
 log = logger()
+check = Checks(log)
 OUTSIDE = "watched from outside (no trainscope heartbeat)"
-
-
-def check(ok, what):
-    log(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        FAILURES.append(what)
 
 
 class Watch:
@@ -210,18 +203,8 @@ def main():
     parser.add_argument("--bin", required=True)
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args()
-    d = tempfile.mkdtemp(prefix="outside-tasks-")
-    try:
-        run(os.path.abspath(args.bin), d)
-    except HarnessError as e:
-        check(False, str(e))
-    finally:
-        if FAILURES or args.keep:
-            log(f"logs kept in {d}")
-        else:
-            shutil.rmtree(d, ignore_errors=True)
-    log(f"{len(FAILURES)} failure(s)" + "".join(f"\n  {f}" for f in FAILURES))
-    return 1 if FAILURES else 0
+    return check.run("outside-tasks-", lambda d: run(os.path.abspath(args.bin), d),
+                     keep=args.keep)
 
 
 if __name__ == "__main__":

@@ -23,14 +23,13 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 from trainscope_testing import skips, tensorflow_jobs
 from trainscope_testing.cluster_spec import tf_config
+from trainscope_testing.checks import Checks
 from trainscope_testing.logs import logger
 from trainscope_testing.ports import free_port
 from trainscope_testing.processes import Proc
@@ -39,17 +38,11 @@ from trainscope_testing.web import http_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOOK = os.path.join(HERE, "..", "..", "python")
-FAILURES = []
 log = logger()
+check = Checks(log)
 OUTSIDE = "watched from outside (no trainscope heartbeat)"
 FROM_HOOK = "its phase and steps from its trainscope hook"
 WEDGE_AT = 300
-
-
-def check(ok, what):
-    log(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        FAILURES.append(what)
 
 
 def view(url, name):
@@ -174,18 +167,7 @@ def main():
         python = tensorflow_jobs.tf_python()
     except HarnessError as e:
         skips.skip("the TensorFlow hook test", f"no TensorFlow: {e}")
-    d = tempfile.mkdtemp(prefix="tf-hook-")
-    try:
-        run(args, d, python)
-    except HarnessError as e:
-        check(False, str(e))
-    finally:
-        if FAILURES or args.keep:
-            log(f"logs kept in {d}")
-        else:
-            shutil.rmtree(d, ignore_errors=True)
-    log(f"{len(FAILURES)} failure(s)" + "".join(f"\n  {f}" for f in FAILURES))
-    return 1 if FAILURES else 0
+    return check.run("tf-hook-", lambda d: run(args, d, python), keep=args.keep)
 
 
 if __name__ == "__main__":

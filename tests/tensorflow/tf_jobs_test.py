@@ -19,24 +19,17 @@ Usage: tf_jobs_test.py [--program tf1|tf2] [--keep]; by hand, with the helpers (
 
 import argparse
 import re
-import shutil
 import sys
-import tempfile
 
 from trainscope_testing import skips, tensorflow_jobs
+from trainscope_testing.checks import Checks
 from trainscope_testing.logs import logger
 from trainscope_testing.waiting import HarnessError
 
-FAILURES = []
 log = logger()
+check = Checks(log)
 STEPS = 1500  # each TF1 trainer's steps, the TF2 chief's: some seconds of training
 FIRST_CHECK = 300  # every trainer past this step before anything is asserted
-
-
-def check(ok, what):
-    log(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        FAILURES.append(what)
 
 
 def variables_line(job, task):
@@ -101,20 +94,15 @@ def main():
         python = tensorflow_jobs.tf_python()
     except HarnessError as e:
         skips.skip("the TensorFlow jobs test", f"no TensorFlow: {e}")
-    d = tempfile.mkdtemp(prefix="tf-jobs-")
-    try:
+
+    def run(d):
         for program in args.program or ["tf1", "tf2"]:
             try:
                 run_program(program, d, python)
             except HarnessError as e:
                 check(False, f"{program}: {e}")
-    finally:
-        if FAILURES or args.keep:
-            log(f"logs kept in {d}")
-        else:
-            shutil.rmtree(d, ignore_errors=True)
-    log(f"{len(FAILURES)} failure(s)" + "".join(f"\n  {f}" for f in FAILURES))
-    return 1 if FAILURES else 0
+
+    return check.run("tf-jobs-", run, keep=args.keep)
 
 
 if __name__ == "__main__":

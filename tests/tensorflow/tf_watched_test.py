@@ -22,29 +22,22 @@ passed; skipped (fails under CI=true) without TensorFlow.
 import argparse
 import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
 
 from trainscope_testing import skips, tensorflow_jobs
 from trainscope_testing.cluster_spec import tf_config
+from trainscope_testing.checks import Checks
 from trainscope_testing.logs import logger
 from trainscope_testing.ports import free_port
 from trainscope_testing.processes import Proc
 from trainscope_testing.waiting import HarnessError, wait_for
 from trainscope_testing.web import http_json
 
-FAILURES = []
 log = logger()
+check = Checks(log)
 OUTSIDE = "watched from outside (no trainscope heartbeat)"
 WAIT_LINE = "CreateSession still waiting for response from worker: /job:ps/replica:0/task:1"
-
-
-def check(ok, what):
-    log(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        FAILURES.append(what)
 
 
 class Views:
@@ -145,18 +138,7 @@ def main():
         python = tensorflow_jobs.tf_python()
     except HarnessError as e:
         skips.skip("the TensorFlow watched test", f"no TensorFlow: {e}")
-    d = tempfile.mkdtemp(prefix="tf-watched-")
-    try:
-        run(args, d, python)
-    except HarnessError as e:
-        check(False, str(e))
-    finally:
-        if FAILURES or args.keep:
-            log(f"logs kept in {d}")
-        else:
-            shutil.rmtree(d, ignore_errors=True)
-    log(f"{len(FAILURES)} failure(s)" + "".join(f"\n  {f}" for f in FAILURES))
-    return 1 if FAILURES else 0
+    return check.run("tf-watched-", lambda d: run(args, d, python), keep=args.keep)
 
 
 if __name__ == "__main__":

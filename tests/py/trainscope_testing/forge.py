@@ -1,6 +1,7 @@
 """Forged exchange messages, as a process of the network without the cluster key sends them to a
 sidecar's gRPC port (trainscope.sidecar.v1.Exchange). The protobuf is written by hand (the
-wire format of proto/trainscope/sidecar/v1/sidecar.proto), so that no generated code is needed.
+wire format of proto/trainscope/sidecar/v1/sidecar.proto, with the hook's encoders), so that no
+generated code is needed.
 
 As a command (run inside a node: `ip netns exec NS scripts/python -m trainscope_testing.forge`):
     --to HOST:PORT --as NODE_ID --cluster NAME [--kind all] [--count 10]
@@ -15,39 +16,19 @@ service on the same port): spans (an OTLP TraceService/Export of a 30 s ps reque
 """
 
 import argparse
+import os
 import struct
 import sys
 import time
 
+# The encoders of the pip-installable hook (python/trainscope/wire.py), from this checkout.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                                "python"))
+from trainscope.wire import field_bytes, field_double, field_varint, varint  # noqa: E402
+
 ALIVE, SUSPECT, SILENT, LEFT = 1, 2, 3, 4
 KINDS = ("silent", "suspect", "left", "dead_record", "stranger", "pingreq")
 OTLP_EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
-
-
-def varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def field_varint(num, n):
-    return varint(num << 3) + varint(n)
-
-
-def field_bytes(num, data):
-    if isinstance(data, str):
-        data = data.encode()
-    return varint((num << 3) | 2) + varint(len(data)) + data
-
-
-def field_double(num, x):
-    return varint((num << 3) | 1) + struct.pack("<d", x)
 
 
 def header(cluster, node, generation):
