@@ -840,12 +840,11 @@ class Sidecar::Impl {
       spdlog::info("trainscope-sidecar: {} incidents kept in {}", kept.size(), store_->path());
     }
     if (exchange_) {
-      // The incidents this node owns go out in its record; the others take their ids. News
-      // from another node is drawn into the picture at once.
+      // The incidents this node owns go out in its record; the others take their ids. What the
+      // exchange learns is drawn into the next picture (picture.h says why not at once).
       exchange_->SetIncidentsProvider([picture = picture_.get(), self = plan_.self] {
         return OwnedIncidents(*picture->Now()->incidents, self, UnixSeconds());
       });
-      exchange_->SetOnChange([picture = picture_.get()] { picture->Poke(); });
     }
     picture_->Tick();
     return absl::OkStatus();

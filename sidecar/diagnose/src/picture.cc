@@ -9,9 +9,14 @@
 namespace trainscope::sidecar {
 namespace {
 
-// The open incidents' ids and the tasks they hold: what the alerts' incident labels follow.
-std::string Held(const IncidentsNow& now) {
+// What the alerts follow: every task's state, every node's status, the open incidents' ids and
+// the tasks they hold (their `incident` labels).
+std::string Held(const ClusterView& view, const IncidentsNow& now) {
   std::string held;
+  for (const TaskView& t : view.tasks)
+    absl::StrAppend(&held, t.task.ShortName(), "=", std::string(StateName(t.state)), ",");
+  for (const NodeInfo& n : view.nodes) absl::StrAppend(&held, n.id, "=", n.status, ",");
+  held += '|';
   for (const pb::Incident& incident : now.incidents) {
     if (!incident.open()) continue;
     absl::StrAppend(&held, incident.id(), ":");
@@ -38,14 +43,21 @@ void PictureTicker::Restore(const std::vector<pb::Incident>& incidents,
 
 void PictureTicker::Start() {
   thread_ = std::thread([this] {
-    const auto period = std::chrono::duration<double>(options_.period_s);
+    using Clock = std::chrono::steady_clock;
+    const auto period = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(options_.period_s));
+    const auto gap = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(options_.min_poked_gap_s));
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopping_) {
       const bool poked = std::exchange(poked_, false);
       lock.unlock();
+      const Clock::time_point began = Clock::now();
       Tick(poked);
       lock.lock();
-      cv_.wait_for(lock, period, [this] { return stopping_ || poked_; });
+      cv_.wait_until(lock, began + period, [this] { return stopping_ || poked_; });
+      // Poked: at once, but no sooner than the gap after the last tick began.
+      cv_.wait_until(lock, began + gap, [this] { return stopping_; });
     }
   });
 }
@@ -84,7 +96,7 @@ void PictureTicker::Tick(bool poked) {
   book_.Track(picture->view, in.stacks.get(), in.now_unix);
   picture->incidents = std::make_shared<const IncidentsNow>(book_.Now(options_.cluster));
   if (MonotonicSeconds() - last_persist_ >= options_.persist_every_s) Persist();
-  std::string held = Held(*picture->incidents);
+  std::string held = Held(picture->view, *picture->incidents);
   {
     std::lock_guard<std::mutex> lock(mu_);
     now_ = std::move(picture);

@@ -1,11 +1,12 @@
 #pragma once
-// One tick, one picture. Every `period_s`, and at once when poked (a task's state changed here
-// or on another node), the ticker turns the observers' newest values (the cluster view's
-// inputs) into one immutable Picture: the cluster view with its explanations and the incident
-// book's state. It is published by pointer swap, and every reader (the API, the page, /metrics,
-// the notifier, the stacks route) shares it; no reader builds a view. Every `persist_every_s`
-// (and once more on Stop) what the book changed is handed to `persist` (the store). The book
-// advances whether or not anyone reads the page.
+// One tick, one picture. Every `period_s`, and at once when poked (a task of this node changed
+// state; what the exchange learns waits for the next tick, so that a busy exchange does not
+// tick it tens of times a second), the ticker turns the observers' newest values (the cluster
+// view's inputs) into one immutable Picture: the cluster view with its explanations and the
+// incident book's state. It is published by pointer swap, and every reader (the API, the page,
+// /metrics, the notifier, the stacks route) shares it; no reader builds a view. Every
+// `persist_every_s` (and once more on Stop) what the book changed is handed to `persist` (the
+// store). The book advances whether or not anyone reads the page.
 
 #include <condition_variable>
 #include <functional>
@@ -37,16 +38,19 @@ class PictureSource {
 struct PictureTickerOptions {
   std::string cluster;
   double period_s = 0.2;
+  // A poke ticks at once, but no sooner than this after the last tick began: at 40 nodes the
+  // exchange's snapshot changes tens of times a second, and a tick each time would cost more
+  // than the readers it saves.
+  double min_poked_gap_s = 0.1;
   IncidentBookOptions book;
   std::function<ClusterViewInputs()> inputs;  // The observers' values of this moment.
   // Called on the ticker's thread with the incidents opened, changed or closed since its last
   // call, and the ledger; null: nothing is kept.
   double persist_every_s = 1;
   std::function<void(const std::vector<pb::Incident>&, const Ledger&)> persist;
-  // Called on the ticker's thread after a tick that was poked, or that changed the open
-  // incidents or the tasks they hold (a superset of what the alerts' `incident` labels depend
-  // on: the open incidents' causes): the picture readers who act on change (the notifier) look
-  // at. Null: nobody.
+  // Called on the ticker's thread after a tick that was poked, or that changed a task's state,
+  // a node's status, the open incidents or the tasks they hold (what the alerts and their
+  // `incident` labels follow), for the readers who act on change (the notifier). Null: nobody.
   std::function<void()> on_news;
 };
 
