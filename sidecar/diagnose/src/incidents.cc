@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -444,6 +445,15 @@ std::string IncidentSummary(const pb::Incident& incident, const std::string& cau
     where.insert(a.waits_in().empty() ? a.how() : absl::StrCat("waiting in ", a.waits_in()));
   }
   if (held.empty()) return s;
+  // In the order of the spec's names (worker:2 before worker:10), not of who was held first: a
+  // summary does not change with which worker a tick happened to see first.
+  auto order = [](const std::string& name) {
+    auto ref = ParseTaskRef(name);
+    return ref.ok() ? std::make_tuple(0, ref->role, ref->index, std::string())
+                    : std::make_tuple(1, std::string(), 0, name);
+  };
+  std::sort(held.begin(), held.end(),
+            [&](const std::string& a, const std::string& b) { return order(a) < order(b); });
   std::string names = held.size() > 4
                           ? absl::StrCat(held.size(), " tasks (", held[0], ", ", held[1], ", ...)")
                           : absl::StrJoin(held, ", ");

@@ -190,6 +190,18 @@ TEST(IncidentBook, OneIncidentPerCauseOpenedHeldAndClosedWithItsCost) {
   EXPECT_TRUE(book.TakeChanged().empty());
 }
 
+TEST(IncidentBook, TheSummaryNamesTheTasksHeldInTheSpecsOrderNotInTheOrderTheyWereHeld) {
+  IncidentBook book;
+  book.Track(View({Task("ps:1", TaskState::kDead, 100.5), BlockedOn("worker:10", "ps:1")}), nullptr,
+             101);
+  book.Track(View({Task("ps:1", TaskState::kDead, 100.5), BlockedOn("worker:10", "ps:1"),
+                   BlockedOn("worker:2", "ps:1")}),
+             nullptr, 102);
+  ASSERT_EQ(book.List().size(), 1u);
+  EXPECT_NE(book.List()[0].summary().find("holding worker:2 and worker:10 "), std::string::npos)
+      << book.List()[0].summary();
+}
+
 TEST(IncidentBook, AWorkerWellAgainHoldsItsIncidentOpenUntilItsStepsMove) {
   IncidentBook book;
   TaskView w = BlockedOn("worker:0", "ps:0");
