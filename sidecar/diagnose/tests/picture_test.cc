@@ -18,9 +18,7 @@ using std::chrono::milliseconds;
 // ps:0 on this node; the view's inputs as the wiring would hand them, ps:0 in `state`.
 class Inputs {
  public:
-  Inputs()
-      : spec_(ParseTfConfig(R"({"cluster": {"ps": ["127.0.0.1:2222"]}})", false)
-                  ->cluster) {}
+  Inputs() : spec_(ParseTfConfig(R"({"cluster": {"ps": ["127.0.0.1:2222"]}})", false)->cluster) {}
   ClusterViewInputs operator()() {
     ++calls_;
     ClusterViewInputs in;
